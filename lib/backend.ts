@@ -1,0 +1,136 @@
+// The one place that loads the native addon and picks the backend (STYLE: the native/TS
+// boundary). Both backends expose the same `Arena`: numbered fixed-size chunks of zeroed memory
+// that every thread of the process can map. Nothing above this file knows which one it has.
+import * as path from 'node:path'
+import { ConfigError } from './errors'
+
+export type BackendName = 'native' | 'js'
+
+/** Bytes per chunk: 8,192 Float64 slots. Chunks are 64-byte aligned in both backends. */
+export const CHUNK_BYTES = 65536
+
+export interface Arena {
+  readonly backend: BackendName
+  /** The memory of chunk `k` (allocated and zeroed on first use by any thread). */
+  chunk(k: number): ArrayBuffer | SharedArrayBuffer
+  /** What a worker needs to map the same memory: structured-cloneable. */
+  share(): SharedArena
+  /** The surface is closed: the memory goes once no thread maps it any more. */
+  release(): void
+}
+
+export type SharedArena = { backend: 'native'; id: number } | { backend: 'js'; buffer: SharedArrayBuffer }
+
+interface NativeAddon {
+  arenaCreate(chunkBytes: number): number
+  arenaChunk(id: number, k: number): ArrayBuffer
+  arenaRelease(id: number): void
+  sumRows(out: Float64Array, rows: Float64Array[], start: number, length: number): void
+  latencyQuantiles?(counts: Float64Array, offset: number): { p50: number; p90: number; p99: number; count: number } | null
+  latencyBuckets?: number
+}
+
+let addon: NativeAddon | null | undefined
+let addonError: string | undefined
+
+/** The addon, or null when it is not built or cannot load (the reason is kept for errors). */
+export function loadAddon(): NativeAddon | null {
+  if (addon === undefined) {
+    try {
+      addon = require(path.join(__dirname, '..', 'build', 'Release', 'mq_metrics.node')) as NativeAddon
+    } catch (error) {
+      addon = null
+      addonError = (error as Error).message.split('\n')[0]
+    }
+  }
+  return addon
+}
+
+/** SPEC §1: MQ_METRICS_BACKEND=js|native forces a backend; anything else is a startup error. */
+export function chooseBackend(env: NodeJS.ProcessEnv = process.env): BackendName {
+  const forced = env.MQ_METRICS_BACKEND
+  if (forced === undefined || forced === '') return loadAddon() ? 'native' : 'js'
+  if (forced === 'js') return 'js'
+  if (forced === 'native') {
+    if (!loadAddon()) {
+      throw new ConfigError('MQ_METRICS_BACKEND', `is "native" but the native core is unavailable (${addonError}); run \`npm run build:native\` or unset it`)
+    }
+    return 'native'
+  }
+  throw new ConfigError('MQ_METRICS_BACKEND', `must be "js" or "native", got ${JSON.stringify(forced)}`)
+}
+
+export function createArena(backend: BackendName): Arena {
+  if (backend === 'native') {
+    const native = loadAddon()!
+    return new NativeArena(native, native.arenaCreate(CHUNK_BYTES))
+  }
+  // One growable SharedArrayBuffer: growth is visible to every thread that holds it, so a worker
+  // can add chunks that the main thread sees at once (Node 20 supports growable SABs). The
+  // maximum is reserved address space only; pages are committed as the buffer grows.
+  return new JsArena(new SharedArrayBuffer(CHUNK_BYTES, { maxByteLength: JS_ARENA_MAX_BYTES }))
+}
+
+export function attachArena(shared: SharedArena): Arena {
+  if (shared.backend === 'native') {
+    const native = loadAddon()
+    if (!native) throw new Error(`mq-metrics: this surface uses the native core, which cannot load in this thread (${addonError})`)
+    return new NativeArena(native, shared.id)
+  }
+  return new JsArena(shared.buffer)
+}
+
+/** 4 GiB of slots (512 Mi counters) per surface for the JS backend. */
+const JS_ARENA_MAX_BYTES = 2 ** 32
+
+class NativeArena implements Arena {
+  readonly backend = 'native' as const
+  readonly #addon: NativeAddon
+  readonly #id: number
+  constructor(native: NativeAddon, id: number) {
+    this.#addon = native
+    this.#id = id
+  }
+  chunk(k: number): ArrayBuffer {
+    return this.#addon.arenaChunk(this.#id, k)
+  }
+  share(): SharedArena {
+    return { backend: 'native', id: this.#id }
+  }
+  release(): void {
+    this.#addon.arenaRelease(this.#id)
+  }
+}
+
+class JsArena implements Arena {
+  readonly backend = 'js' as const
+  readonly #buffer: SharedArrayBuffer
+  constructor(buffer: SharedArrayBuffer) {
+    this.#buffer = buffer
+  }
+  chunk(k: number): SharedArrayBuffer {
+    const need = (k + 1) * CHUNK_BYTES
+    if (this.#buffer.byteLength < need) {
+      try {
+        this.#buffer.grow(need)
+      } catch (error) {
+        // Another thread may have grown it past `need` in the meantime (growing a SAB to a
+        // smaller size throws); only a real failure is an error.
+        if (this.#buffer.byteLength < need) throw error
+      }
+    }
+    // A chunk is addressed by its own views (see memory.ts); the buffer itself is the chunk source.
+    return this.#buffer
+  }
+  share(): SharedArena {
+    return { backend: 'js', buffer: this.#buffer }
+  }
+  release(): void {
+    // Garbage collected with the last thread that holds the buffer.
+  }
+}
+
+/** Offset in bytes of chunk `k` inside the buffer `Arena.chunk(k)` returned. */
+export function chunkOffset(arena: Arena, k: number): number {
+  return arena.backend === 'js' ? k * CHUNK_BYTES : 0
+}

@@ -1,0 +1,82 @@
+// SPEC §8: configuration is read once, at startup. Unknown keys and wrongly-typed values are a
+// ConfigError naming the key; the result is frozen, so nothing can change afterwards.
+import { ConfigError } from './errors'
+import { describe } from './labels'
+
+export interface Config {
+  metrics_enabled?: boolean
+  max_in_flight?: number
+  max_attempts?: number
+  e2e_latency?: boolean
+  metrics_auth_token?: string
+  max_topics?: number
+  max_partitions_per_topic?: number
+  max_groups_per_topic?: number
+}
+
+export interface ResolvedConfig {
+  readonly metrics_enabled: boolean
+  readonly max_in_flight: number
+  readonly max_attempts: number
+  readonly e2e_latency: boolean
+  readonly metrics_auth_token: string | undefined
+  readonly max_topics: number
+  readonly max_partitions_per_topic: number
+  readonly max_groups_per_topic: number
+}
+
+/** in_flight lives in an Int32 cell updated with Atomics (SPEC §5 bound checked atomically). */
+export const MAX_IN_FLIGHT_LIMIT = 0x7fffffff
+
+type Kind = 'boolean' | 'positive integer' | 'token'
+const KEYS: Record<keyof Config, { kind: Kind; default: unknown; max?: number }> = {
+  metrics_enabled: { kind: 'boolean', default: true },
+  max_in_flight: { kind: 'positive integer', default: 1000, max: MAX_IN_FLIGHT_LIMIT },
+  max_attempts: { kind: 'positive integer', default: 5 },
+  e2e_latency: { kind: 'boolean', default: false },
+  metrics_auth_token: { kind: 'token', default: undefined },
+  max_topics: { kind: 'positive integer', default: 10000, max: 1_000_000 },
+  max_partitions_per_topic: { kind: 'positive integer', default: 4096, max: 1_000_000 },
+  max_groups_per_topic: { kind: 'positive integer', default: 256, max: 100_000 },
+}
+
+export function resolveConfig(input: unknown): ResolvedConfig {
+  if (input === undefined) input = {}
+  if (input === null || typeof input !== 'object' || Array.isArray(input)) {
+    throw new ConfigError('config', `must be an object, got ${describe(input)}`)
+  }
+  const given = input as Record<string, unknown>
+  for (const key of Object.keys(given)) {
+    if (!Object.prototype.hasOwnProperty.call(KEYS, key)) {
+      throw new ConfigError(key, `unknown configuration key (known keys: ${Object.keys(KEYS).join(', ')})`)
+    }
+  }
+  const out: Record<string, unknown> = {}
+  for (const [key, rule] of Object.entries(KEYS)) {
+    const value = given[key]
+    out[key] = value === undefined ? rule.default : check(key, rule.kind, value, rule.max)
+  }
+  return Object.freeze(out) as unknown as ResolvedConfig
+}
+
+function check(key: string, kind: Kind, value: unknown, max?: number): unknown {
+  switch (kind) {
+    case 'boolean':
+      if (typeof value !== 'boolean') throw new ConfigError(key, `must be a boolean, got ${describe(value)}`)
+      return value
+    case 'positive integer':
+      if (typeof value !== 'number' || !Number.isInteger(value)) {
+        throw new ConfigError(key, `must be a positive integer, got ${describe(value)}`)
+      }
+      if (value < 1 || (max !== undefined && value > max)) {
+        throw new ConfigError(key, `must be a positive integer from 1 to ${max ?? Number.MAX_SAFE_INTEGER}, got ${value}`)
+      }
+      return value
+    case 'token':
+      if (typeof value !== 'string') throw new ConfigError(key, `must be a string, got ${describe(value)}`)
+      if (value.length === 0 || value.length > 4096 || /[^\x21-\x7e]/.test(value)) {
+        throw new ConfigError(key, 'must be 1 to 4096 visible ASCII characters (it is sent in an Authorization header)')
+      }
+      return value
+  }
+}

@@ -1,0 +1,8 @@
+// ESM entry: the CommonJS build re-exported under named bindings.
+import cjs from './index.js'
+
+export const {
+  createSurface, attachSurface, METRICS_CONTENT_TYPE, ConfigError, FatalInvariantError,
+  RemovedTopicError, ClosedError, FOLLOWER_LAG, READ_ONLY_DEGRADED,
+} = cjs
+export default cjs

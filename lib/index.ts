@@ -1,0 +1,23 @@
+// The public API (SPEC §12) and nothing else: internals are not re-exported.
+import { Config } from './config'
+import { SharedSurface, Surface, WorkerRecorder } from './surface'
+
+export { METRICS_CONTENT_TYPE } from './allowlist'
+export { ConfigError, FatalInvariantError, RemovedTopicError, ClosedError } from './errors'
+export { FOLLOWER_LAG, READ_ONLY_DEGRADED } from './quorum'
+export type { WriteAnswer, QuorumEvent } from './quorum'
+export type { Config } from './config'
+export type { FaultRecord } from './faults'
+export type { Topic, Group } from './recording'
+export type { Surface, SharedSurface, WorkerRecorder, LatencyEstimator, Listening, ListenOptions } from './surface'
+export type { Snapshot, TopicSnapshot, GroupSnapshot, PartitionSnapshot, Count } from './snapshot'
+
+/** Reads the configuration once (throws ConfigError) and returns the live surface. */
+export function createSurface(config?: Config): Surface {
+  return new Surface(config)
+}
+
+/** In a worker thread: records into the surface whose `share()` result was posted here. */
+export function attachSurface(shared: SharedSurface): WorkerRecorder {
+  return new WorkerRecorder(shared)
+}

@@ -1,0 +1,56 @@
+// SPEC §3: label values are sanitized on the write side, then escaped on the output side.
+
+const MAX_NAME_LENGTH = 1024
+
+/**
+ * SPEC §3.1: every character outside [A-Za-z0-9_-] becomes `_`, per Unicode code point — an emoji
+ * (a surrogate pair) or a lone surrogate is one `_`. Many-to-one by design.
+ */
+export function sanitizeLabelValue(raw: string): string {
+  let out = ''
+  for (let i = 0; i < raw.length; i++) {
+    const c = raw.charCodeAt(i)
+    if ((c >= 48 && c <= 57) || (c >= 65 && c <= 90) || (c >= 97 && c <= 122) || c === 95 || c === 45) {
+      out += raw[i]
+    } else {
+      // A high surrogate followed by a low surrogate is one code point: one `_`.
+      if (c >= 0xd800 && c <= 0xdbff && i + 1 < raw.length) {
+        const next = raw.charCodeAt(i + 1)
+        if (next >= 0xdc00 && next <= 0xdfff) i++
+      }
+      out += '_'
+    }
+  }
+  return out
+}
+
+/** SPEC §3.2: `\` → `\\`, `"` → `\"`, newline → `\n`. A no-op after sanitizing; it still runs. */
+export function escapeLabelValue(value: string): string {
+  if (!/[\\"\n]/.test(value)) return value
+  return value.replace(/\\/g, '\\\\').replace(/"/g, '\\"').replace(/\n/g, '\\n')
+}
+
+/** SPEC §3.3: HELP text escapes only `\` and newline; double quotes stay. */
+export function escapeHelp(text: string): string {
+  return text.replace(/\\/g, '\\\\').replace(/\n/g, '\\n')
+}
+
+/** SPEC §3.6: topic and group names are non-empty strings of at most 1024 characters. */
+export function validateName(what: string, name: unknown): string {
+  if (typeof name !== 'string') {
+    throw new TypeError(`${what} must be a string, got ${describe(name)}`)
+  }
+  if (name.length === 0 || name.length > MAX_NAME_LENGTH) {
+    throw new RangeError(`${what} must be 1 to ${MAX_NAME_LENGTH} characters long, got ${name.length}`)
+  }
+  return name
+}
+
+export function describe(value: unknown): string {
+  if (typeof value === 'string') return `the string ${JSON.stringify(value.length > 40 ? value.slice(0, 40) + '…' : value)}`
+  if (typeof value === 'bigint') return `the bigint ${value}n`
+  if (typeof value === 'number') return String(value)
+  if (value === null) return 'null'
+  if (Array.isArray(value)) return 'an array'
+  return typeof value === 'object' ? 'an object' : String(value)
+}

@@ -1,0 +1,79 @@
+// SPEC §6: the quorum tier, re-evaluated after every replication round. The tier lives in one
+// Int32 cell of the shared control block — the gauge, /healthz, /stats, mq-stats and
+// admitWrite() all read that cell, so there is no second copy to drift (and worker threads see
+// read_only at once).
+import { describe } from './labels'
+import { C_QUORUM } from './memory'
+import type { QuorumState } from './snapshot'
+
+export const READ_ONLY_DEGRADED = 0x6002
+export const FOLLOWER_LAG = 0x6004
+
+export const TIER_NAMES = ['healthy', 'soft', 'read_only'] as const
+export type TierName = (typeof TIER_NAMES)[number]
+/** Runbook level per tier: 2 healthy, 1 soft, 0 read_only. */
+export const RUNBOOK_LEVELS = [2, 1, 0] as const
+
+export type WriteAnswer =
+  | { readonly ok: true; readonly durability: 'quorum' }
+  | { readonly ok: true; readonly durability: 'quorum'; readonly code: typeof FOLLOWER_LAG; readonly name: 'FOLLOWER_LAG' }
+  | { readonly ok: false; readonly code: typeof READ_ONLY_DEGRADED; readonly name: 'READ_ONLY_DEGRADED' }
+
+// Frozen constants: admitWrite() allocates nothing on the producer's path.
+const ANSWERS: readonly WriteAnswer[] = [
+  Object.freeze({ ok: true, durability: 'quorum' } as const),
+  Object.freeze({ ok: true, durability: 'quorum', code: FOLLOWER_LAG, name: 'FOLLOWER_LAG' } as const),
+  Object.freeze({ ok: false, code: READ_ONLY_DEGRADED, name: 'READ_ONLY_DEGRADED' } as const),
+]
+
+export interface QuorumEvent {
+  from: QuorumState
+  to: QuorumState
+  replicas: number
+  inSync: number
+  at: string
+}
+
+/** SPEC §6: no majority → read_only; a majority but not all → soft; all in sync → healthy. */
+export function tierFor(replicas: number, inSync: number): QuorumState {
+  if (inSync * 2 <= replicas) return 2
+  return inSync < replicas ? 1 : 0
+}
+
+export class Quorum {
+  readonly #control: Int32Array
+  replicas = 0
+  inSync = 0
+
+  constructor(control: Int32Array) {
+    this.#control = control
+  }
+
+  get state(): QuorumState {
+    return Atomics.load(this.#control, C_QUORUM) as QuorumState
+  }
+
+  admitWrite(): WriteAnswer {
+    return ANSWERS[this.#control[C_QUORUM]]
+  }
+
+  /** Validates the round, stores the new tier, and returns the change (or null if none). */
+  round(round: unknown): QuorumEvent | null {
+    if (round === null || typeof round !== 'object') {
+      throw new TypeError(`replicationRound expects { replicas, inSync }, got ${describe(round)}`)
+    }
+    const { replicas, inSync } = round as { replicas: unknown; inSync: unknown }
+    if (typeof replicas !== 'number' || !Number.isSafeInteger(replicas) || replicas < 1) {
+      throw new RangeError(`replicas must be an integer ≥ 1 (it counts the leader), got ${describe(replicas)}`)
+    }
+    if (typeof inSync !== 'number' || !Number.isSafeInteger(inSync) || inSync < 0 || inSync > replicas) {
+      throw new RangeError(`inSync must be an integer from 0 to replicas (${replicas}), got ${describe(inSync)}`)
+    }
+    const from = this.state
+    const to = tierFor(replicas, inSync)
+    this.replicas = replicas
+    this.inSync = inSync
+    Atomics.store(this.#control, C_QUORUM, to)
+    return from === to ? null : { from, to, replicas, inSync, at: new Date().toISOString() }
+  }
+}

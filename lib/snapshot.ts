@@ -1,0 +1,93 @@
+// The read side of the counter core: one consistent view of every number, taken by
+// `Surface.snapshot()` and consumed by the renderer (/metrics), /stats, /healthz and the
+// conservation checker. Nothing here records; nothing here knows which backend is live.
+
+/** An exact non-negative integer. A `number` while it is ≤ 2^53 − 1, a `bigint` above. */
+export type Count = number | bigint
+
+/** SPEC §6: 0 healthy, 1 soft, 2 read_only. */
+export type QuorumState = 0 | 1 | 2
+
+export interface LatencyQuantiles {
+  p50: number
+  p90: number
+  p99: number
+  /** Number of samples in the window the quantiles were read from. */
+  count: number
+}
+
+export interface PartitionSnapshot {
+  /** The decimal partition number as given to `produced()` / `ackFloor()`. */
+  partition: number
+  /** Highest appended seq (0 before the first append). */
+  lastSeq: number
+  /** SPEC §4: lastSeq − min over groups of ackFloor (0 for a group that never set one). */
+  depth: number
+}
+
+export interface GroupSnapshot {
+  /** Raw name exactly as given to `topic.group()`. */
+  name: string
+  /** Sanitized label value (SPEC §3.1). */
+  label: string
+  delivered: Count
+  dropped: Count
+  dlq: Count
+  retries: Count
+  inFlight: number
+  maxInFlight: number
+  /** SPEC §4: max over the topic's partitions of (lastSeq − ackFloor of this group). */
+  lag: number
+  /** SPEC §4: Σ over the topic's partitions of (lastSeq − ackFloor of this group). */
+  depth: number
+  /** This group's ack floor on each partition, parallel to `TopicSnapshot.partitions`. */
+  ackFloors: number[]
+  /** Stable identity of the live group (same object across snapshots until removal). */
+  key: object
+}
+
+export interface TopicSnapshot {
+  /** Raw name exactly as given to `surface.topic()`. */
+  name: string
+  /** Sanitized label value (SPEC §3.1). */
+  label: string
+  produced: Count
+  bytes: Count
+  /** Topic totals: the sum over the topic's groups (SPEC §4). */
+  delivered: Count
+  dropped: Count
+  dlq: Count
+  /** Ascending by partition number. */
+  partitions: PartitionSnapshot[]
+  /** Ascending by label, then by raw name (JS string order). */
+  groups: GroupSnapshot[]
+  /** Stable identity of the live topic (same object across snapshots until removeTopic). */
+  key: object
+}
+
+export interface Snapshot {
+  /** process uptime in seconds (the one number that moves with time alone). */
+  uptimeSeconds: number
+  connections: number
+  leaderEpoch: number
+  quorumState: QuorumState
+  /** From the last replication round (0 / 0 before the first round). */
+  replicas: number
+  inSync: number
+  /** null when the estimator is disabled or the window is empty (no samples). */
+  latency: LatencyQuantiles | null
+  /** Ascending by label, then by raw name (JS string order). */
+  topics: TopicSnapshot[]
+}
+
+export const MAX_SAFE = Number.MAX_SAFE_INTEGER
+
+/** Exact sum of two Counts; promotes to bigint only when the result leaves the safe range. */
+export function addCount(a: Count, b: Count): Count {
+  if (typeof a === 'number' && typeof b === 'number') {
+    const sum = a + b
+    if (sum <= MAX_SAFE) return sum
+  }
+  const big = BigInt(a) + BigInt(b)
+  return big <= BigInt(MAX_SAFE) ? Number(big) : big
+}

@@ -1,0 +1,361 @@
+// The surface a broker links in: recording API, quorum state, faults, and the three endpoints.
+// It composes the parts; each part lives in the file its name says (STYLE: layout).
+import { EventEmitter } from 'node:events'
+import type { IncomingMessage, ServerResponse } from 'node:http'
+import { Arena, BackendName, SharedArena, attachArena, chooseBackend, createArena, loadAddon } from './backend'
+import { Config, ResolvedConfig, resolveConfig } from './config'
+import { ConservationChecker, ConservationReport } from './conservation'
+import { ClosedError } from './errors'
+import { FaultLog, FaultRecord } from './faults'
+import { HttpHost, createHandler, listen as listenHttp } from './http'
+import { describe } from './labels'
+import { LATENCY_BUCKETS, LatencyWindow, QuantilesFromCounts, recordLatency } from './latency'
+import { C_NEXT_SLOT, C_WORKER_FAULTS, MAIN_ROW, Memory, SLOTS_PER_CHUNK } from './memory'
+import { Quorum, QuorumEvent, RUNBOOK_LEVELS, TIER_NAMES, WriteAnswer } from './quorum'
+import { SnapshotReader } from './reader'
+import { Recorder, Topic } from './recording'
+import { MAX_WORKER_FAULT_ENTRIES, Registry } from './registry'
+import { Renderer } from './render'
+import { LatencyQuantiles, QuorumState, Snapshot } from './snapshot'
+import { StatsContext, statsFromQuery, statsView } from './stats'
+
+/** Slots [0, LATENCY_SLOTS) of every row hold the latency estimator's cumulative buckets. */
+const LATENCY_SLOTS = 4096
+if (LATENCY_BUCKETS > LATENCY_SLOTS) throw new Error('latency buckets do not fit their reserved slots')
+/** SPEC §9: the window is 60 s. */
+export const LATENCY_WINDOW_MS = 60_000
+/** How often the main thread picks up faults raised in worker threads. */
+const WORKER_FAULT_POLL_MS = 1000
+
+export interface LatencyEstimator {
+  /** Records one publish-to-ack latency in milliseconds (a no-op while e2e_latency is off). */
+  record(ms: number): void
+  /** Seals the current window and starts the next (the surface does this every 60 s). */
+  rotate(): void
+  /** p50/p90/p99 of the last complete window (the partial one before the first rotation). */
+  quantiles(): LatencyQuantiles | null
+}
+
+/** What `surface.share()` returns: post it to a worker and call `attachSurface()` there. */
+export interface SharedSurface {
+  readonly kind: 'mq-metrics/shared-surface'
+  readonly version: 1
+  readonly arena: SharedArena
+  readonly config: ResolvedConfig
+}
+
+export interface ListenOptions {
+  port?: number
+  host?: string
+}
+
+export interface Listening {
+  port: number
+  host: string
+  url: string
+  close(): Promise<void>
+}
+
+export class Surface extends EventEmitter {
+  readonly backend: BackendName
+  readonly enabled: boolean
+  readonly config: ResolvedConfig
+  readonly latency: LatencyEstimator
+  readonly #arena: Arena
+  readonly #registry: Registry
+  readonly #recorder: Recorder
+  readonly #reader: SnapshotReader
+  readonly #quorum: Quorum
+  readonly #faults = new FaultLog()
+  readonly #conservation: ConservationChecker
+  readonly #renderer = new Renderer()
+  readonly #window: LatencyWindow
+  readonly #timers: NodeJS.Timeout[] = []
+  readonly #host: HttpHost
+  #handler: ((req: IncomingMessage, res: ServerResponse) => boolean) | undefined
+  #server: Listening | undefined
+  #connections = 0
+  #leaderEpoch = 0
+  #workerFaultsSeen = 0
+  #closed = false
+
+  constructor(config?: Config) {
+    super()
+    this.config = resolveConfig(config)
+    this.backend = chooseBackend()
+    this.enabled = this.config.metrics_enabled
+    this.#arena = createArena(this.backend)
+    const memory = new Memory(this.#arena, true)
+    memory.control[C_NEXT_SLOT] = LATENCY_SLOTS
+    memory.claimRow() // row 1: this (the main) thread
+    this.#registry = new Registry(memory, this.config)
+    this.#recorder = new Recorder(this.#registry, MAIN_ROW, (code, metric, labels, previous, attempted) =>
+      this.#fault({ code, metric, labels, previous, attempted, at: new Date().toISOString() }),
+    )
+    this.#reader = new SnapshotReader(this.#registry)
+    this.#quorum = new Quorum(memory.control)
+    this.#conservation = new ConservationChecker((fault) => this.#fault(fault))
+    const native = this.backend === 'native' ? loadAddon() : null
+    const nativeQuantiles = native?.latencyQuantiles as QuantilesFromCounts | undefined
+    this.#window = new LatencyWindow((out) => this.#sumLatency(out), nativeQuantiles)
+    this.latency = latencyFor(this.#recorder, this.config.e2e_latency, this.#window)
+    if (this.config.e2e_latency) this.#every(LATENCY_WINDOW_MS, () => this.#window.rotate())
+    this.#host = {
+      enabled: this.enabled,
+      authToken: this.config.metrics_auth_token,
+      metricsBody: () => this.#renderer.render(this.#observe()),
+      healthz: () => {
+        const body = this.#healthz()
+        return { statusCode: body.quorum_state === 2 ? 503 : 200, body }
+      },
+      stats: (query) => statsFromQuery(query, () => this.#statsContext()),
+    }
+  }
+
+  // ---- broker-wide ----
+
+  get quorumState(): QuorumState {
+    return this.#quorum.state
+  }
+
+  connectionOpened(): void {
+    this.#connections++
+  }
+
+  connectionClosed(): void {
+    if (this.#connections === 0) {
+      this.#fault({ code: 'CONNECTIONS_UNDERFLOW', metric: 'mq_connections', labels: {}, previous: 0, attempted: -1, at: new Date().toISOString() })
+      return
+    }
+    this.#connections--
+  }
+
+  /** SPEC §5: the epoch only increases; a decrease is fault EPOCH_REGRESSION and is not stored. */
+  setLeaderEpoch(epoch: number): boolean {
+    if (typeof epoch !== 'number') throw new TypeError(`epoch must be a non-negative integer, got ${describe(epoch)}`)
+    if (!Number.isSafeInteger(epoch) || epoch < 0) throw new RangeError(`epoch must be a non-negative integer, got ${describe(epoch)}`)
+    if (epoch < this.#leaderEpoch) {
+      this.#fault({ code: 'EPOCH_REGRESSION', metric: 'mq_leader_epoch', labels: {}, previous: this.#leaderEpoch, attempted: epoch, at: new Date().toISOString() })
+      return false
+    }
+    this.#leaderEpoch = epoch
+    return true
+  }
+
+  /** SPEC §6: re-evaluates the tier from this round; returns the new tier. */
+  replicationRound(round: { replicas: number; inSync: number }): QuorumState {
+    const change = this.#quorum.round(round)
+    if (change) this.emit('quorum', change satisfies QuorumEvent)
+    return this.#quorum.state
+  }
+
+  admitWrite(): WriteAnswer {
+    return this.#quorum.admitWrite()
+  }
+
+  // ---- topics ----
+
+  topic(name: string): Topic {
+    this.#assertOpen()
+    return this.#recorder.topic(name)
+  }
+
+  /** Its series leave the next scrape; a topic created again later starts from zero. */
+  removeTopic(name: string): boolean {
+    this.#assertOpen()
+    if (typeof name !== 'string') throw new TypeError(`topic name must be a string, got ${describe(name)}`)
+    const removed = this.#registry.removeTopic(name)
+    this.#recorder.forget(name)
+    return removed
+  }
+
+  // ---- reading ----
+
+  /** One consistent view of every number (also runs the conservation check). */
+  snapshot(): Snapshot {
+    return this.#observe()
+  }
+
+  render(): string {
+    return this.#renderer.render(this.#observe()).toString('latin1')
+  }
+
+  stats(view: string, filter: { topic?: string; group?: string } = {}): object {
+    if (filter === null || typeof filter !== 'object') throw new TypeError(`stats filter must be an object, got ${describe(filter)}`)
+    return statsView(view, filter, this.#statsContext())
+  }
+
+  /** Mounts into the broker's own node:http server: true when it handled the request. */
+  handler(req: IncomingMessage, res: ServerResponse): boolean {
+    this.#handler ??= createHandler(this.#host)
+    return this.#handler(req, res)
+  }
+
+  async listen(options: ListenOptions = {}): Promise<Listening> {
+    this.#assertOpen()
+    if (this.#server) throw Object.assign(new Error(`mq-metrics is already listening on ${this.#server.url}; close() it first`), { code: 'ALREADY_LISTENING' })
+    const server = await listenHttp(this.#host, options)
+    const listening: Listening = {
+      ...server,
+      close: async () => {
+        if (this.#server === listening) this.#server = undefined
+        await server.close()
+      },
+    }
+    this.#server = listening
+    return listening
+  }
+
+  async close(): Promise<void> {
+    if (this.#closed) return
+    this.#closed = true
+    for (const timer of this.#timers) clearInterval(timer)
+    const server = this.#server
+    this.#server = undefined
+    if (server) await server.close()
+    this.#arena.release()
+  }
+
+  // ---- worker threads ----
+
+  share(): SharedSurface {
+    this.#assertOpen()
+    if (this.#timers.length < 2) this.#every(WORKER_FAULT_POLL_MS, () => this.#drainWorkerFaults())
+    return { kind: 'mq-metrics/shared-surface', version: 1, arena: this.#arena.share(), config: { ...this.config } }
+  }
+
+  /** Slot bookkeeping, for leak checks (soak test). */
+  slotsInUse(): number {
+    return this.#registry.slotsInUse()
+  }
+
+  // ---- internals ----
+
+  #observe(): Snapshot {
+    this.#assertOpen()
+    const memory = this.#registry.memory
+    memory.lock()
+    let snapshot: Snapshot
+    try {
+      this.#registry.sync()
+      snapshot = {
+        uptimeSeconds: process.uptime(),
+        connections: this.#connections,
+        leaderEpoch: this.#leaderEpoch,
+        quorumState: this.#quorum.state,
+        replicas: this.#quorum.replicas,
+        inSync: this.#quorum.inSync,
+        latency: this.config.e2e_latency ? this.#window.quantiles() : null,
+        topics: this.#reader.topics(),
+      }
+      this.#lastReport = this.#conservation.check(snapshot, (topic) => this.#reader.topic(topic.key as never))
+    } finally {
+      memory.unlock()
+    }
+    this.#drainWorkerFaults()
+    return snapshot
+  }
+
+  #lastReport: ConservationReport | undefined
+
+  #statsContext(): StatsContext {
+    const snapshot = this.#observe()
+    return { snapshot, faults: this.#faults.view(), config: this.config, conservation: this.#lastReport!, backend: this.backend }
+  }
+
+  #healthz() {
+    const state = this.#quorum.state
+    this.#observe()
+    return {
+      status: TIER_NAMES[state],
+      quorum_state: state,
+      runbook_level: RUNBOOK_LEVELS[state],
+      leader_epoch: this.#leaderEpoch,
+      replicas: this.#quorum.replicas,
+      in_sync: this.#quorum.inSync,
+      uptime_seconds: process.uptime(),
+      faults: this.#faults.total,
+    }
+  }
+
+  #fault(fault: FaultRecord): void {
+    this.#faults.add(fault)
+    this.emit('fault', fault)
+  }
+
+  #drainWorkerFaults(): void {
+    const registry = this.#registry
+    registry.sync()
+    for (const fault of registry.workerFaults.splice(0)) this.#fault(fault)
+    // Faults a worker could not queue (past the bound) are still counted.
+    const raised = Atomics.load(registry.memory.control, C_WORKER_FAULTS)
+    const lost = Math.max(0, raised - MAX_WORKER_FAULT_ENTRIES) - this.#workerFaultsSeen
+    for (let i = 0; i < lost; i++) this.#faults.count('WORKER_FAULT_NOT_QUEUED')
+    this.#workerFaultsSeen += Math.max(0, lost)
+  }
+
+  #sumLatency(out: Float64Array): void {
+    out.fill(0)
+    const memory = this.#registry.memory
+    for (let row = 1; row < memory.rowCount(); row++) {
+      const chunk = memory.rowChunk(row, 0, false)
+      if (chunk === undefined) continue
+      for (let b = 0; b < LATENCY_BUCKETS; b++) out[b] += chunk[b]
+    }
+  }
+
+  #every(ms: number, fn: () => void): void {
+    const timer = setInterval(fn, ms)
+    timer.unref()
+    this.#timers.push(timer)
+  }
+
+  #assertOpen(): void {
+    if (this.#closed) throw new ClosedError('this mq-metrics surface')
+  }
+}
+
+function latencyFor(recorder: Recorder, enabled: boolean, window: LatencyWindow): LatencyEstimator {
+  // The latency buckets are slots [0, LATENCY_BUCKETS) of this thread's row: chunk 0.
+  const row = enabled ? recorder.cells(0)[0] : new Float64Array(LATENCY_BUCKETS)
+  return {
+    record: enabled
+      ? (ms: number) => recordLatency(row, 0, ms)
+      : (ms: number) => {
+          // Disabled: nothing is recorded, but misuse is still loud (STYLE: never swallow).
+          if (typeof ms !== 'number') throw new TypeError(`latency must be a number of milliseconds, got ${describe(ms)}`)
+        },
+    rotate: () => {
+      if (enabled) window.rotate()
+    },
+    quantiles: () => (enabled ? window.quantiles() : null),
+  }
+}
+
+/** SPEC §11: what a worker thread records with. */
+export class WorkerRecorder {
+  readonly backend: BackendName
+  readonly latency: Pick<LatencyEstimator, 'record'>
+  readonly #recorder: Recorder
+
+  constructor(shared: SharedSurface) {
+    if (shared === null || typeof shared !== 'object' || (shared as SharedSurface).kind !== 'mq-metrics/shared-surface') {
+      throw new TypeError(`attachSurface expects the object surface.share() returned, got ${describe(shared)}`)
+    }
+    const arena = attachArena(shared.arena)
+    this.backend = arena.backend
+    const memory = new Memory(arena, false)
+    const row = memory.claimRow()
+    const registry = new Registry(memory, shared.config)
+    this.#recorder = new Recorder(registry, row, (code, metric, labels, previous, attempted) => {
+      registry.queueFault({ code, metric, labels, previous, attempted, at: new Date().toISOString() })
+    })
+    this.latency = { record: latencyFor(this.#recorder, shared.config.e2e_latency, new LatencyWindow(() => {})).record }
+  }
+
+  topic(name: string): Topic {
+    return this.#recorder.topic(name)
+  }
+}
+
+void SLOTS_PER_CHUNK

@@ -1,0 +1,257 @@
+'use strict'
+// Foundation (issue #2): each recording call's effect, each invariant, bad inputs, config,
+// removal and caps — against every backend.
+const t = require('tap')
+const { lib, backends, surfaceOn, faultsOf, topicNumbers } = require('./helpers')
+
+for (const backend of backends()) {
+  t.test(`${backend}: surface.backend says which backend is live`, async (t) => {
+    const surface = surfaceOn(t, backend)
+    t.equal(surface.backend, backend, 'MQ_METRICS_BACKEND must select the backend')
+    t.equal(surface.enabled, true)
+    t.equal(surface.quorumState, 0)
+  })
+
+  t.test(`${backend}: each call moves exactly its numbers`, async (t) => {
+    const surface = surfaceOn(t, backend)
+    const orders = surface.topic('orders')
+    t.equal(surface.topic('orders'), orders, 'same name must give the same handle')
+    const billing = orders.group('billing')
+    const audit = orders.group('audit')
+    t.equal(orders.group('billing'), billing, 'same group name must give the same handle')
+    t.equal(orders.produced(0, 1, 100), true)
+    t.equal(orders.produced(0, 3, 50, 2), true)
+    t.equal(orders.produced(1, 1, 7), true)
+    t.equal(billing.dispatch(2), true)
+    billing.delivered(1)
+    billing.redelivered(3)
+    billing.dropped(1)
+    t.equal(billing.deadLettered(1), true)
+    t.equal(billing.ackFloor(0, 2), true)
+    audit.dispatch()
+    audit.delivered()
+    t.equal(audit.ackFloor(0, 1), true)
+    const n = topicNumbers(surface, 'orders')
+    t.same(
+      { produced: n.produced, bytes: n.bytes, delivered: n.delivered, dropped: n.dropped, dlq: n.dlq },
+      { produced: 4, bytes: 157, delivered: 2, dropped: 1, dlq: 1 },
+      'topic counters: produced/bytes as recorded, delivered/dropped/dlq summed over groups',
+    )
+    t.same(n.partitions, [
+      { partition: 0, lastSeq: 3, depth: 2 }, // slowest group (audit) has floor 1
+      { partition: 1, lastSeq: 1, depth: 1 },
+    ], 'depth = last_seq − the slowest group\'s ack floor')
+    const byName = Object.fromEntries(n.groups.map((g) => [g.name, g]))
+    t.same(
+      { delivered: byName.billing.delivered, dropped: byName.billing.dropped, dlq: byName.billing.dlq, retries: byName.billing.retries, inFlight: byName.billing.inFlight, lag: byName.billing.lag, depth: byName.billing.depth },
+      { delivered: 1, dropped: 1, dlq: 1, retries: 3, inFlight: 0, lag: 1, depth: 2 },
+      'billing: lag = max_p(last_seq − floor), depth_g = Σ_p(last_seq − floor)',
+    )
+    t.same({ lag: byName.audit.lag, depth: byName.audit.depth, inFlight: byName.audit.inFlight }, { lag: 2, depth: 3, inFlight: 0 })
+    t.same(n.groups.map((g) => g.name), ['audit', 'billing'], 'groups ordered by label')
+  })
+
+  t.test(`${backend}: broker-wide gauges`, async (t) => {
+    const surface = surfaceOn(t, backend)
+    const faults = faultsOf(surface)
+    surface.connectionOpened()
+    surface.connectionOpened()
+    surface.connectionClosed()
+    t.equal(surface.snapshot().connections, 1)
+    t.equal(surface.setLeaderEpoch(5), true)
+    t.equal(surface.setLeaderEpoch(5), true, 'the same epoch again is not a decrease')
+    t.equal(surface.setLeaderEpoch(3), false, 'a decrease must be refused')
+    t.equal(surface.snapshot().leaderEpoch, 5, 'the stored epoch must be kept')
+    t.match(faults, [{ code: 'EPOCH_REGRESSION', metric: 'mq_leader_epoch', previous: 5, attempted: 3 }])
+    surface.connectionClosed()
+    surface.connectionClosed()
+    t.equal(surface.snapshot().connections, 0, 'connections never go below 0')
+    t.equal(faults[1].code, 'CONNECTIONS_UNDERFLOW')
+  })
+
+  t.test(`${backend}: SPEC §5 invariants — fault or fatal, value kept, nothing half-applied`, async (t) => {
+    const surface = surfaceOn(t, backend, { max_in_flight: 3 })
+    const faults = faultsOf(surface, { ignore: ['CONSERVATION_BROKEN'] })
+    const orders = surface.topic('orders')
+    const g = orders.group('g')
+    orders.produced(0, 10, 100, 10)
+    const before = topicNumbers(surface, 'orders')
+
+    t.throws(() => orders.produced(0, 9, 1), { name: 'FatalInvariantError', code: 'SEQ_REGRESSION', previous: 10, attempted: 9 })
+    t.same(topicNumbers(surface, 'orders'), before, 'a fatal last_seq decrease must change nothing')
+    t.equal(faults.at(-1).code, 'SEQ_REGRESSION', 'the fatal error is also in the fault log')
+
+    t.equal(g.dispatch(4), false, 'dispatch past max_in_flight must be refused')
+    t.equal(g.dispatch(3), true)
+    t.equal(g.dispatch(1), false, 'in_flight must never pass max_in_flight')
+    t.equal(topicNumbers(surface, 'orders').groups[0].inFlight, 3)
+
+    const override = orders.group('small', { max_in_flight: 1 })
+    t.equal(override.dispatch(1), true)
+    t.equal(override.dispatch(1), false, 'a per-group max_in_flight override applies')
+    t.throws(() => orders.group('small', { max_in_flight: 2 }), RangeError, 'a conflicting override is an error')
+
+    g.delivered(5)
+    const n = topicNumbers(surface, 'orders').groups.find((x) => x.name === 'g')
+    t.equal(n.delivered, 5, 'an underflowing delivery is still counted')
+    t.equal(n.inFlight, 0, 'in_flight stays 0')
+    t.match(faults.at(-1), { code: 'IN_FLIGHT_UNDERFLOW', previous: 3, attempted: -2 })
+
+    t.equal(g.deadLettered(1), false, 'a DLQ success without a prior drop is refused')
+    t.equal(faults.at(-1).code, 'DLQ_WITHOUT_DROP')
+    g.dropped(2)
+    t.equal(g.deadLettered(2), true)
+    t.equal(g.deadLettered(1), false, 'dlq must never pass dropped')
+    const after = topicNumbers(surface, 'orders')
+    t.same([after.dropped, after.dlq], [2, 2])
+
+    t.equal(g.ackFloor(0, 11), false, 'an ack floor past last_seq is refused')
+    t.equal(g.ackFloor(0, 6), true)
+    t.equal(g.ackFloor(0, 5), false, 'an ack floor must not decrease')
+    t.equal(faults.at(-1).code, 'ACK_FLOOR_INVALID')
+    t.equal(g.ackFloor(7, 1), false, 'a floor on an unseen partition (last_seq 0) is refused')
+    t.same(topicNumbers(surface, 'orders').partitions.map((p) => p.partition), [0], 'a refused ack floor must not create the partition')
+    t.equal(g.ackFloor(7, 0), true, 'floor 0 on an unseen partition is valid and makes it seen')
+    t.same(topicNumbers(surface, 'orders').partitions.map((p) => p.partition), [0, 7])
+  })
+
+  t.test(`${backend}: bad inputs are precise errors and record nothing`, async (t) => {
+    const surface = surfaceOn(t, backend)
+    const orders = surface.topic('orders')
+    const g = orders.group('g')
+    orders.produced(0, 1, 10)
+    g.dispatch(1)
+    const before = JSON.stringify(topicNumbers(surface, 'orders'))
+    const bad = [
+      [NaN, RangeError], [Infinity, RangeError], [-1, RangeError], [1.5, RangeError], [2 ** 64, RangeError],
+      ['3', TypeError], [undefined, TypeError], [null, TypeError], [3n, TypeError],
+    ]
+    for (const [value, type] of bad) {
+      const label = typeof value === 'bigint' ? `${value}n` : typeof value === 'string' ? JSON.stringify(value) : String(value)
+      t.throws(() => orders.produced(0, value, 1), type, `produced seq ${label}`)
+      t.throws(() => orders.produced(0, 2, value), type, `produced bytes ${label}`)
+      if (value !== undefined) t.throws(() => orders.produced(0, 2, 1, value), type, `produced count ${label}`)
+      t.throws(() => orders.produced(value, 2, 1), type === TypeError || value === undefined ? TypeError : RangeError, `produced partition ${label}`)
+      if (value !== undefined) {
+        for (const method of ['dispatch', 'delivered', 'dropped', 'redelivered', 'deadLettered']) {
+          t.throws(() => g[method](value), type, `${method}(${label})`)
+        }
+      }
+      t.throws(() => g.ackFloor(0, value), type, `ackFloor floor ${label}`)
+      t.throws(() => surface.setLeaderEpoch(value), type, `setLeaderEpoch(${label})`)
+    }
+    for (const [name, type] of [['', RangeError], ['x'.repeat(1025), RangeError], [undefined, TypeError], [42, TypeError]]) {
+      t.throws(() => surface.topic(name), type, `topic name ${String(name).slice(0, 10)}`)
+      t.throws(() => orders.group(name), type, `group name ${String(name).slice(0, 10)}`)
+    }
+    t.ok(surface.topic('x'.repeat(1024)), 'a 1024-character name is allowed')
+    surface.removeTopic('x'.repeat(1024))
+    t.equal(JSON.stringify(topicNumbers(surface, 'orders')), before, 'no bad input may change any number')
+    t.same(surface.snapshot().topics.map((x) => x.name), ['orders'], 'no bad name may register a topic')
+  })
+
+  t.test(`${backend}: removeTopic drops the series; recreating starts from zero`, async (t) => {
+    const surface = surfaceOn(t, backend)
+    const old = surface.topic('orders')
+    old.produced(0, 5, 50, 5)
+    old.group('g').dispatch(2)
+    t.equal(surface.removeTopic('orders'), true)
+    t.equal(surface.removeTopic('orders'), false, 'removing an absent topic says so')
+    t.same(surface.snapshot().topics, [], 'its series must be gone')
+    t.throws(() => old.produced(0, 6, 1), { code: 'TOPIC_REMOVED' }, 'a stale handle must not write into reused slots')
+    const fresh = surface.topic('orders')
+    t.not(fresh, old)
+    fresh.produced(0, 1, 1)
+    const n = topicNumbers(surface, 'orders')
+    t.same([n.produced, n.bytes, n.partitions[0].lastSeq, n.groups.length], [1, 1, 1, 0], 'a recreated topic starts from zero')
+    // Churn reuses slots: the table does not grow without bound.
+    const inUse = surface.slotsInUse()
+    for (let i = 0; i < 200; i++) {
+      const x = surface.topic(`churn-${i % 5}`)
+      x.produced(0, 1, 1)
+      x.group('g').dispatch(1)
+      surface.removeTopic(`churn-${i % 5}`)
+    }
+    t.ok(surface.slotsInUse() <= inUse + 20, `slots are reused after removal (${inUse} → ${surface.slotsInUse()})`)
+  })
+
+  t.test(`${backend}: cardinality caps are RangeErrors and leave existing series alone`, async (t) => {
+    const surface = surfaceOn(t, backend, { max_topics: 2, max_partitions_per_topic: 2, max_groups_per_topic: 1 })
+    const a = surface.topic('a')
+    surface.topic('b')
+    t.throws(() => surface.topic('c'), { name: 'RangeError', message: /max_topics \(2\)/ })
+    a.produced(0, 1, 1)
+    a.produced(1, 1, 1)
+    t.throws(() => a.produced(2, 1, 1), { name: 'RangeError', message: /max_partitions_per_topic/ })
+    a.group('g')
+    t.throws(() => a.group('h'), { name: 'RangeError', message: /max_groups_per_topic/ })
+    const n = topicNumbers(surface, 'a')
+    t.same([n.produced, n.partitions.length, n.groups.length], [2, 2, 1])
+    surface.removeTopic('b')
+    t.ok(surface.topic('c'), 'removing a topic frees room under max_topics')
+  })
+
+  t.test(`${backend}: counters above 2^53 stay exact`, async (t) => {
+    const surface = surfaceOn(t, backend)
+    const big = surface.topic('big')
+    const max = Number.MAX_SAFE_INTEGER
+    big.produced(0, 1, max)
+    big.produced(0, 2, max)
+    big.produced(0, 3, 5)
+    t.equal(surface.snapshot().topics[0].bytes, 2n * BigInt(max) + 5n, 'bytes must be exact past 2^53')
+    const g = big.group('g')
+    g.redelivered(max)
+    g.redelivered(max)
+    g.redelivered(max)
+    t.equal(surface.snapshot().topics[0].groups[0].retries, 3n * BigInt(max))
+  })
+
+  t.test(`${backend}: metrics_enabled false keeps the recording API working`, async (t) => {
+    const surface = surfaceOn(t, backend, { metrics_enabled: false })
+    t.equal(surface.enabled, false)
+    surface.topic('x').produced(0, 1, 1)
+    t.equal(topicNumbers(surface, 'x').produced, 1)
+  })
+}
+
+t.test('configuration: every key validated, unknown keys refused, read once', async (t) => {
+  const cases = [
+    [{ metrics_enabled: 'yes' }, 'metrics_enabled'],
+    [{ metrics_enabled: 1 }, 'metrics_enabled'],
+    [{ max_in_flight: 0 }, 'max_in_flight'],
+    [{ max_in_flight: 1.5 }, 'max_in_flight'],
+    [{ max_in_flight: '10' }, 'max_in_flight'],
+    [{ max_in_flight: 2 ** 31 }, 'max_in_flight'],
+    [{ max_attempts: -1 }, 'max_attempts'],
+    [{ max_attempts: NaN }, 'max_attempts'],
+    [{ e2e_latency: 'true' }, 'e2e_latency'],
+    [{ metrics_auth_token: 5 }, 'metrics_auth_token'],
+    [{ metrics_auth_token: '' }, 'metrics_auth_token'],
+    [{ metrics_auth_token: 'has space' }, 'metrics_auth_token'],
+    [{ max_topics: 0 }, 'max_topics'],
+    [{ max_partitions_per_topic: Infinity }, 'max_partitions_per_topic'],
+    [{ max_groups_per_topic: null }, 'max_groups_per_topic'],
+    [{ metricsEnabled: true }, 'metricsEnabled'],
+    ['config', 'config'],
+    [null, 'config'],
+  ]
+  for (const [config, key] of cases) {
+    t.throws(() => lib.createSurface(config), { name: 'ConfigError', key }, `${JSON.stringify(config)} must name ${key}`)
+  }
+  const config = { max_in_flight: 2 }
+  const surface = lib.createSurface(config)
+  t.teardown(() => surface.close())
+  config.max_in_flight = 100
+  const g = surface.topic('t').group('g')
+  t.equal(g.dispatch(3), false, 'changing the caller\'s object after createSurface has no effect')
+  t.throws(() => { surface.config.max_in_flight = 5 }, TypeError, 'the resolved config is frozen')
+})
+
+t.test('MQ_METRICS_BACKEND: garbage is a startup error naming the variable', async (t) => {
+  const before = process.env.MQ_METRICS_BACKEND
+  t.teardown(() => { if (before === undefined) delete process.env.MQ_METRICS_BACKEND; else process.env.MQ_METRICS_BACKEND = before })
+  for (const value of ['jS', 'wasm', ' native']) {
+    process.env.MQ_METRICS_BACKEND = value
+    t.throws(() => lib.createSurface(), { name: 'ConfigError', key: 'MQ_METRICS_BACKEND' }, `value ${JSON.stringify(value)}`)
+  }
+})
