@@ -37,6 +37,32 @@ export const LOG_CHUNK_INTS = CHUNK_BYTES / 4
 const LOCK_STEAL_MS = 5000
 const sleeper = new Int32Array(new SharedArrayBuffer(4))
 
+/**
+ * A spin lock on one Int32 cell (0 = free, else the holder's tag). Critical sections are a few
+ * hundred nanoseconds, so spinning beats parking; past that the waiter sleeps briefly. A holder
+ * that has not released for seconds was terminated inside its critical section (a worker killed
+ * with terminate()): every critical section publishes its work with one final store, so taking
+ * the lock over is safe.
+ */
+export function acquire(cells: Int32Array, index: number, tag: number): void {
+  let spins = 0
+  let waitedSince = 0
+  for (;;) {
+    const owner = Atomics.compareExchange(cells, index, 0, tag)
+    if (owner === 0) return
+    if (++spins < 200) continue
+    if (waitedSince === 0) waitedSince = Date.now()
+    else if (Date.now() - waitedSince > LOCK_STEAL_MS) {
+      if (Atomics.compareExchange(cells, index, owner, tag) === owner) return
+    }
+    Atomics.wait(sleeper, 0, 0, 0.05)
+  }
+}
+
+export function release(cells: Int32Array, index: number): void {
+  Atomics.store(cells, index, 0)
+}
+
 export class Memory {
   readonly arena: Arena
   readonly control: Int32Array
@@ -75,26 +101,17 @@ export class Memory {
   /** The registration lock: rare (new names, removals, chunk allocation), never on the hot path. */
   lock(): void {
     if (this.#lockDepth++ > 0) return
-    const tag = this.#lockTag || -1
-    let spins = 0
-    let waitedSince = 0
-    for (;;) {
-      const owner = Atomics.compareExchange(this.control, C_LOCK, 0, tag)
-      if (owner === 0) return
-      if (++spins < 200) continue
-      if (waitedSince === 0) waitedSince = Date.now()
-      else if (Date.now() - waitedSince > LOCK_STEAL_MS) {
-        // The holder has not released in seconds: it was terminated inside a critical section.
-        // Every critical section publishes its work with one final store, so taking over is safe.
-        if (Atomics.compareExchange(this.control, C_LOCK, owner, tag) === owner) return
-      }
-      Atomics.wait(sleeper, 0, 0, 0.05)
-    }
+    acquire(this.control, C_LOCK, this.#lockTag || -1)
   }
 
   unlock(): void {
     if (--this.#lockDepth > 0) return
-    Atomics.store(this.control, C_LOCK, 0)
+    release(this.control, C_LOCK)
+  }
+
+  /** The tag a lock held by this thread carries (its row + 1; −1 before it claimed one). */
+  get lockTag(): number {
+    return this.#lockTag || -1
   }
 
   #view<T>(cache: Map<number, T>, k: number, make: (buffer: ArrayBuffer | SharedArrayBuffer, offset: number) => T): T {

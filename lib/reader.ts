@@ -76,6 +76,15 @@ export class SnapshotReader {
     return exact <= BigInt(MAX_SAFE) ? Number(exact) : exact
   }
 
+  /** Plain sum over the rows (a signed cell, far from 2^53). */
+  #sum(slot: number): number {
+    const rows = this.#rowsOf(Math.floor(slot / SLOTS_PER_CHUNK))
+    const index = slot % SLOTS_PER_CHUNK
+    let sum = 0
+    for (let r = 0; r < rows.length; r++) sum += rows[r][index]
+    return sum
+  }
+
   /** Highest value any thread wrote (last_seq, ack floors: monotone per thread). */
   #max(slot: number): number {
     const c = Math.floor(slot / SLOTS_PER_CHUNK)
@@ -126,9 +135,9 @@ export class SnapshotReader {
         if (behind > lag) lag = behind
         depth += behind
       }
-      const c = Math.floor(group.slot / SLOTS_PER_CHUNK)
-      const index = group.slot % SLOTS_PER_CHUNK
-      const inFlight = this.#memory.sharedI32(c)[(index + G_IN_FLIGHT) * 2]
+      // Σ of the per-thread shares; racing settlements of one message in two threads (a broker
+      // bug) could leave it below 0 for a moment — SPEC §5 says it never shows below 0.
+      const inFlight = Math.max(0, this.#sum(group.slot + G_IN_FLIGHT))
       const snapshot: GroupSnapshot = {
         name: group.name,
         label: group.label,

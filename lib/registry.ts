@@ -14,14 +14,15 @@ import {
 // Slot block sizes. Thread rows use the counter cells; the shared row uses the rest.
 export const TOPIC_SLOTS = 2 // rows: produced, bytes · shared: liveness tag (the topic id)
 export const PARTITION_SLOTS = 1 // rows: last_seq · shared: last_seq hint (max seen by any thread)
-export const GROUP_SLOTS = 6 // rows: delivered, dropped, dlq, retries · shared: +4 in_flight (Int32), +5 dlq credit (BigInt64)
+export const GROUP_SLOTS = 6 // rows: delivered, dropped, dlq, retries, in_flight share · shared: +5 dispatch lock (Int32)
 export const FLOOR_SLOTS = 1 // rows: ack_floor · shared: ack_floor hint
 export const G_DELIVERED = 0
 export const G_DROPPED = 1
 export const G_DLQ = 2
 export const G_RETRIES = 3
+/** This thread's share of in_flight: dispatched here − settled here (may be < 0, see recording.ts). */
 export const G_IN_FLIGHT = 4
-export const G_DLQ_CREDIT = 5
+export const G_LOCK = 5
 
 const E_SKIP = 1 // rest of this log chunk is unused
 const E_TOPIC = 2 // topicId, slot, reused, nameLength, name…

@@ -1,0 +1,147 @@
+'use strict'
+// Issue #4: the quorum tier, admitWrite(), read-only effects and /healthz — one source of truth.
+const t = require('tap')
+const { lib, backends, surfaceOn, faultsOf, topicNumbers } = require('./helpers')
+
+const ANSWERS = [
+  { ok: true, durability: 'quorum' },
+  { ok: true, durability: 'quorum', code: 0x6004, name: 'FOLLOWER_LAG' },
+  { ok: false, code: 0x6002, name: 'READ_ONLY_DEGRADED' },
+]
+const STATUS = ['healthy', 'soft', 'read_only']
+
+/** Reads the tier from all five places; they must agree. */
+async function views(surface, url) {
+  const gauge = Number(/^mq_quorum_state (\d+)$/m.exec(surface.render())[1])
+  const response = await fetch(`${url}/healthz`)
+  const healthz = await response.json()
+  const stats = surface.stats('quorum')
+  return { state: surface.quorumState, gauge, http: response.status, healthz, stats, answer: surface.admitWrite() }
+}
+
+function agree(t, v, tier, message) {
+  t.equal(v.state, tier, `${message}: surface.quorumState`)
+  t.equal(v.gauge, tier, `${message}: mq_quorum_state gauge`)
+  t.equal(v.http, tier === 2 ? 503 : 200, `${message}: /healthz HTTP status`)
+  t.match(v.healthz, { status: STATUS[tier], quorum_state: tier, runbook_level: 2 - tier }, `${message}: /healthz body`)
+  t.match(v.stats, { filter: 'quorum', quorum_state: tier, status: STATUS[tier], runbook_level: 2 - tier }, `${message}: stats('quorum')`)
+  t.same(v.answer, ANSWERS[tier], `${message}: admitWrite()`)
+}
+
+t.test('exported codes', async (t) => {
+  t.equal(lib.READ_ONLY_DEGRADED, 0x6002)
+  t.equal(lib.FOLLOWER_LAG, 0x6004)
+})
+
+for (const backend of backends()) {
+  t.test(`${backend}: round sequences → tier in every view`, async (t) => {
+    const surface = surfaceOn(t, backend)
+    const server = await surface.listen({ port: 0 })
+    agree(t, await views(surface, server.url), 0, 'before any round')
+    const cases = [
+      // [replicas, inSync, expected tier, why]
+      [3, 3, 0, 'all in sync → healthy'],
+      [3, 2, 1, 'majority but not all → soft'],
+      [3, 1, 2, 'no majority → read_only'],
+      [3, 2, 1, 'a round with a majority clears read_only (to soft)'],
+      [3, 1, 2, 'read_only again'],
+      [3, 3, 0, 'read_only → healthy directly'],
+      [4, 2, 2, 'exactly half is not a majority'],
+      [4, 3, 1, '3 of 4 is a majority'],
+      [1, 1, 0, 'a single node in sync is healthy'],
+      [1, 0, 2, 'a single node not in sync is read_only'],
+      [5, 0, 2, 'nothing in sync'],
+      [2, 2, 0, 'two of two'],
+    ]
+    for (const [replicas, inSync, tier, why] of cases) {
+      t.equal(surface.replicationRound({ replicas, inSync }), tier, `${replicas}/${inSync}: ${why}`)
+      const v = await views(surface, server.url)
+      agree(t, v, tier, `${replicas}/${inSync}`)
+      t.match(v.healthz, { replicas, in_sync: inSync }, '/healthz shows the last round')
+    }
+  })
+
+  t.test(`${backend}: invalid rounds are RangeErrors and change nothing`, async (t) => {
+    const surface = surfaceOn(t, backend)
+    surface.replicationRound({ replicas: 3, inSync: 2 })
+    for (const round of [{ replicas: 3, inSync: 4 }, { replicas: 0, inSync: 0 }, { replicas: -1, inSync: 0 },
+      { replicas: 3, inSync: -1 }, { replicas: 2.5, inSync: 1 }, { replicas: 3, inSync: 1.5 }, { replicas: '3', inSync: 1 }, {}]) {
+      t.throws(() => surface.replicationRound(round), RangeError, JSON.stringify(round))
+    }
+    t.throws(() => surface.replicationRound(null), TypeError)
+    t.equal(surface.quorumState, 1, 'a refused round must not change the tier')
+    t.match(surface.stats('quorum'), { replicas: 3, in_sync: 2 })
+  })
+
+  t.test(`${backend}: 'quorum' events fire exactly on tier changes`, async (t) => {
+    const surface = surfaceOn(t, backend)
+    const events = []
+    surface.on('quorum', (e) => events.push(e))
+    for (const [replicas, inSync] of [[3, 3], [3, 3], [3, 2], [3, 2], [3, 1], [3, 0], [3, 2], [3, 3]]) {
+      surface.replicationRound({ replicas, inSync })
+    }
+    t.same(events.map(({ from, to, replicas, inSync }) => ({ from, to, replicas, inSync })), [
+      { from: 0, to: 1, replicas: 3, inSync: 2 },
+      { from: 1, to: 2, replicas: 3, inSync: 1 },
+      { from: 2, to: 1, replicas: 3, inSync: 2 },
+      { from: 1, to: 0, replicas: 3, inSync: 3 },
+    ])
+    for (const e of events) t.ok(!Number.isNaN(Date.parse(e.at)), 'each event carries a timestamp')
+  })
+
+  t.test(`${backend}: read_only refuses produced(); reads, acks and deliveries keep working`, async (t) => {
+    const surface = surfaceOn(t, backend)
+    const faults = faultsOf(surface, { ignore: ['CONSERVATION_BROKEN'] })
+    const topic = surface.topic('t')
+    const group = topic.group('g')
+    topic.produced(0, 2, 20, 2)
+    group.dispatch(2)
+    surface.replicationRound({ replicas: 3, inSync: 1 })
+    t.equal(topic.produced(0, 3, 10), false, 'a write in read_only is refused')
+    t.equal(topic.produced(5, 1, 10), false, 'also on a new partition')
+    t.match(faults, [{ code: 'WRITE_WHILE_READ_ONLY', attempted: 3, previous: 2 }, { code: 'WRITE_WHILE_READ_ONLY' }])
+    t.equal(group.ackFloor(0, 1), true, 'acks keep working')
+    group.delivered(1)
+    const n = topicNumbers(surface, 't')
+    t.same([n.produced, n.bytes, n.partitions.length, n.partitions[0].lastSeq, n.delivered], [2, 20, 1, 2, 1],
+      'nothing produced in read_only is counted and the ceiling is frozen')
+    surface.replicationRound({ replicas: 3, inSync: 2 })
+    t.equal(topic.produced(0, 3, 10), true, 'writes resume once a majority is back')
+  })
+
+  t.test(`${backend}: seeded random rounds interleaved with produces — all views agree`, async (t) => {
+    const surface = surfaceOn(t, backend)
+    const server = await surface.listen({ port: 0 })
+    faultsOf(surface)
+    let seed = 42
+    const random = () => ((seed = (seed * 1103515245 + 12345) & 0x7fffffff) / 0x7fffffff)
+    const topic = surface.topic('r')
+    let seq = 0
+    let accepted = 0
+    let previousLastSeq = 0
+    let mismatches = 0
+    let steps = 0
+    for (let step = 0; step < 1000; step++) {
+      const replicas = 1 + Math.floor(random() * 5)
+      const inSync = Math.floor(random() * (replicas + 1))
+      const tier = surface.replicationRound({ replicas, inSync })
+      for (let k = 0; k < 3; k++) {
+        const ok = topic.produced(0, seq + 1, 1)
+        if (ok) { seq++; accepted++ }
+        if (ok === (tier === 2)) mismatches++
+      }
+      const v = await views(surface, server.url)
+      const lastSeq = topicNumbers(surface, 'r')?.partitions[0]?.lastSeq ?? 0
+      const expected = inSync * 2 <= replicas ? 2 : inSync < replicas ? 1 : 0
+      if (v.state !== expected || v.gauge !== expected || v.healthz.quorum_state !== expected || v.stats.quorum_state !== expected ||
+        v.http !== (expected === 2 ? 503 : 200) || JSON.stringify(v.answer) !== JSON.stringify(ANSWERS[expected]) || lastSeq < previousLastSeq) {
+        mismatches++
+      }
+      previousLastSeq = lastSeq
+      steps++
+    }
+    t.equal(steps, 1000)
+    t.equal(mismatches, 0, 'every view agrees after every step, and last_seq never decreases')
+    t.equal(topicNumbers(surface, 'r').produced, accepted, 'only writes accepted outside read_only are counted')
+  })
+}
