@@ -125,18 +125,21 @@ export class Topic {
    * Measured cost: see bench/ (target ≤ 15 ns).
    */
   produced(partition: number, seq: number, bytes: number, count = 1): boolean {
-    let cells = this.#partitions[partition]
-    if (cells === undefined) cells = this.#resolvePartition(partition)
     checkCount('seq', seq)
     checkCount('bytes', bytes)
     checkCount('count', count)
     this.alive()
     const recorder = this.#recorder
+    let cells = this.#partitions[partition]
     if (recorder.readOnly()) {
-      // SPEC §6: in read_only the consumer-visible ceiling freezes; the write is refused.
-      recorder.fault('WRITE_WHILE_READ_ONLY', 'mq_partition_last_seq', this.#labels(partition), this.#lastSeq(cells), seq)
+      // SPEC §6: in read_only the consumer-visible ceiling freezes; the write is refused and
+      // changes nothing — not even a partition's first appearance.
+      checkPartition(partition)
+      const previous = cells === undefined ? this.lastSeqKnown(partition) : this.#lastSeq(cells)
+      recorder.fault('WRITE_WHILE_READ_ONLY', 'mq_partition_last_seq', this.#labels(partition), previous, seq)
       return false
     }
+    if (cells === undefined) cells = this.#resolvePartition(partition)
     const row = cells.row
     const index = cells.index
     const previous = row[index] > cells.hint[index] ? row[index] : cells.hint[index]
@@ -182,9 +185,9 @@ export class Topic {
     return handle
   }
 
-  /** Highest last_seq of a partition across every thread (exact; for checks off the hot path). */
-  lastSeq(partition: number): number {
-    const cells = this.#partitions[partition]
+  /** Highest last_seq of a partition across every thread, without registering it. */
+  lastSeqKnown(partition: number): number {
+    const cells = this.knownPartition(partition)
     return cells === undefined ? 0 : this.#lastSeq(cells)
   }
 

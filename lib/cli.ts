@@ -1,0 +1,548 @@
+#!/usr/bin/env node
+// SPEC §10: `mq-stats`, the operator's view of one or more brokers. It reads /healthz and /stats
+// over HTTP (never the library's memory), so it works against any broker that serves them.
+import { toJSON } from './json'
+import { isStatsView, STATS_VIEWS, type StatsView } from './stats'
+
+export const DEFAULT_URL = 'http://127.0.0.1:9464'
+/** Per request, connection to last body byte. */
+export const REQUEST_TIMEOUT_MS = 5000
+export const EXIT_UNREACHABLE = 3
+/** BSD sysexits EX_USAGE. */
+export const EXIT_USAGE = 64
+const EXIT_INTERRUPTED = 130
+
+export const USAGE = `Usage: mq-stats [--url URL ...] [--token TOKEN] [VIEW] [--watch SECONDS] [--json]
+
+Reads /healthz and /stats from one or more mq-metrics brokers and prints a table.
+
+  VIEW             one of: ${STATS_VIEWS.join(', ')}
+                   (default: one summary row per broker)
+  --url URL        broker base URL; repeat for several brokers (default ${DEFAULT_URL})
+  --token TOKEN    bearer token for brokers with metrics_auth_token
+                   (default: the MQ_STATS_TOKEN environment variable, which ps cannot show)
+  --watch SECONDS  redraw every SECONDS until Ctrl-C, then exit with the last status
+  --json           print JSON with exact integers: an array with one entry per broker
+  --help           show this help
+
+Exit status: the worst quorum_state seen (0 healthy, 1 soft, 2 read_only); 3 when a broker is
+unreachable or answers with an error; 64 for a usage error.
+Colour only when stdout is a terminal and NO_COLOR is not set.
+`
+
+export interface CliIO {
+  stdout: { write(text: string): unknown; isTTY?: boolean }
+  stderr: { write(text: string): unknown }
+  /** Aborted on Ctrl-C: ends --watch (and any request in progress). */
+  signal?: AbortSignal
+}
+
+interface Options {
+  urls: string[]
+  token: string | undefined
+  view: StatsView | undefined
+  watchSeconds: number | undefined
+  json: boolean
+  help: boolean
+}
+
+class UsageError extends Error {}
+
+/** A broker that could not be read: unreachable, timed out, non-2xx, or not our JSON. */
+class BrokerError extends Error {}
+
+class Interrupted extends Error {}
+
+/** Runs the tool; resolves to the exit status. Never throws for a bad argument or a bad broker. */
+export async function main(argv: readonly string[], env: NodeJS.ProcessEnv = process.env, io: CliIO = { stdout: process.stdout, stderr: process.stderr }): Promise<number> {
+  let options: Options
+  try {
+    options = parseArgs(argv, env)
+  } catch (error) {
+    if (!(error instanceof UsageError)) throw error
+    io.stderr.write(`mq-stats: ${error.message} (see mq-stats --help)\n`)
+    return EXIT_USAGE
+  }
+  if (options.help) {
+    io.stdout.write(USAGE)
+    return 0
+  }
+  const colour = io.stdout.isTTY === true && !env.NO_COLOR // no-color.org: set and non-empty
+  let status: number | undefined
+  for (;;) {
+    let frame: Frame
+    try {
+      frame = await collect(options, io.signal)
+    } catch (error) {
+      if (error instanceof Interrupted) return status ?? EXIT_INTERRUPTED
+      throw error
+    }
+    for (const line of frame.errors) io.stderr.write(`mq-stats: ${line}\n`)
+    const text = options.json ? toJSON(frame.json, options.watchSeconds === undefined ? 2 : 0) + '\n' : renderFrame(options, frame, colour)
+    if (options.watchSeconds !== undefined && !options.json) {
+      // On a terminal each frame replaces the last (home, clear); in a pipe frames follow each other.
+      const redraw = io.stdout.isTTY ? '\x1b[H\x1b[2J' : status === undefined ? '' : '\n'
+      io.stdout.write(`${redraw}${new Date().toISOString()}  every ${options.watchSeconds}s, Ctrl-C to stop\n\n${text}`)
+    } else {
+      io.stdout.write(text)
+    }
+    status = frame.status
+    if (options.watchSeconds === undefined) return status
+    if (!(await sleep(options.watchSeconds * 1000, io.signal))) return status
+  }
+}
+
+function parseArgs(argv: readonly string[], env: NodeJS.ProcessEnv): Options {
+  const options: Options = { urls: [], token: undefined, view: undefined, watchSeconds: undefined, json: false, help: false }
+  let token: string | undefined
+  let optionsEnded = false
+  for (let i = 0; i < argv.length; i++) {
+    const arg = argv[i]
+    if (optionsEnded || !arg.startsWith('-') || arg === '-') {
+      if (options.view !== undefined) throw new UsageError(`only one VIEW may be given, got ${JSON.stringify(options.view)} and ${JSON.stringify(arg)}`)
+      if (!isStatsView(arg)) throw new UsageError(`unknown view ${JSON.stringify(arg)}; allowed views: ${STATS_VIEWS.join(', ')}`)
+      options.view = arg
+      continue
+    }
+    if (arg === '--') {
+      optionsEnded = true
+      continue
+    }
+    const eq = arg.indexOf('=')
+    const name = eq === -1 ? arg : arg.slice(0, eq)
+    const takesValue = name === '--url' || name === '--token' || name === '--watch'
+    if (eq !== -1 && !takesValue) throw new UsageError(`${name} takes no value`)
+    let value: string | undefined
+    if (takesValue) {
+      if (eq !== -1) value = arg.slice(eq + 1)
+      else if (i + 1 < argv.length) value = argv[++i]
+      else throw new UsageError(`${name} needs a value`)
+    }
+    switch (name) {
+      case '--url':
+        options.urls.push(checkUrl(value!))
+        break
+      case '--token':
+        if (value === '') throw new UsageError('--token must not be empty')
+        token = value
+        break
+      case '--watch': {
+        const seconds = /^\d+(\.\d+)?$/.test(value!) ? Number(value) : NaN
+        if (!(seconds >= 0.1 && seconds <= 86400)) throw new UsageError(`--watch needs a number of seconds from 0.1 to 86400, got ${JSON.stringify(value)}`)
+        options.watchSeconds = seconds
+        break
+      }
+      case '--json':
+        options.json = true
+        break
+      case '--help':
+      case '-h':
+        options.help = true
+        break
+      default:
+        throw new UsageError(`unknown option ${JSON.stringify(name)}`)
+    }
+  }
+  if (options.urls.length === 0) options.urls.push(DEFAULT_URL)
+  options.token = token ?? (env.MQ_STATS_TOKEN || undefined)
+  return options
+}
+
+function checkUrl(value: string): string {
+  let url: URL
+  try {
+    url = new URL(value)
+  } catch {
+    throw new UsageError(`--url needs an absolute http(s) URL such as ${DEFAULT_URL}, got ${JSON.stringify(value)}`)
+  }
+  if (url.protocol !== 'http:' && url.protocol !== 'https:') {
+    throw new UsageError(`--url needs an http or https URL, got ${JSON.stringify(value)}`)
+  }
+  return value.replace(/\/+$/, '')
+}
+
+// ---------------------------------------------------------------------------------------------
+// Reading the brokers
+
+type Json = unknown
+type JsonObject = Record<string, Json>
+
+interface BrokerRead {
+  url: string
+  error?: string
+  quorumState?: 0 | 1 | 2
+  status?: string
+  healthz?: JsonObject
+  views: Record<string, JsonObject>
+}
+
+interface Frame {
+  brokers: BrokerRead[]
+  json: unknown
+  errors: string[]
+  status: number
+}
+
+async function collect(options: Options, signal: AbortSignal | undefined): Promise<Frame> {
+  const views: StatsView[] = options.view === undefined ? ['quorum', 'topics'] : [options.view]
+  const brokers = await Promise.all(options.urls.map((url) => readBroker(url, views, options.token, signal)))
+  const errors: string[] = []
+  let status = 0
+  for (const b of brokers) {
+    if (b.error !== undefined) {
+      errors.push(`${b.url}: ${b.error}`)
+      status = EXIT_UNREACHABLE
+    } else if (status !== EXIT_UNREACHABLE) {
+      status = Math.max(status, b.quorumState!)
+    }
+  }
+  const json = brokers.map((b) => {
+    if (b.error !== undefined) return { url: b.url, error: b.error }
+    return options.view === undefined ? summaryRow(b) : { url: b.url, quorum_state: b.quorumState, status: b.status, view: b.views[options.view] }
+  })
+  return { brokers, json, errors, status }
+}
+
+async function readBroker(url: string, views: StatsView[], token: string | undefined, signal: AbortSignal | undefined): Promise<BrokerRead> {
+  const read: BrokerRead = { url, views: {} }
+  try {
+    const [healthz, ...bodies] = await Promise.all([
+      // SPEC §7: /healthz answers 503 in read_only; that is a reading, not an error.
+      getJson(url, '/healthz', token, signal, [200, 503]),
+      ...views.map((view) => getJson(url, `/stats?filter=${view}`, token, signal, [200])),
+    ])
+    const state = healthz.quorum_state
+    if (state !== 0 && state !== 1 && state !== 2) throw new BrokerError(`/healthz has no quorum_state 0, 1 or 2`)
+    read.healthz = healthz
+    read.quorumState = state
+    read.status = typeof healthz.status === 'string' ? healthz.status : String(state)
+    views.forEach((view, i) => (read.views[view] = bodies[i]))
+  } catch (error) {
+    if (error instanceof Interrupted) throw error
+    read.error = oneLine(error instanceof BrokerError ? error.message : `unexpected error: ${(error as Error).message}`)
+  }
+  return read
+}
+
+async function getJson(base: string, path: string, token: string | undefined, interrupt: AbortSignal | undefined, okStatuses: number[]): Promise<JsonObject> {
+  const timeout = AbortSignal.timeout(REQUEST_TIMEOUT_MS)
+  const signal = interrupt ? AbortSignal.any([timeout, interrupt]) : timeout
+  const headers: Record<string, string> = { accept: 'application/json' }
+  if (token !== undefined) headers.authorization = `Bearer ${token}`
+  let statusCode: number
+  let text: string
+  try {
+    const response = await fetch(base + path, { headers, signal, redirect: 'error' })
+    statusCode = response.status
+    text = await response.text()
+  } catch (error) {
+    if (interrupt?.aborted) throw new Interrupted()
+    if (timeout.aborted) throw new BrokerError(`unreachable: GET ${path} timed out after ${REQUEST_TIMEOUT_MS / 1000} s`)
+    const cause = (error as { cause?: { message?: string; code?: string } }).cause
+    throw new BrokerError(`unreachable: ${cause?.message ?? cause?.code ?? (error as Error).message}`)
+  }
+  let body: Json
+  try {
+    body = parseExactJSON(text)
+  } catch {
+    body = undefined
+  }
+  if (!okStatuses.includes(statusCode)) {
+    const detail = isObject(body) && isObject(body.error) ? `${body.error.code}: ${body.error.message}` : text.slice(0, 200)
+    throw new BrokerError(`GET ${path} answered HTTP ${statusCode}${detail ? ` (${detail})` : ''}`)
+  }
+  if (!isObject(body)) throw new BrokerError(`GET ${path} did not answer with a JSON object`)
+  return body
+}
+
+function sleep(ms: number, signal: AbortSignal | undefined): Promise<boolean> {
+  return new Promise((resolve) => {
+    if (signal?.aborted) return resolve(false)
+    const timer = setTimeout(() => {
+      signal?.removeEventListener('abort', onAbort)
+      resolve(true)
+    }, ms)
+    const onAbort = () => {
+      clearTimeout(timer)
+      resolve(false)
+    }
+    signal?.addEventListener('abort', onAbort, { once: true })
+  })
+}
+
+function oneLine(text: string): string {
+  return text.replace(/\s+/g, ' ').trim()
+}
+
+// ---------------------------------------------------------------------------------------------
+// Exact JSON: integers beyond 2^53 − 1 become bigints (JSON.parse would round them), so --json
+// prints what the broker sent, digit for digit.
+
+export function parseExactJSON(text: string): unknown {
+  let i = 0
+  const STRING = /"(?:[^"\\\u0000-\u001f]|\\(?:["\\/bfnrt]|u[0-9a-fA-F]{4}))*"/y
+  const NUMBER = /-?(?:0|[1-9]\d*)(\.\d+)?([eE][+-]?\d+)?/y
+  const fail = (): never => {
+    throw new SyntaxError(`invalid JSON at position ${i}`)
+  }
+  const space = () => {
+    while (i < text.length && (text[i] === ' ' || text[i] === '\n' || text[i] === '\r' || text[i] === '\t')) i++
+  }
+  const expect = (c: string) => {
+    space()
+    if (text[i] !== c) fail()
+    i++
+  }
+  const string = (): string => {
+    STRING.lastIndex = i
+    const m = STRING.exec(text) ?? fail()
+    i = STRING.lastIndex
+    return JSON.parse(m[0]) as string
+  }
+  const value = (depth: number): unknown => {
+    if (depth > 512) fail()
+    space()
+    const c = text[i]
+    if (c === '{') {
+      i++
+      const object: JsonObject = {}
+      space()
+      if (text[i] === '}') return i++, object
+      for (;;) {
+        space()
+        if (text[i] !== '"') fail()
+        const key = string()
+        expect(':')
+        // defineProperty: a key "__proto__" is data, not a prototype change.
+        Object.defineProperty(object, key, { value: value(depth + 1), enumerable: true, writable: true, configurable: true })
+        space()
+        if (text[i] === ',') {
+          i++
+          continue
+        }
+        expect('}')
+        return object
+      }
+    }
+    if (c === '[') {
+      i++
+      const array: unknown[] = []
+      space()
+      if (text[i] === ']') return i++, array
+      for (;;) {
+        array.push(value(depth + 1))
+        space()
+        if (text[i] === ',') {
+          i++
+          continue
+        }
+        expect(']')
+        return array
+      }
+    }
+    if (c === '"') return string()
+    for (const [word, literal] of [['true', true], ['false', false], ['null', null]] as const) {
+      if (text.startsWith(word, i)) return (i += word.length), literal
+    }
+    NUMBER.lastIndex = i
+    const m = NUMBER.exec(text) ?? fail()
+    i = NUMBER.lastIndex
+    const n = Number(m[0])
+    return m[1] === undefined && m[2] === undefined && !Number.isSafeInteger(n) ? BigInt(m[0]) : n
+  }
+  const result = value(0)
+  space()
+  if (i !== text.length) fail()
+  return result
+}
+
+function isObject(value: unknown): value is JsonObject {
+  return value !== null && typeof value === 'object' && !Array.isArray(value)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Rendering
+
+const TOTALS = ['produced', 'delivered', 'dropped', 'dlq'] as const
+
+function summaryRow(b: BrokerRead): JsonObject {
+  const h = b.healthz!
+  const quorum = b.views.quorum ?? {}
+  const totals: Record<string, bigint> = { produced: 0n, delivered: 0n, dropped: 0n, dlq: 0n }
+  const topics = b.views.topics?.topics
+  for (const t of Array.isArray(topics) ? topics : []) {
+    for (const key of TOTALS) {
+      const v = isObject(t) ? t[key] : undefined
+      if (typeof v === 'bigint' || (typeof v === 'number' && Number.isInteger(v))) totals[key] += BigInt(v)
+    }
+  }
+  const exact = (v: bigint) => (v <= BigInt(Number.MAX_SAFE_INTEGER) ? Number(v) : v)
+  return {
+    url: b.url,
+    quorum_state: b.quorumState,
+    status: b.status,
+    leader_epoch: h.leader_epoch ?? quorum.leader_epoch ?? null,
+    connections: quorum.connections ?? null,
+    uptime_seconds: h.uptime_seconds ?? quorum.uptime_seconds ?? null,
+    produced: exact(totals.produced),
+    delivered: exact(totals.delivered),
+    dropped: exact(totals.dropped),
+    dlq: exact(totals.dlq),
+    faults: h.faults ?? null,
+  }
+}
+
+const COLOURS = ['\x1b[32m', '\x1b[33m', '\x1b[31m'] // green healthy, yellow soft, red read_only
+const RESET = '\x1b[0m'
+
+interface Cell {
+  text: string
+  numeric: boolean
+  /** A placeholder ('-'): it does not decide whether its column is numeric (right-aligned). */
+  empty?: boolean
+  colour?: string
+}
+
+const EMPTY: Cell = { text: '-', numeric: false, empty: true }
+
+function renderFrame(options: Options, frame: Frame, colour: boolean): string {
+  if (options.view === undefined) {
+    const header = ['url', 'quorum_state', 'leader_epoch', 'connections', 'uptime', ...TOTALS, 'faults']
+    const rows = frame.brokers.map((b): Cell[] => {
+      if (b.error !== undefined) {
+        return [text(b.url), { text: 'unreachable', numeric: false, colour: COLOURS[2] }, ...header.slice(2).map(() => EMPTY)]
+      }
+      const row = summaryRow(b)
+      return [
+        text(b.url),
+        { text: `${b.quorumState} ${terminalSafe(b.status!)}`, numeric: false, colour: COLOURS[b.quorumState!] },
+        cell(row.leader_epoch),
+        cell(row.connections),
+        typeof row.uptime_seconds === 'number' ? { text: formatUptime(row.uptime_seconds), numeric: true } : cell(row.uptime_seconds),
+        ...TOTALS.map((key) => cell(row[key])),
+        cell(row.faults),
+      ]
+    })
+    return table(header, rows, colour)
+  }
+  const many = frame.brokers.length > 1
+  const parts = frame.brokers.map((b) => {
+    if (b.error !== undefined) return `== ${terminalSafe(b.url)} ==\nerror: ${terminalSafe(b.error)}\n`
+    const heading = many ? `== ${terminalSafe(b.url)} (quorum_state ${b.quorumState} ${terminalSafe(b.status!)}) ==\n` : ''
+    return heading + renderView(b.views[options.view!], colour)
+  })
+  return parts.join('\n')
+}
+
+/** A /stats body: scalars as key/value rows, each array of objects and each object as a table. */
+function renderView(body: JsonObject, colour: boolean): string {
+  const scalars: Cell[][] = []
+  const sections: { title: string; text: string }[] = []
+  for (const [key, value] of Object.entries(body)) {
+    if (key === 'filter') continue
+    if (Array.isArray(value) && value.every(isObject)) {
+      const { header, rows } = flatten(value as JsonObject[])
+      sections.push({ title: key, text: rows.length === 0 ? '(none)\n' : table(header, rows, colour) })
+    } else if (isObject(value)) {
+      const rows = Object.entries(value).map(([k, v]) => [text(k), cell(v)])
+      sections.push({ title: key, text: rows.length === 0 ? '(none)\n' : table(['key', 'value'], rows, colour) })
+    } else {
+      scalars.push([text(key), cell(value)])
+    }
+  }
+  const out: string[] = []
+  if (scalars.length > 0) out.push(table(['key', 'value'], scalars, colour))
+  const titled = sections.length > 1 || scalars.length > 0
+  for (const s of sections) out.push(titled ? `${s.title}:\n${s.text}` : s.text)
+  return out.join('\n')
+}
+
+/**
+ * One row per item; an item field that is an array of objects (a topic's groups, a collision's
+ * names) expands to one row per element, its keys beside the parent's (prefixed when they clash).
+ */
+function flatten(items: JsonObject[]): { header: string[]; rows: Cell[][] } {
+  const records: Map<string, Json>[] = []
+  for (const item of items) {
+    const own = new Map<string, Json>()
+    let nested: [string, JsonObject[]] | undefined
+    for (const [k, v] of Object.entries(item)) {
+      if (nested === undefined && Array.isArray(v) && v.every(isObject)) nested = [k, v as JsonObject[]]
+      else own.set(k, v)
+    }
+    if (nested === undefined || nested[1].length === 0) {
+      records.push(own) // a topic without groups: one row, the group columns show '-'
+      continue
+    }
+    const prefix = nested[0].replace(/s$/, '')
+    for (const child of nested[1]) {
+      const record = new Map(own)
+      for (const [k, v] of Object.entries(child)) record.set(own.has(k) ? `${prefix}_${k}` : k, v)
+      records.push(record)
+    }
+  }
+  const header: string[] = []
+  for (const r of records) for (const k of r.keys()) if (!header.includes(k)) header.push(k)
+  return { header, rows: records.map((r) => header.map((k) => (r.has(k) ? cell(r.get(k)) : EMPTY))) }
+}
+
+function text(value: string): Cell {
+  return { text: terminalSafe(value), numeric: false }
+}
+
+function cell(value: Json): Cell {
+  if (value === null || value === undefined) return EMPTY
+  if (typeof value === 'number' || typeof value === 'bigint') return { text: String(value), numeric: true }
+  return { text: terminalSafe(inline(value)), numeric: false }
+}
+
+function inline(value: Json): string {
+  if (value === null || value === undefined) return '-'
+  if (Array.isArray(value)) return value.map(inline).join(', ')
+  if (isObject(value)) return Object.keys(value).length === 0 ? '-' : Object.entries(value).map(([k, v]) => `${k}=${inline(v)}`).join(' ')
+  return String(value)
+}
+
+/** Raw topic and group names are arbitrary strings: never let one move the cursor or clear the screen. */
+function terminalSafe(value: string): string {
+  return value.replace(/[\u0000-\u001f\u007f-\u009f]/g, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, '0')}`)
+}
+
+function table(header: string[], rows: Cell[][], colour: boolean): string {
+  const width = (s: string) => [...s].length
+  const widths = header.map((h, c) => Math.max(width(h), ...rows.map((r) => width(r[c].text))))
+  const numeric = header.map((_, c) => rows.some((r) => !r[c].empty) && rows.every((r) => r[c].numeric || r[c].empty === true))
+  const line = (cells: Cell[]) =>
+    cells
+      .map((cell, c) => {
+        const pad = ' '.repeat(widths[c] - width(cell.text))
+        const padded = numeric[c] ? pad + cell.text : cell.text + (c === cells.length - 1 ? '' : pad)
+        return colour && cell.colour ? cell.colour + padded + RESET : padded
+      })
+      .join('  ')
+  return [line(header.map((h, c) => ({ text: h, numeric: numeric[c] }))), ...rows.map(line)].join('\n') + '\n'
+}
+
+/** 42s, 5m07s, 2h05m, 3d04h: the two leading units are enough for an operator. */
+export function formatUptime(seconds: number): string {
+  const s = Math.max(0, Math.floor(seconds))
+  const two = (n: number) => String(n).padStart(2, '0')
+  if (s < 60) return `${s}s`
+  if (s < 3600) return `${Math.floor(s / 60)}m${two(s % 60)}s`
+  if (s < 86400) return `${Math.floor(s / 3600)}h${two(Math.floor(s / 60) % 60)}m`
+  return `${Math.floor(s / 86400)}d${two(Math.floor(s / 3600) % 24)}h`
+}
+
+if (require.main === module) {
+  const interrupt = new AbortController()
+  process.once('SIGINT', () => interrupt.abort())
+  main(process.argv.slice(2), process.env, { stdout: process.stdout, stderr: process.stderr, signal: interrupt.signal }).then(
+    (code) => {
+      process.exitCode = code
+    },
+    (error: unknown) => {
+      process.stderr.write(`mq-stats: internal error: ${oneLine(String((error as Error)?.message ?? error))}\n`)
+      process.exitCode = 70
+    },
+  )
+}

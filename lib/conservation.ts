@@ -1,0 +1,169 @@
+// SPEC §4: the conservation identity, checked at scrape time. Per group g of a topic, since the
+// moment the checker first saw g:
+//
+//   residual_g = Δproduced − Δdelivered_g − Δdropped_g − Δdepth_g     (0 for honest accounting)
+//
+// where depth_g = Σ_p (last_seq_p − ack_floor_{g,p}) counts every message g has not settled. The
+// identity only has to hold in a quiet window: a delivery is counted before its ack floor moves,
+// so a busy group shows transient non-zero residuals. A quiet, non-zero residual is a fault
+// (`CONSERVATION_BROKEN`), raised once per episode rather than once per scrape.
+import type { FaultRecord } from './faults'
+import type { Count, GroupSnapshot, Snapshot, TopicSnapshot } from './snapshot'
+
+export interface ConservationGroup {
+  /** Raw group name. */
+  group: string
+  label: string
+  delivered: Count
+  dropped: Count
+  depth: number
+  /** Δproduced − Δdelivered − Δdropped − Δdepth since the group was first seen. */
+  residual: number | bigint
+  /** The group had nothing in flight and its numbers were stable across a re-read. */
+  quiet: boolean
+}
+
+export interface ConservationTopic {
+  /** Raw topic name. */
+  topic: string
+  label: string
+  produced: Count
+  dropped: Count
+  dlq: Count
+  /** SPEC §4: dlq counts a subset of dropped, so dlq ≤ dropped at all times. */
+  dlq_within_dropped: boolean
+  groups: ConservationGroup[]
+}
+
+export interface ConservationReport {
+  topics: ConservationTopic[]
+}
+
+/** The numbers of one group at the moment the checker first saw it. */
+interface Baseline {
+  produced: Count
+  delivered: Count
+  dropped: Count
+  depth: number
+}
+
+const BROKEN_METRIC = 'mq_topic_messages_produced_total'
+
+// Below 2^50 each, a sum of the eight terms stays under 2^53: plain numbers are exact.
+const NUMBER_FAST_PATH_LIMIT = 2 ** 50
+
+export class ConservationChecker {
+  readonly #onBroken: (fault: FaultRecord) => void
+  // Keyed by the snapshot's stable `key` objects: a removed topic's groups (and so their
+  // baselines and episodes) are forgotten with it, and a topic created again starts afresh.
+  readonly #baselines = new WeakMap<object, Baseline>()
+  /** Groups whose current non-zero residual has already been reported. */
+  readonly #broken = new WeakSet<object>()
+
+  constructor(onBroken: (fault: FaultRecord) => void) {
+    if (typeof onBroken !== 'function') throw new TypeError('ConservationChecker needs an onBroken callback')
+    this.#onBroken = onBroken
+  }
+
+  /**
+   * Checks every group of `snapshot`. `reread` takes a fresh snapshot of one topic; it is called
+   * (at most once per topic and check) only when a group looks quiet with a non-zero residual,
+   * to tell a broken identity from a producer or consumer that moved between two reads.
+   */
+  check(snapshot: Snapshot, reread: (topic: TopicSnapshot) => TopicSnapshot): ConservationReport {
+    const topics: ConservationTopic[] = []
+    for (const topic of snapshot.topics) {
+      let fresh: TopicSnapshot | undefined
+      const groups: ConservationGroup[] = []
+      for (const group of topic.groups) {
+        let baseline = this.#baselines.get(group.key)
+        if (baseline === undefined) {
+          baseline = { produced: topic.produced, delivered: group.delivered, dropped: group.dropped, depth: group.depth }
+          this.#baselines.set(group.key, baseline)
+        }
+        const residual = residualOf(baseline, topic.produced, group)
+        let quiet = group.inFlight === 0
+        if (isZero(residual)) {
+          this.#broken.delete(group.key) // the episode, if any, is over
+        } else if (quiet) {
+          fresh ??= reread(topic)
+          if (sameNumbers(topic, group, fresh)) {
+            if (!this.#broken.has(group.key)) {
+              this.#broken.add(group.key)
+              this.#onBroken(brokenFault(topic, group, residual))
+            }
+          } else {
+            quiet = false // something moved between the two reads: not a quiet window
+          }
+        }
+        groups.push({
+          group: group.name,
+          label: group.label,
+          delivered: group.delivered,
+          dropped: group.dropped,
+          depth: group.depth,
+          residual,
+          quiet,
+        })
+      }
+      topics.push({
+        topic: topic.name,
+        label: topic.label,
+        produced: topic.produced,
+        dropped: topic.dropped,
+        dlq: topic.dlq,
+        dlq_within_dropped: topic.dlq <= topic.dropped, // mixed number/bigint comparison is exact
+        groups,
+      })
+    }
+    return { topics }
+  }
+}
+
+/** Δproduced − Δdelivered − Δdropped − Δdepth, exact; a number unless it leaves the safe range. */
+function residualOf(baseline: Baseline, produced: Count, group: GroupSnapshot): number | bigint {
+  const terms = [produced, baseline.delivered, baseline.dropped, baseline.depth, baseline.produced, group.delivered, group.dropped, group.depth]
+  if (terms.every((v) => typeof v === 'number' && v < NUMBER_FAST_PATH_LIMIT)) {
+    const [p, d0, x0, q0, p0, d, x, q] = terms as number[]
+    return p - p0 - (d - d0) - (x - x0) - (q - q0)
+  }
+  const [p, d0, x0, q0, p0, d, x, q] = terms.map((v) => BigInt(v))
+  const residual = p - p0 - (d - d0) - (x - x0) - (q - q0)
+  const safe = BigInt(Number.MAX_SAFE_INTEGER)
+  return residual <= safe && residual >= -safe ? Number(residual) : residual
+}
+
+function isZero(value: number | bigint): boolean {
+  return value === 0 || value === 0n
+}
+
+/** The re-read shows the same numbers for this group, still with nothing in flight. */
+function sameNumbers(topic: TopicSnapshot, group: GroupSnapshot, fresh: TopicSnapshot): boolean {
+  if (fresh.key !== topic.key || !countEquals(fresh.produced, topic.produced)) return false
+  const again = fresh.groups.find((g) => g.key === group.key)
+  return (
+    again !== undefined &&
+    again.inFlight === 0 &&
+    countEquals(again.delivered, group.delivered) &&
+    countEquals(again.dropped, group.dropped) &&
+    again.depth === group.depth
+  )
+}
+
+function countEquals(a: Count, b: Count): boolean {
+  return typeof a === typeof b ? a === b : BigInt(a) === BigInt(b)
+}
+
+function brokenFault(topic: TopicSnapshot, group: GroupSnapshot, residual: number | bigint): FaultRecord {
+  // previous: what produced should be given the consumption side; attempted: what it is.
+  const actual = BigInt(topic.produced)
+  const expected = actual - BigInt(residual)
+  return {
+    code: 'CONSERVATION_BROKEN',
+    metric: BROKEN_METRIC,
+    labels: { topic: topic.label, group: group.label },
+    previous: Number(expected),
+    attempted: Number(actual),
+    at: new Date().toISOString(),
+  }
+}

@@ -1,0 +1,288 @@
+// SPEC §7: `/stats?filter=VIEW` and `surface.stats(view, { topic, group })`. Every view is a plain
+// object `{ filter: VIEW, ... }` whose integers are exact Counts (number, or bigint above 2^53 − 1);
+// the HTTP layer writes it with lib/json.ts, which prints a bigint as its bare digits.
+//
+// Narrowing (optional, exact raw names, never an error when nothing matches):
+//   topic=T  keeps only the topic whose raw name is T;
+//   group=G  keeps only groups whose raw name is G and, in per-topic views (topics, partitions,
+//            conservation), only the topics that have such a group.
+// The broker-wide views (quorum, latency, faults, config) ignore both.
+import type { ConservationReport } from './conservation'
+import type { ResolvedConfig } from './config'
+import type { FaultLogView } from './faults'
+import { RUNBOOK_LEVELS, TIER_NAMES } from './quorum'
+import { addCount, type Count, type Snapshot, type TopicSnapshot } from './snapshot'
+
+export const STATS_VIEWS = ['topics', 'partitions', 'groups', 'quorum', 'latency', 'conservation', 'faults', 'collisions', 'config'] as const
+export type StatsView = (typeof STATS_VIEWS)[number]
+
+/** Query parameters `/stats` accepts. */
+export const STATS_PARAMS = ['filter', 'topic', 'group'] as const
+
+export interface StatsFilter {
+  topic?: string
+  group?: string
+}
+
+export interface StatsContext {
+  snapshot: Snapshot
+  faults: FaultLogView
+  config: ResolvedConfig
+  conservation: ConservationReport
+  backend: 'native' | 'js'
+}
+
+export type StatsErrorCode = 'MISSING_FILTER' | 'INVALID_FILTER' | 'INVALID_QUERY'
+
+/** A bad `/stats` request (or `surface.stats()` call): HTTP 400 with a stable code. */
+export class StatsError extends Error {
+  readonly code: StatsErrorCode
+  readonly statusCode = 400
+  constructor(code: StatsErrorCode, message: string) {
+    super(message)
+    this.name = 'StatsError'
+    this.code = code
+  }
+}
+
+const ALLOWED_VIEWS = `allowed views: ${STATS_VIEWS.join(', ')}`
+
+export function isStatsView(view: unknown): view is StatsView {
+  return typeof view === 'string' && (STATS_VIEWS as readonly string[]).includes(view)
+}
+
+/** The /stats object for one view. Throws StatsError for an unknown view or a bad filter. */
+export function statsView(view: string, filter: StatsFilter, ctx: StatsContext): object {
+  if (!isStatsView(view)) {
+    throw new StatsError('INVALID_FILTER', `unknown view ${JSON.stringify(String(view))}; ${ALLOWED_VIEWS}`)
+  }
+  const narrow = checkFilter(filter)
+  switch (view) {
+    case 'topics':
+      return topicsView(ctx.snapshot, narrow)
+    case 'partitions':
+      return partitionsView(ctx.snapshot, narrow)
+    case 'groups':
+      return groupsView(ctx.snapshot, narrow)
+    case 'quorum':
+      return quorumView(ctx.snapshot)
+    case 'latency':
+      return latencyView(ctx)
+    case 'conservation':
+      return conservationView(ctx.conservation, narrow)
+    case 'faults':
+      return { filter: 'faults', capacity: ctx.faults.capacity, counts: ctx.faults.counts, recent: ctx.faults.recent, total: ctx.faults.total }
+    case 'collisions':
+      return collisionsView(ctx.snapshot, narrow)
+    case 'config':
+      return configView(ctx)
+  }
+}
+
+/**
+ * `/stats` from its query string: validates first, and only then builds the context (a snapshot
+ * and a conservation check cost a scrape; a bad request must not pay for one).
+ */
+export function statsFromQuery(query: URLSearchParams, makeContext: () => StatsContext): { statusCode: number; body: unknown } {
+  try {
+    const { view, filter } = parseQuery(query)
+    return { statusCode: 200, body: statsView(view, filter, makeContext()) }
+  } catch (error) {
+    if (error instanceof StatsError) {
+      return { statusCode: error.statusCode, body: { error: { code: error.code, message: error.message } } }
+    }
+    throw error
+  }
+}
+
+function parseQuery(query: URLSearchParams): { view: string; filter: StatsFilter } {
+  for (const key of new Set(query.keys())) {
+    if (!(STATS_PARAMS as readonly string[]).includes(key)) {
+      throw new StatsError('INVALID_QUERY', `unknown query parameter ${JSON.stringify(key)}; allowed parameters: ${STATS_PARAMS.join(', ')}`)
+    }
+  }
+  const views = query.getAll('filter')
+  if (views.length === 0 || (views.length === 1 && views[0] === '')) {
+    throw new StatsError('MISSING_FILTER', `the filter query parameter is required, e.g. /stats?filter=topics; ${ALLOWED_VIEWS}`)
+  }
+  if (views.length > 1) {
+    throw new StatsError('INVALID_FILTER', `filter must be given once, got ${views.length} values; ${ALLOWED_VIEWS}`)
+  }
+  if (!isStatsView(views[0])) {
+    throw new StatsError('INVALID_FILTER', `unknown view ${JSON.stringify(views[0])}; ${ALLOWED_VIEWS}`)
+  }
+  const filter: StatsFilter = {}
+  for (const key of ['topic', 'group'] as const) {
+    const values = query.getAll(key)
+    if (values.length > 1) throw new StatsError('INVALID_QUERY', `${key} must be given at most once, got ${values.length} values`)
+    if (values.length === 1) {
+      if (values[0] === '') throw new StatsError('INVALID_QUERY', `${key} must be a non-empty ${key} name`)
+      filter[key] = values[0]
+    }
+  }
+  return { view: views[0], filter }
+}
+
+interface Narrow {
+  topic: string | undefined
+  group: string | undefined
+}
+
+function checkFilter(filter: unknown): Narrow {
+  if (filter === undefined || filter === null) return { topic: undefined, group: undefined }
+  if (typeof filter !== 'object') throw new StatsError('INVALID_QUERY', 'the stats filter must be an object { topic?, group? }')
+  const { topic, group } = filter as Record<string, unknown>
+  for (const [key, value] of [['topic', topic], ['group', group]] as const) {
+    if (value !== undefined && typeof value !== 'string') throw new StatsError('INVALID_QUERY', `${key} must be a string (an exact raw name)`)
+  }
+  return { topic: topic as string | undefined, group: group as string | undefined }
+}
+
+/** The topics a per-topic view shows: exact raw topic name, and (with group=) having that group. */
+function selectTopics(snapshot: Snapshot, narrow: Narrow): TopicSnapshot[] {
+  return snapshot.topics.filter(
+    (t) => (narrow.topic === undefined || t.name === narrow.topic) && (narrow.group === undefined || t.groups.some((g) => g.name === narrow.group)),
+  )
+}
+
+function topicsView(snapshot: Snapshot, narrow: Narrow): object {
+  const topics = selectTopics(snapshot, narrow)
+  const totals: Record<'produced' | 'delivered' | 'dropped' | 'dlq' | 'bytes', Count> = { produced: 0, delivered: 0, dropped: 0, dlq: 0, bytes: 0 }
+  for (const t of topics) {
+    for (const key of ['produced', 'delivered', 'dropped', 'dlq', 'bytes'] as const) totals[key] = addCount(totals[key], t[key])
+  }
+  return {
+    filter: 'topics',
+    topics: topics.map((t) => ({
+      topic: t.name,
+      label: t.label,
+      produced: t.produced,
+      delivered: t.delivered,
+      dropped: t.dropped,
+      dlq: t.dlq,
+      bytes: t.bytes,
+      partitions: t.partitions.length,
+      groups: t.groups.length,
+    })),
+    // Summed over the topics listed above (mq-stats' default view reads these).
+    totals,
+  }
+}
+
+function partitionsView(snapshot: Snapshot, narrow: Narrow): object {
+  const partitions = selectTopics(snapshot, narrow).flatMap((t) =>
+    t.partitions.map((p) => ({ topic: t.name, label: t.label, partition: p.partition, last_seq: p.lastSeq, depth: p.depth })),
+  )
+  return { filter: 'partitions', partitions }
+}
+
+function groupsView(snapshot: Snapshot, narrow: Narrow): object {
+  const groups = selectTopics(snapshot, narrow).flatMap((t) =>
+    t.groups
+      .filter((g) => narrow.group === undefined || g.name === narrow.group)
+      .map((g) => {
+        const ackFloors: Record<string, number> = {}
+        t.partitions.forEach((p, i) => (ackFloors[String(p.partition)] = g.ackFloors[i] ?? 0))
+        return {
+          topic: t.name,
+          topic_label: t.label,
+          group: g.name,
+          label: g.label,
+          delivered: g.delivered,
+          dropped: g.dropped,
+          dlq: g.dlq,
+          retries: g.retries,
+          in_flight: g.inFlight,
+          max_in_flight: g.maxInFlight,
+          lag: g.lag,
+          depth: g.depth,
+          ack_floors: ackFloors,
+        }
+      }),
+  )
+  return { filter: 'groups', groups }
+}
+
+function quorumView(snapshot: Snapshot): object {
+  const state = snapshot.quorumState
+  return {
+    filter: 'quorum',
+    quorum_state: state,
+    status: TIER_NAMES[state],
+    runbook_level: RUNBOOK_LEVELS[state],
+    replicas: snapshot.replicas,
+    in_sync: snapshot.inSync,
+    leader_epoch: snapshot.leaderEpoch,
+    // Beyond SPEC §7's minimum: mq-stats' default view shows these beside the tier.
+    connections: snapshot.connections,
+    uptime_seconds: snapshot.uptimeSeconds,
+  }
+}
+
+function latencyView(ctx: StatsContext): object {
+  const window = ctx.snapshot.latency
+  return {
+    filter: 'latency',
+    enabled: ctx.config.e2e_latency,
+    p50: window?.p50 ?? null,
+    p90: window?.p90 ?? null,
+    p99: window?.p99 ?? null,
+    count: window?.count ?? 0,
+  }
+}
+
+function conservationView(report: ConservationReport, narrow: Narrow): object {
+  const topics = report.topics
+    .filter((t) => narrow.topic === undefined || t.topic === narrow.topic)
+    .map((t) => (narrow.group === undefined ? t : { ...t, groups: t.groups.filter((g) => g.group === narrow.group) }))
+    .filter((t) => narrow.group === undefined || t.groups.length > 0)
+  return { filter: 'conservation', topics }
+}
+
+/** SPEC §3.5: raw names that share one label value, and so one series on /metrics. */
+function collisionsView(snapshot: Snapshot, narrow: Narrow): object {
+  const topicNames = new Map<string, string[]>()
+  const groupNames = new Map<string, { topic_label: string; label: string; names: { topic: string; group: string }[] }>()
+  for (const t of snapshot.topics) {
+    const names = topicNames.get(t.label) ?? []
+    names.push(t.name)
+    topicNames.set(t.label, names)
+    for (const g of t.groups) {
+      const id = JSON.stringify([t.label, g.label])
+      const entry = groupNames.get(id) ?? { topic_label: t.label, label: g.label, names: [] }
+      entry.names.push({ topic: t.name, group: g.name })
+      groupNames.set(id, entry)
+    }
+  }
+  const byLabel = (a: string, b: string) => (a < b ? -1 : a > b ? 1 : 0)
+  const topics = [...topicNames]
+    .filter(([, names]) => names.length >= 2 && narrow.group === undefined && (narrow.topic === undefined || names.includes(narrow.topic)))
+    .map(([label, names]) => ({ label, names: [...names].sort(byLabel) }))
+    .sort((a, b) => byLabel(a.label, b.label))
+  const groups = [...groupNames.values()]
+    .filter(
+      (e) =>
+        e.names.length >= 2 &&
+        e.names.some((n) => (narrow.topic === undefined || n.topic === narrow.topic) && (narrow.group === undefined || n.group === narrow.group)),
+    )
+    .map((e) => ({ ...e, names: [...e.names].sort((a, b) => byLabel(a.topic, b.topic) || byLabel(a.group, b.group)) }))
+    .sort((a, b) => byLabel(a.topic_label, b.topic_label) || byLabel(a.label, b.label))
+  return { filter: 'collisions', topics, groups }
+}
+
+function configView(ctx: StatsContext): object {
+  const c = ctx.config
+  return {
+    filter: 'config',
+    metrics_enabled: c.metrics_enabled,
+    max_in_flight: c.max_in_flight,
+    max_attempts: c.max_attempts,
+    e2e_latency: c.e2e_latency,
+    // SPEC §7: the token itself is never shown.
+    metrics_auth_token: c.metrics_auth_token === undefined ? 'unset' : 'set',
+    max_topics: c.max_topics,
+    max_partitions_per_topic: c.max_partitions_per_topic,
+    max_groups_per_topic: c.max_groups_per_topic,
+    backend: ctx.backend,
+  }
+}

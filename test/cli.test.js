@@ -1,0 +1,313 @@
+'use strict'
+// mq-stats (SPEC §10) run as a child process against small fake brokers that serve canned /healthz
+// and /stats JSON (the end-to-end test against a real surface lives with the surface). Run
+// `npx tsc -p tsconfig.json` first: this runs dist/cli.js.
+const t = require('tap')
+const http = require('node:http')
+const path = require('node:path')
+const { execFile, spawn } = require('node:child_process')
+const { main, parseExactJSON, formatUptime } = require('../dist/cli.js')
+
+const CLI = path.join(__dirname, '..', 'dist', 'cli.js')
+const TIERS = ['healthy', 'soft', 'read_only']
+const VIEWS = 'topics, partitions, groups, quorum, latency, conservation, faults, collisions, config'
+
+// JSON texts written by hand so that they carry integers JSON.parse would round (2^64 − 1).
+const TOPICS = `{"filter":"topics","topics":[
+  {"topic":"a.b","label":"a_b","produced":18446744073709551615,"delivered":30,"dropped":4,"dlq":3,"bytes":1152921504606846976,"partitions":2,"groups":2},
+  {"topic":"orders\\u001b[2J","label":"orders__2J","produced":5,"delivered":1,"dropped":0,"dlq":0,"bytes":10,"partitions":1,"groups":1}],
+  "totals":{"produced":18446744073709551620,"delivered":31,"dropped":4,"dlq":3,"bytes":1152921504606846986}}`
+const GROUPS = `{"filter":"groups","groups":[
+  {"topic":"a.b","topic_label":"a_b","group":"g.1","label":"g_1","delivered":20,"dropped":3,"dlq":2,"retries":5,"in_flight":2,"max_in_flight":50,"lag":15,"depth":15,"ack_floors":{"0":25,"3":10}},
+  {"topic":"orders","topic_label":"orders","group":"billing","label":"billing","delivered":1,"dropped":0,"dlq":0,"retries":0,"in_flight":0,"max_in_flight":1000,"lag":0,"depth":0,"ack_floors":{"1":1}}]}`
+const CONSERVATION = `{"filter":"conservation","topics":[
+  {"topic":"a.b","label":"a_b","produced":40,"dropped":4,"dlq":3,"dlq_within_dropped":true,"groups":[
+    {"group":"g.1","label":"g_1","delivered":20,"dropped":3,"depth":17,"residual":0,"quiet":true}]},
+  {"topic":"idle","label":"idle","produced":0,"dropped":0,"dlq":0,"dlq_within_dropped":true,"groups":[]}]}`
+
+/** A fake broker: quorum `state`, optional bearer `token`, optional per-path overrides. */
+async function broker(t, { state = 0, epoch = 7, connections = 12, uptime = 3723.5, faults = 4, token, override = {} } = {}) {
+  const requests = []
+  const server = http.createServer((req, res) => {
+    const url = new URL(req.url, 'http://x')
+    requests.push({ url: req.url, authorization: req.headers.authorization })
+    const send = (status, text) => {
+      res.writeHead(status, { 'content-type': 'application/json' })
+      res.end(text)
+    }
+    if (token !== undefined && req.headers.authorization !== `Bearer ${token}`) {
+      return send(401, '{"error":{"code":"UNAUTHORIZED","message":"a bearer token is required"}}')
+    }
+    const key = url.pathname === '/stats' ? url.searchParams.get('filter') : url.pathname
+    if (override[key]) return send(...override[key])
+    switch (key) {
+      case '/healthz':
+        return send(state === 2 ? 503 : 200, JSON.stringify({ status: TIERS[state], quorum_state: state, runbook_level: 2 - state, leader_epoch: epoch, replicas: 3, in_sync: 3 - state, uptime_seconds: uptime, faults }))
+      case 'quorum':
+        return send(200, JSON.stringify({ filter: 'quorum', quorum_state: state, status: TIERS[state], runbook_level: 2 - state, replicas: 3, in_sync: 3 - state, leader_epoch: epoch, connections, uptime_seconds: uptime }))
+      case 'topics':
+        return send(200, TOPICS)
+      case 'groups':
+        return send(200, GROUPS)
+      case 'conservation':
+        return send(200, CONSERVATION)
+      case 'latency':
+        return send(200, '{"filter":"latency","enabled":true,"p50":1.5,"p90":4.25,"p99":null,"count":3}')
+      default:
+        return send(404, '{"error":{"code":"NOT_FOUND","message":"no such path"}}')
+    }
+  })
+  await new Promise((resolve) => server.listen(0, '127.0.0.1', resolve))
+  t.teardown(() => new Promise((resolve) => server.close(resolve)))
+  return { url: `http://127.0.0.1:${server.address().port}`, requests }
+}
+
+/** A port nobody listens on: bound, then released. */
+async function closedPort() {
+  const server = http.createServer()
+  await new Promise((resolve) => server.listen(0, '127.0.0.1', resolve))
+  const { port } = server.address()
+  await new Promise((resolve) => server.close(resolve))
+  return port
+}
+
+// Async (not execFileSync): the fake brokers live in this process and must keep answering.
+function run(args, env = {}) {
+  return new Promise((resolve) => {
+    execFile(process.execPath, [CLI, ...args], { timeout: 15_000, env: { PATH: process.env.PATH, ...env } }, (error, stdout, stderr) => {
+      resolve({ code: error ? (error.code ?? error.signal) : 0, stdout, stderr })
+    })
+  })
+}
+
+t.test('default view: one row per broker, exact cells', async (t) => {
+  const soft = await broker(t, { state: 1 })
+  const r = await run(['--url', soft.url])
+  t.equal(r.code, 1, 'exit status is the quorum_state (soft)')
+  t.equal(r.stderr, '')
+  const pad = ' '.repeat(soft.url.length - 3)
+  t.equal(r.stdout, [
+    `url${pad}  quorum_state  leader_epoch  connections  uptime              produced  delivered  dropped  dlq  faults`,
+    `${soft.url}  1 soft                   7           12   1h02m  18446744073709551620         31        4    3       4`,
+    '',
+  ].join('\n'), 'golden table: number and tier name, totals summed exactly over topics, no colour in a pipe')
+  t.notMatch(r.stdout, /\x1b/, 'no ANSI escapes when stdout is not a TTY')
+  t.same(soft.requests.map((q) => q.url).sort(), ['/healthz', '/stats?filter=quorum', '/stats?filter=topics'])
+})
+
+t.test('exit status is the worst quorum_state over all brokers', async (t) => {
+  const by = [await broker(t, { state: 0 }), await broker(t, { state: 1 }), await broker(t, { state: 2 })]
+  const cases = [
+    [[0], 0], [[1], 1], [[2], 2],
+    [[0, 1], 1], [[1, 0], 1], [[0, 2], 2], [[2, 1], 2],
+  ]
+  for (const [states, expected] of cases) {
+    const r = await run(states.flatMap((s) => ['--url', by[s].url]))
+    t.equal(r.code, expected, `brokers in states ${states.join(', ')} → exit ${expected}`)
+    t.equal(r.stdout.trim().split('\n').length, 1 + states.length, `${states}: one row per broker`)
+  }
+  const r = await run(['--url', by[2].url])
+  t.match(r.stdout, /  2 read_only  /, '/healthz 503 is a read_only reading, not an error')
+  t.equal(r.stderr, '')
+})
+
+t.test('--json: exact integers, one entry per broker', async (t) => {
+  const a = await broker(t, { state: 1 })
+  const r = await run(['--url', a.url, '--json'])
+  t.equal(r.code, 1)
+  t.match(r.stdout, /"produced": 18446744073709551620,/, 'the sum above 2^64 is printed digit for digit')
+  const parsed = JSON.parse(r.stdout)
+  t.same(Object.keys(parsed[0]), ['url', 'quorum_state', 'status', 'leader_epoch', 'connections', 'uptime_seconds', 'produced', 'delivered', 'dropped', 'dlq', 'faults'])
+  t.same({ ...parsed[0], produced: 0 }, { url: a.url, quorum_state: 1, status: 'soft', leader_epoch: 7, connections: 12, uptime_seconds: 3723.5, produced: 0, delivered: 31, dropped: 4, dlq: 3, faults: 4 })
+
+  const v = await run(['--url', a.url, 'topics', '--json'])
+  t.match(v.stdout, /"produced": 18446744073709551615,/, 'a view passes 2^64 − 1 through exactly')
+  t.match(v.stdout, /"bytes": 1152921504606846976,/)
+  const view = JSON.parse(v.stdout)
+  t.equal(view[0].view.filter, 'topics', 'each entry carries its broker\'s /stats body as view')
+  t.equal(view[0].view.topics[1].topic, 'orders\u001b[2J', 'raw names survive JSON unchanged')
+  t.equal(view[0].quorum_state, 1)
+})
+
+t.test('a /stats view as a table', async (t) => {
+  const a = await broker(t)
+  const groups = await run(['--url', a.url, 'groups'])
+  t.equal(groups.code, 0)
+  t.equal(groups.stdout, [
+    'topic   topic_label  group    label    delivered  dropped  dlq  retries  in_flight  max_in_flight  lag  depth  ack_floors',
+    'a.b     a_b          g.1      g_1             20        3    2        5          2             50   15     15  0=25 3=10',
+    'orders  orders       billing  billing          1        0    0        0          0           1000    0      0  1=1',
+    '',
+  ].join('\n'), 'one row per group, numbers right-aligned, ack floors inline')
+
+  const topics = await run(['--url', a.url, 'topics'])
+  t.match(topics.stdout, /^topics:\ntopic +label +produced/, 'a view with several parts titles each')
+  t.match(topics.stdout, / 18446744073709551615 /, 'exact big integer in the table')
+  t.match(topics.stdout, /orders\\u001b\[2J/, 'a control character in a raw name is shown escaped, never sent to the terminal')
+  t.match(topics.stdout, /\ntotals:\nkey +value\nproduced +18446744073709551620\n/)
+
+  const conservation = await run(['--url', a.url, 'conservation'])
+  t.equal(conservation.stdout, [
+    'topic  label  produced  dropped  dlq  dlq_within_dropped  group  group_label  delivered  group_dropped  depth  residual  quiet',
+    'a.b    a_b          40        4    3  true                g.1    g_1                 20              3     17         0  true',
+    'idle   idle          0        0    0  true                -      -                    -              -      -         -  -',
+    '',
+  ].join('\n'), 'one row per group; a topic without groups still has its row')
+
+  const latency = await run(['--url', a.url, 'latency'])
+  t.equal(latency.stdout, 'key      value\nenabled  true\np50      1.5\np90      4.25\np99      -\ncount    3\n', 'a scalar view as key/value rows')
+
+  const b = await broker(t, { state: 1 })
+  const two = await run(['--url', a.url, '--url', b.url, 'latency'])
+  t.equal(two.code, 1)
+  t.match(two.stdout, new RegExp(`^== ${a.url} \\(quorum_state 0 healthy\\) ==\\n`), 'several brokers: one titled section each')
+  t.match(two.stdout, new RegExp(`\\n== ${b.url} \\(quorum_state 1 soft\\) ==\\n`))
+})
+
+t.test('an unreachable broker: exit 3, one line on stderr, no stack trace', async (t) => {
+  const port = await closedPort()
+  const good = await broker(t, { state: 2 })
+  const cases = [
+    ['alone', ['--url', `http://127.0.0.1:${port}`]],
+    ['beside a read_only broker', ['--url', good.url, '--url', `http://127.0.0.1:${port}`]],
+    ['in a view', ['--url', `http://127.0.0.1:${port}`, 'groups']],
+  ]
+  for (const [name, args] of cases) {
+    const r = await run(args)
+    t.equal(r.code, 3, `${name}: 3 wins over any quorum_state`)
+    t.equal(r.stderr.split('\n').length, 2, `${name}: exactly one line on stderr`)
+    t.match(r.stderr, new RegExp(`^mq-stats: http://127\\.0\\.0\\.1:${port}: unreachable: .*ECONNREFUSED`), `${name}: names the broker and the cause`)
+    t.notMatch(r.stderr, /\n\s+at /, `${name}: no stack trace`)
+  }
+  const r = await run(cases[1][1])
+  t.match(r.stdout, new RegExp(`${good.url}  2 read_only `), 'the reachable broker is still shown')
+  t.match(r.stdout, /127\.0\.0\.1:\d+ +unreachable +- +- /, 'the unreachable broker has a row that says so')
+})
+
+t.test('a broker that answers with an error status: exit 3', async (t) => {
+  const locked = await broker(t, { token: 's3cret' })
+  const cases = [
+    ['no token', ['--url', locked.url], {}, 3, /^mq-stats: http:\S+: GET \S+ answered HTTP 401 \(UNAUTHORIZED: a bearer token is required\)\n$/],
+    ['wrong token', ['--url', locked.url, '--token', 'nope'], {}, 3, /HTTP 401/],
+    ['--token', ['--url', locked.url, '--token', 's3cret'], {}, 0, null],
+    ['--token=', ['--url', locked.url, '--token=s3cret'], {}, 0, null],
+    ['MQ_STATS_TOKEN', ['--url', locked.url], { MQ_STATS_TOKEN: 's3cret' }, 0, null],
+    ['--token wins over MQ_STATS_TOKEN', ['--url', locked.url, '--token', 's3cret'], { MQ_STATS_TOKEN: 'nope' }, 0, null],
+  ]
+  for (const [name, args, env, code, stderr] of cases) {
+    const r = await run(args, env)
+    t.equal(r.code, code, `${name}: exit ${code}`)
+    if (stderr) t.match(r.stderr, stderr, `${name}: says why`)
+    else t.equal(r.stderr, '', `${name}: quiet`)
+  }
+  t.ok(locked.requests.some((q) => q.authorization === 'Bearer s3cret'), 'the token is sent as a Bearer header')
+
+  const broken = await broker(t, { override: { topics: [500, 'oops'], groups: [200, 'not json'], '/healthz': undefined } })
+  const r = await run(['--url', broken.url])
+  t.equal(r.code, 3, 'HTTP 500 on /stats is an error')
+  t.match(r.stderr, /GET \/stats\?filter=topics answered HTTP 500 \(oops\)\n$/)
+  const g = await run(['--url', broken.url, 'groups'])
+  t.equal(g.code, 3, 'a body that is not JSON is an error')
+  t.match(g.stderr, /did not answer with a JSON object/)
+})
+
+t.test('usage errors exit 64 with one line; --help exits 0', async (t) => {
+  const cases = [
+    [['--nope'], /unknown option "--nope"/],
+    [['nope'], new RegExp(`unknown view "nope"; allowed views: ${VIEWS}`)],
+    [['topics', 'groups'], /only one VIEW/],
+    [['--watch', '0'], /--watch needs a number of seconds/],
+    [['--watch', 'soon'], /--watch needs a number of seconds/],
+    [['--watch'], /--watch needs a value/],
+    [['--url', 'ftp://x'], /--url needs an http or https URL/],
+    [['--url', 'localhost'], /--url needs an absolute http\(s\) URL/],
+    [['--json=yes'], /--json takes no value/],
+    [['--token', ''], /--token must not be empty/],
+  ]
+  for (const [args, message] of cases) {
+    const r = await run(args)
+    t.equal(r.code, 64, `${args.join(' ')}: exit 64`)
+    t.match(r.stderr, message, `${args.join(' ')}: says what is wrong`)
+    t.match(r.stderr, /^mq-stats: [^\n]*\(see mq-stats --help\)\n$/, `${args.join(' ')}: one line`)
+    t.equal(r.stdout, '')
+  }
+  for (const flag of ['--help', '-h']) {
+    const r = await run([flag, '--url', 'http://127.0.0.1:1'])
+    t.equal(r.code, 0, `${flag}: exit 0, no request made`)
+    t.match(r.stdout, /^Usage: mq-stats \[--url URL \.\.\.\] \[--token TOKEN\] \[VIEW\] \[--watch SECONDS\] \[--json\]/)
+    t.match(r.stdout, new RegExp(VIEWS), `${flag}: lists the views`)
+  }
+})
+
+t.test('--watch redraws until SIGINT, then exits with the last status', async (t) => {
+  const soft = await broker(t, { state: 1 })
+  const child = spawn(process.execPath, [CLI, '--url', soft.url, '--watch', '0.2'], { stdio: ['ignore', 'pipe', 'pipe'] })
+  const killer = setTimeout(() => child.kill('SIGKILL'), 15_000)
+  let stdout = ''
+  child.stdout.on('data', (d) => {
+    stdout += d
+    if ((stdout.match(/Ctrl-C to stop/g) || []).length === 3) child.kill('SIGINT')
+  })
+  const [code, signal] = await new Promise((resolve) => child.on('exit', (c, s) => resolve([c, s])))
+  clearTimeout(killer)
+  t.equal(signal, null, 'exits on its own after SIGINT (not killed)')
+  t.equal(code, 1, 'with the last frame\'s status (soft)')
+  t.equal((stdout.match(/ 1 soft /g) || []).length, 3, 'three frames were drawn')
+  t.notMatch(stdout, /\x1b/, 'no screen control codes in a pipe')
+})
+
+// In-process: colour and redraw need a TTY, which a child's pipe is not.
+t.test('colour only on a TTY without NO_COLOR', async (t) => {
+  const by = [await broker(t, { state: 0 }), await broker(t, { state: 1 }), await broker(t, { state: 2 })]
+  const capture = (isTTY) => {
+    const out = { text: '', isTTY, write: (s) => { out.text += s } }
+    return out
+  }
+  const args = by.flatMap((b) => ['--url', b.url])
+  const tty = capture(true)
+  const err = capture(false)
+  t.equal(await main(args, {}, { stdout: tty, stderr: err }), 2)
+  t.match(tty.text, /\x1b\[32m0 healthy +\x1b\[0m/, 'healthy is green')
+  t.match(tty.text, /\x1b\[33m1 soft +\x1b\[0m/, 'soft is yellow')
+  t.match(tty.text, /\x1b\[31m2 read_only +\x1b\[0m/, 'read_only is red')
+  const pipe = capture(false)
+  await main(args, {}, { stdout: pipe, stderr: err })
+  t.notMatch(pipe.text, /\x1b/, 'no colour when stdout is not a TTY')
+  t.equal(tty.text.replace(/\x1b\[\d+m/g, ''), pipe.text, 'colour changes nothing else: same text, same alignment')
+
+  const noColor = capture(true)
+  await main(args, { NO_COLOR: '1' }, { stdout: noColor, stderr: err })
+  t.notMatch(noColor.text, /\x1b/, 'NO_COLOR turns colour off')
+  t.equal(err.text, '')
+
+  const interrupt = new AbortController()
+  const watching = capture(true)
+  const frames = []
+  watching.write = (s) => {
+    frames.push(s)
+    if (frames.length === 2) interrupt.abort()
+  }
+  t.equal(await main(['--url', by[1].url, '--watch', '0.1'], { NO_COLOR: '1' }, { stdout: watching, stderr: err, signal: interrupt.signal }), 1, 'an interrupted watch returns the last status')
+  t.ok(frames.every((f) => f.startsWith('\x1b[H\x1b[2J')), 'on a TTY every frame clears the screen and starts from home')
+})
+
+t.test('parseExactJSON keeps integers beyond 2^53 exact', async (t) => {
+  const cases = [
+    ['18446744073709551615', 18446744073709551615n],
+    ['-9007199254740993', -9007199254740993n],
+    ['9007199254740991', 9007199254740991],
+    ['1.5e300', 1.5e300],
+    ['123456789012345678901234567890.5', 123456789012345678901234567890.5],
+    ['{"a":[1,"x\\u0000y",true,null,{}],"__proto__":{"b":2}}', JSON.parse('{"a":[1,"x\\u0000y",true,null,{}],"__proto__":{"b":2}}')],
+    [' [ ] ', []],
+  ]
+  for (const [text, expected] of cases) t.strictSame(parseExactJSON(text), expected, text)
+  const proto = parseExactJSON('{"__proto__":{"polluted":1}}')
+  t.equal(Object.getPrototypeOf(proto), Object.prototype, '"__proto__" is an ordinary key')
+  for (const bad of ['', '{', '[1,]', '01', '"\n"', '{"a":1}x', 'nul']) t.throws(() => parseExactJSON(bad), SyntaxError, `rejects ${JSON.stringify(bad)}`)
+})
+
+t.test('formatUptime', async (t) => {
+  const cases = [[0, '0s'], [59.9, '59s'], [60, '1m00s'], [3599, '59m59s'], [3723.5, '1h02m'], [86399, '23h59m'], [90061, '1d01h']]
+  for (const [seconds, expected] of cases) t.equal(formatUptime(seconds), expected, `${seconds} s`)
+})
