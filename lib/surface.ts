@@ -177,7 +177,7 @@ export class Surface extends EventEmitter {
   }
 
   render(): string {
-    return this.#renderer.render(this.#observe()).toString('latin1')
+    return this.#renderer.render(this.#observe()).toString('utf8')
   }
 
   stats(view: string, filter: { topic?: string; group?: string } = {}): object {

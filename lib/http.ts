@@ -1,0 +1,339 @@
+// SPEC §7: GET /metrics, /healthz and /stats over node:http — mounted in the broker's own admin
+// server (createHandler) or standalone (listen). No framework; nothing here knows what the bodies
+// contain: the surface supplies them through HttpHost.
+import { IncomingMessage, Server, ServerResponse, createServer } from 'node:http'
+import type { Socket } from 'node:net'
+import { createHash, timingSafeEqual } from 'node:crypto'
+import { gzip } from 'node:zlib'
+import { METRICS_CONTENT_TYPE } from './allowlist'
+import { toJSON } from './json'
+import { describe } from './labels'
+
+export interface HttpHost {
+  /** metrics_enabled at startup: false ⇒ nothing is served and no port is opened. */
+  readonly enabled: boolean
+  /** metrics_auth_token: when set, every endpoint requires `Authorization: Bearer <token>`. */
+  readonly authToken: string | undefined
+  /** The /metrics exposition. */
+  metricsBody(): Buffer
+  /** /healthz: status code and a JSON-able body (bigints allowed). */
+  healthz(): { statusCode: number; body: unknown }
+  /** /stats, including its own 400s (missing or unknown filter). */
+  stats(query: URLSearchParams): { statusCode: number; body: unknown }
+  /** Told about a host method that threw (answered 500); optional. */
+  reportError?(error: unknown): void
+}
+
+export interface ListenOptions {
+  /** TCP port; 0 picks a free one. Default 9464 (the mq-stats default URL). */
+  port?: number
+  /** Interface to bind. Default 127.0.0.1: metrics are not published beyond the host unless asked. */
+  host?: string
+}
+
+export interface HttpListening {
+  readonly port: number
+  readonly host: string
+  readonly url: string
+  /** Stops listening and closes idle and active connections. Idempotent. */
+  close(): Promise<void>
+}
+
+export const DEFAULT_PORT = 9464
+export const DEFAULT_HOST = '127.0.0.1'
+
+const JSON_CONTENT_TYPE = 'application/json; charset=utf-8'
+const ALLOW = 'GET, HEAD'
+/** Longer request targets are answered 414 (the header block as a whole is capped at 16 KiB). */
+export const MAX_URL_LENGTH = 8 * 1024
+const MAX_HEADER_SIZE = 16 * 1024
+// SPEC §7: Node's defaults let a slowloris client hold a socket for about 90 s.
+const HEADERS_TIMEOUT_MS = 10_000
+const REQUEST_TIMEOUT_MS = 30_000
+const KEEP_ALIVE_TIMEOUT_MS = 5_000
+/** A client that stops reading a response is dropped after this long without progress. */
+const SOCKET_IDLE_TIMEOUT_MS = 30_000
+/** How often Node checks the header and request timeouts (its default, 30 s, would stretch 10 s to 40 s). */
+const TIMEOUT_CHECK_INTERVAL_MS = 1_000
+/** zlib level 1: measured 5× faster than level 6 for 5% more bytes on a 17 MB scrape. */
+const GZIP_LEVEL = 1
+/** Smaller bodies go out as they are: gzip would save a few bytes and cost a thread-pool trip. */
+const GZIP_MIN_BYTES = 1024
+
+type Route = '/metrics' | '/healthz' | '/stats'
+const ROUTES: ReadonlySet<string> = new Set<Route>(['/metrics', '/healthz', '/stats'])
+
+/**
+ * The request handler for the broker's own node:http server. Returns true when it handled the
+ * request (one of the three paths, including its 4xx answers); false, without touching `res`, for
+ * any other path — and for every path while metrics are disabled — so the broker's other routes
+ * and its own 404 keep working.
+ */
+export function createHandler(host: HttpHost): (req: IncomingMessage, res: ServerResponse) => boolean {
+  if (!host.enabled) return () => false
+  const isAuthorized = authorizer(host.authToken)
+  return (req, res) => {
+    const target = req.url ?? ''
+    const query = target.indexOf('?')
+    const path = query < 0 ? target : target.slice(0, query)
+    if (!ROUTES.has(path)) return false
+    if (target.length > MAX_URL_LENGTH) {
+      sendError(req, res, 414, 'URI_TOO_LONG', `request target is ${target.length} bytes; the limit is ${MAX_URL_LENGTH}`)
+    } else if (req.method !== 'GET' && req.method !== 'HEAD') {
+      sendError(req, res, 405, 'METHOD_NOT_ALLOWED', `${path} accepts GET and HEAD, not ${req.method}`, { Allow: ALLOW })
+    } else if (hasBody(req)) {
+      sendError(req, res, 413, 'BODY_NOT_ALLOWED', `${path} accepts no request body`)
+    } else if (!isAuthorized(req.headers.authorization)) {
+      sendError(req, res, 401, 'UNAUTHORIZED', 'a valid "Authorization: Bearer <token>" header is required', { 'WWW-Authenticate': 'Bearer' })
+    } else {
+      serve(host, path as Route, query < 0 ? '' : target.slice(query + 1), req, res)
+    }
+    return true
+  }
+}
+
+/** Standalone server: the three endpoints, 404 for every other path. */
+export function listen(host: HttpHost, options: ListenOptions = {}): Promise<HttpListening> {
+  if (!host.enabled) {
+    return Promise.reject(Object.assign(
+      new Error('mq-metrics: metrics_enabled is false, so nothing is served and no port is opened'),
+      { code: 'METRICS_DISABLED' },
+    ))
+  }
+  let port: number
+  let hostname: string
+  try {
+    ;({ port, hostname } = listenOptions(options))
+  } catch (error) {
+    return Promise.reject(error)
+  }
+  const handle = createHandler(host)
+  const server = createServer(
+    { maxHeaderSize: MAX_HEADER_SIZE, connectionsCheckingInterval: TIMEOUT_CHECK_INTERVAL_MS },
+    (req, res) => {
+      if (handle(req, res)) return
+      const target = req.url ?? ''
+      if (target.length > MAX_URL_LENGTH) {
+        sendError(req, res, 414, 'URI_TOO_LONG', `request target is ${target.length} bytes; the limit is ${MAX_URL_LENGTH}`)
+      } else {
+        const path = target.split('?', 1)[0]
+        sendError(req, res, 404, 'NOT_FOUND', `no such path: ${path.length > 100 ? path.slice(0, 100) + '…' : path}; this server serves /metrics, /healthz and /stats`)
+      }
+    },
+  )
+  server.headersTimeout = HEADERS_TIMEOUT_MS
+  server.requestTimeout = REQUEST_TIMEOUT_MS
+  server.keepAliveTimeout = KEEP_ALIVE_TIMEOUT_MS
+  server.setTimeout(SOCKET_IDLE_TIMEOUT_MS) // no 'timeout' listener: Node destroys the socket
+  server.on('clientError', onClientError)
+
+  return new Promise((resolve, reject) => {
+    server.once('error', reject)
+    server.listen(port, hostname, () => {
+      server.off('error', reject)
+      const address = server.address()
+      if (address === null || typeof address === 'string') {
+        server.close()
+        reject(new Error(`mq-metrics: unexpected server address ${String(address)}`))
+        return
+      }
+      const urlHost = address.family === 'IPv6' || address.address.includes(':') ? `[${address.address}]` : address.address
+      resolve({
+        port: address.port,
+        host: address.address,
+        url: `http://${urlHost}:${address.port}`,
+        close: closer(server),
+      })
+    })
+  })
+}
+
+function listenOptions(options: ListenOptions): { port: number; hostname: string } {
+  if (options === null || typeof options !== 'object') {
+    throw new TypeError(`listen options must be an object, got ${describe(options)}`)
+  }
+  const port = options.port ?? DEFAULT_PORT
+  if (typeof port !== 'number' || !Number.isInteger(port)) {
+    throw new TypeError(`listen port must be an integer, got ${describe(port)}`)
+  }
+  if (port < 0 || port > 65535) throw new RangeError(`listen port must be 0 to 65535, got ${port}`)
+  const hostname = options.host ?? DEFAULT_HOST
+  if (typeof hostname !== 'string' || hostname.length === 0) {
+    throw new TypeError(`listen host must be a non-empty string, got ${describe(hostname)}`)
+  }
+  return { port, hostname }
+}
+
+function closer(server: Server): () => Promise<void> {
+  let closing: Promise<void> | undefined
+  return () => {
+    closing ??= new Promise<void>((resolve) => {
+      server.close(() => resolve())
+      server.closeAllConnections() // keep-alive and in-flight sockets too, not just new ones
+    })
+    return closing
+  }
+}
+
+// --- endpoints ----------------------------------------------------------------------------------
+
+function serve(host: HttpHost, route: Route, query: string, req: IncomingMessage, res: ServerResponse): void {
+  let statusCode: number
+  let body: Buffer
+  let contentType: string
+  try {
+    if (route === '/metrics') {
+      statusCode = 200
+      body = host.metricsBody()
+      contentType = METRICS_CONTENT_TYPE
+    } else {
+      const answer = route === '/healthz' ? host.healthz() : host.stats(new URLSearchParams(query))
+      statusCode = answer.statusCode
+      body = Buffer.from(toJSON(answer.body), 'utf8')
+      contentType = JSON_CONTENT_TYPE
+    }
+  } catch (error) {
+    internalError(host, req, res, error)
+    return
+  }
+  const headers: Record<string, string | number> = { 'Content-Type': contentType, Vary: 'Accept-Encoding' }
+  if (body.length < GZIP_MIN_BYTES || !acceptsGzip(req.headers['accept-encoding'])) {
+    send(req, res, statusCode, headers, body)
+    return
+  }
+  // Off the event loop: a large scrape compresses on the thread pool while the broker runs on.
+  gzip(body, { level: GZIP_LEVEL }, (error, compressed) => {
+    if (error) {
+      internalError(host, req, res, error)
+      return
+    }
+    headers['Content-Encoding'] = 'gzip'
+    send(req, res, statusCode, headers, compressed)
+  })
+}
+
+function internalError(host: HttpHost, req: IncomingMessage, res: ServerResponse, error: unknown): void {
+  try {
+    host.reportError?.(error)
+  } catch {
+    // The 500 below still goes out; a broken error reporter must not take the request with it.
+  }
+  const reason = error instanceof Error ? error.message : describe(error)
+  sendError(req, res, 500, 'INTERNAL', `internal error: ${reason}`)
+}
+
+// --- request checks -----------------------------------------------------------------------------
+
+/** Bodies are refused, unread (SPEC §7): announced by Content-Length > 0 or any Transfer-Encoding. */
+function hasBody(req: IncomingMessage): boolean {
+  if (req.headers['transfer-encoding'] !== undefined) return true
+  const length = req.headers['content-length']
+  return length !== undefined && Number(length) !== 0
+}
+
+/**
+ * SPEC §7: constant-time comparison. Both sides are hashed first so that timingSafeEqual always
+ * compares 32 bytes: neither the token's length nor its content leaks through timing.
+ */
+function authorizer(token: string | undefined): (header: string | undefined) => boolean {
+  if (token === undefined) return () => true
+  const expected = sha256(token)
+  return (header) => {
+    if (typeof header !== 'string') return false
+    // RFC 7235: the scheme is case-insensitive; one or more spaces separate it from the token.
+    const match = /^bearer +(.*)$/is.exec(header)
+    if (match === null) return false
+    const presented = match[1].trim()
+    // An empty configured token never matches: an empty credential is no credential.
+    return timingSafeEqual(sha256(presented), expected) && presented.length > 0
+  }
+}
+
+function sha256(text: string): Buffer {
+  return createHash('sha256').update(text, 'utf8').digest()
+}
+
+/**
+ * RFC 9110 §12.5.3: gzip is acceptable when `gzip` (or `x-gzip`) has q > 0, or, when it is not
+ * named, `*` has q > 0. `gzip;q=0` refuses it.
+ */
+export function acceptsGzip(header: string | string[] | undefined): boolean {
+  if (header === undefined) return false
+  const value = Array.isArray(header) ? header.join(',') : header
+  let gzipQ: number | undefined
+  let starQ: number | undefined
+  for (const element of value.split(',')) {
+    const [coding, ...params] = element.split(';').map((part) => part.trim())
+    const name = coding.toLowerCase()
+    if (name !== 'gzip' && name !== 'x-gzip' && name !== '*') continue
+    let q = 1
+    for (const param of params) {
+      const eq = param.indexOf('=')
+      if (eq < 0 || param.slice(0, eq).trim().toLowerCase() !== 'q') continue
+      q = parseQValue(param.slice(eq + 1).trim())
+    }
+    if (name === '*') starQ = Math.max(starQ ?? 0, q)
+    else gzipQ = Math.max(gzipQ ?? 0, q)
+  }
+  if (gzipQ !== undefined) return gzipQ > 0
+  return starQ !== undefined && starQ > 0
+}
+
+/** RFC 9110 §12.4.2: qvalue = 0[.ddd] / 1[.000]. Anything else counts as 0 (not acceptable). */
+function parseQValue(text: string): number {
+  return /^(?:0(?:\.\d{0,3})?|1(?:\.0{0,3})?)$/.test(text) ? Number(text) : 0
+}
+
+// --- responses ----------------------------------------------------------------------------------
+
+function send(req: IncomingMessage, res: ServerResponse, statusCode: number, headers: Record<string, string | number>, body: Buffer): void {
+  if (res.headersSent || res.destroyed) return
+  res.statusCode = statusCode
+  for (const [name, value] of Object.entries(headers)) res.setHeader(name, value)
+  res.setHeader('Content-Length', body.length)
+  res.setHeader('Cache-Control', 'no-store')
+  res.setHeader('X-Content-Type-Options', 'nosniff')
+  // A request body is never read: close the connection rather than parse it as the next request.
+  if (hasBody(req)) res.setHeader('Connection', 'close')
+  if (req.method === 'HEAD') res.end()
+  else res.end(body)
+}
+
+function sendError(
+  req: IncomingMessage,
+  res: ServerResponse,
+  statusCode: number,
+  code: string,
+  message: string,
+  headers: Record<string, string> = {},
+): void {
+  const body = Buffer.from(toJSON({ error: { code, message } }), 'utf8')
+  send(req, res, statusCode, { ...headers, 'Content-Type': JSON_CONTENT_TYPE }, body)
+}
+
+const CLIENT_ERROR_STATUS: Record<string, [number, string, string]> = {
+  HPE_HEADER_OVERFLOW: [431, 'Request Header Fields Too Large', 'HEADERS_TOO_LARGE'],
+  ERR_HTTP_REQUEST_TIMEOUT: [408, 'Request Timeout', 'REQUEST_TIMEOUT'],
+}
+
+/**
+ * A request Node could not parse, or one that timed out: answer on the raw socket and close it
+ * when no response is under way there (a reply would corrupt that one), else just destroy it.
+ */
+function onClientError(error: Error & { code?: string }, socket: Socket): void {
+  const inFlight = (socket as Socket & { _httpMessage?: ServerResponse })._httpMessage
+  if (error.code !== 'ECONNRESET' && socket.writable && (inFlight == null || !inFlight.headersSent)) {
+    const [status, reason, code] = CLIENT_ERROR_STATUS[error.code ?? ''] ?? [400, 'Bad Request', 'BAD_REQUEST']
+    const body = toJSON({ error: { code, message: `${reason.toLowerCase()} (${error.code ?? error.message})` } })
+    socket.end(
+      `HTTP/1.1 ${status} ${reason}\r\n` +
+        `Content-Type: ${JSON_CONTENT_TYPE}\r\n` +
+        `Content-Length: ${Buffer.byteLength(body)}\r\n` +
+        'Cache-Control: no-store\r\n' +
+        'Connection: close\r\n\r\n' +
+        body,
+    )
+  } else {
+    socket.destroy()
+  }
+}

@@ -1,0 +1,327 @@
+'use strict'
+// The HTTP surface (SPEC §7) with a fake HttpHost: the status table, headers, gzip, auth, the
+// mounted handler in a broker-owned server, the disabled surface, bad requests and close().
+// Run `npx tsc -p tsconfig.json` first. Every server binds 127.0.0.1 port 0 and is closed.
+const t = require('tap')
+const fs = require('node:fs')
+const http = require('node:http')
+const net = require('node:net')
+const path = require('node:path')
+const zlib = require('node:zlib')
+const { createHandler, listen, acceptsGzip, MAX_URL_LENGTH } = require('../dist/http.js')
+const { METRICS_CONTENT_TYPE } = require('../dist/allowlist.js')
+
+const JSON_TYPE = 'application/json; charset=utf-8'
+// A real exposition (hand-reviewed golden file), large enough to be worth compressing.
+const METRICS_BODY = fs.readFileSync(path.join(__dirname, 'golden', 'busy.prom'))
+
+function fakeHost(overrides = {}) {
+  return {
+    enabled: true,
+    authToken: undefined,
+    metricsBody: () => METRICS_BODY,
+    healthz: () => ({ statusCode: 200, body: { status: 'healthy', quorum_state: 0, leader_epoch: 2n ** 60n } }),
+    stats: (query) => query.get('filter') === null
+      ? { statusCode: 400, body: { error: { code: 'MISSING_FILTER', message: 'filter is required' } } }
+      : { statusCode: 200, body: { filter: query.get('filter'), topic: query.get('topic') } },
+    ...overrides,
+  }
+}
+
+async function serve(t, host) {
+  const server = await listen(host, { port: 0, host: '127.0.0.1' })
+  t.teardown(() => server.close())
+  return server
+}
+
+/** One request on its own connection: { status, headers, body (Buffer) }. */
+function request(url, { method = 'GET', path: target = '/', headers = {}, body } = {}) {
+  return new Promise((resolve, reject) => {
+    const req = http.request(url + target, { method, headers, agent: false }, (res) => {
+      const chunks = []
+      res.on('data', (chunk) => chunks.push(chunk))
+      res.on('end', () => resolve({ status: res.statusCode, headers: res.headers, body: Buffer.concat(chunks) }))
+      res.on('error', reject)
+    })
+    req.on('error', reject)
+    req.end(body)
+  })
+}
+
+/** Raw bytes on a socket, resolving with everything the server sent before closing. */
+function raw(port, text, { timeoutMs = 20_000 } = {}) {
+  return new Promise((resolve, reject) => {
+    const socket = net.connect(port, '127.0.0.1')
+    const chunks = []
+    const timer = setTimeout(() => { socket.destroy(); reject(new Error('server did not close the socket')) }, timeoutMs)
+    socket.on('data', (chunk) => chunks.push(chunk))
+    socket.on('error', () => {}) // a reset after the answer is fine; the answer is what we check
+    socket.on('close', () => { clearTimeout(timer); resolve(Buffer.concat(chunks).toString('latin1')) })
+    socket.write(text)
+  })
+}
+
+function errorCode(response) {
+  return JSON.parse(response.body.toString('utf8')).error.code
+}
+
+t.test('status table of the standalone server', async (t) => {
+  const server = await serve(t, fakeHost())
+  t.match(server.url, /^http:\/\/127\.0\.0\.1:\d+$/, 'url names the bound address and port')
+  t.equal(server.host, '127.0.0.1')
+  const table = [
+    // [what, request, status, content type, error code or null]
+    ['GET /metrics', { path: '/metrics' }, 200, METRICS_CONTENT_TYPE, null],
+    ['GET /metrics with a query string', { path: '/metrics?debug=1' }, 200, METRICS_CONTENT_TYPE, null],
+    ['GET /healthz', { path: '/healthz' }, 200, JSON_TYPE, null],
+    ['GET /stats?filter=topics', { path: '/stats?filter=topics' }, 200, JSON_TYPE, null],
+    ['GET /stats without filter (the host answers 400)', { path: '/stats' }, 400, JSON_TYPE, 'MISSING_FILTER'],
+    ['GET /nope', { path: '/nope' }, 404, JSON_TYPE, 'NOT_FOUND'],
+    ['GET / ', { path: '/' }, 404, JSON_TYPE, 'NOT_FOUND'],
+    ['GET /metrics/ (paths match exactly)', { path: '/metrics/' }, 404, JSON_TYPE, 'NOT_FOUND'],
+    ['GET /METRICS (paths are case-sensitive)', { path: '/METRICS' }, 404, JSON_TYPE, 'NOT_FOUND'],
+    ['POST /metrics', { method: 'POST', path: '/metrics' }, 405, JSON_TYPE, 'METHOD_NOT_ALLOWED'],
+    ['PUT /healthz', { method: 'PUT', path: '/healthz' }, 405, JSON_TYPE, 'METHOD_NOT_ALLOWED'],
+    ['DELETE /stats', { method: 'DELETE', path: '/stats?filter=topics' }, 405, JSON_TYPE, 'METHOD_NOT_ALLOWED'],
+    ['OPTIONS /metrics', { method: 'OPTIONS', path: '/metrics' }, 405, JSON_TYPE, 'METHOD_NOT_ALLOWED'],
+    ['GET /metrics with a body', { path: '/metrics', headers: { 'Content-Length': '5' }, body: 'hello' }, 413, JSON_TYPE, 'BODY_NOT_ALLOWED'],
+    ['POST /metrics with a body (the method is what is wrong)', { method: 'POST', path: '/metrics', headers: { 'Content-Length': '3' }, body: 'a=1' }, 405, JSON_TYPE, 'METHOD_NOT_ALLOWED'],
+    ['GET /stats with a chunked body', { path: '/stats?filter=topics', headers: { 'Transfer-Encoding': 'chunked' }, body: 'x' }, 413, JSON_TYPE, 'BODY_NOT_ALLOWED'],
+    ['GET /stats with a URL over 8 KiB', { path: '/stats?filter=' + 'x'.repeat(MAX_URL_LENGTH) }, 414, JSON_TYPE, 'URI_TOO_LONG'],
+    ['GET /elsewhere with a URL over 8 KiB', { path: '/elsewhere?' + 'x'.repeat(MAX_URL_LENGTH) }, 414, JSON_TYPE, 'URI_TOO_LONG'],
+  ]
+  for (const [what, options, status, type, code] of table) {
+    const response = await request(server.url, options)
+    t.equal(response.status, status, `${what}: status ${status}`)
+    t.equal(response.headers['content-type'], type, `${what}: Content-Type exactly ${type}`)
+    t.equal(response.headers['cache-control'], 'no-store', `${what}: Cache-Control: no-store`)
+    t.equal(Number(response.headers['content-length']), response.body.length, `${what}: Content-Length is the body's length`)
+    if (code !== null) t.equal(errorCode(response), code, `${what}: JSON error ${code}`)
+    if (status === 405) t.equal(response.headers.allow, 'GET, HEAD', `${what}: Allow: GET, HEAD`)
+    if (options.body !== undefined) t.equal(response.headers.connection, 'close', `${what}: the unread body closes the connection`)
+  }
+
+  const metrics = await request(server.url, { path: '/metrics' })
+  t.ok(metrics.body.equals(METRICS_BODY), 'the /metrics body is the host\'s exposition, unchanged')
+  t.equal(metrics.headers.vary, 'Accept-Encoding', '/metrics varies on Accept-Encoding')
+  const healthz = await request(server.url, { path: '/healthz' })
+  t.equal(healthz.body.toString(), '{"status":"healthy","quorum_state":0,"leader_epoch":1152921504606846976}', 'JSON keeps bigints exact')
+  const stats = await request(server.url, { path: '/stats?filter=topics&topic=a%20b%2Fc' })
+  t.same(JSON.parse(stats.body), { filter: 'topics', topic: 'a b/c' }, 'the query string reaches the host decoded')
+})
+
+t.test('HEAD: the same status and headers as GET, no body', async (t) => {
+  const server = await serve(t, fakeHost({ authToken: 'tok' }))
+  for (const [target, headers] of [['/metrics', { Authorization: 'Bearer tok' }], ['/healthz', { Authorization: 'Bearer tok' }], ['/stats', { Authorization: 'Bearer tok' }], ['/metrics', {}], ['/nope', {}]]) {
+    const get = await request(server.url, { path: target, headers })
+    const head = await request(server.url, { method: 'HEAD', path: target, headers })
+    t.equal(head.status, get.status, `HEAD ${target} (${headers.Authorization ? 'token' : 'no token'}): status ${get.status} like GET`)
+    t.equal(head.body.length, 0, `HEAD ${target}: no body`)
+    for (const name of ['content-type', 'content-length', 'cache-control', 'www-authenticate', 'vary']) {
+      t.equal(head.headers[name], get.headers[name], `HEAD ${target}: ${name} as GET has it`)
+    }
+  }
+})
+
+t.test('metrics_auth_token: Bearer token on every endpoint', async (t) => {
+  const server = await serve(t, fakeHost({ authToken: 's3cret-token' }))
+  const table = [
+    [undefined, 401, 'no Authorization header'],
+    ['Bearer wrong-token!', 401, 'a wrong token of the same length'],
+    ['Bearer s3cret', 401, 'a prefix of the token'],
+    ['Bearer s3cret-token-and-more', 401, 'the token with more after it'],
+    ['Basic czNjcmV0LXRva2Vu', 401, 'another scheme'],
+    ['Bearer', 401, 'the scheme alone'],
+    ['Bearer ', 401, 'an empty token'],
+    ['s3cret-token', 401, 'the token without a scheme'],
+    ['Bearer s3cret-token', 200, 'the right token'],
+    ['bearer s3cret-token', 200, 'the scheme is case-insensitive (RFC 7235)'],
+    ['Bearer   s3cret-token ', 200, 'extra spaces around the token'],
+  ]
+  for (const target of ['/metrics', '/healthz', '/stats?filter=quorum']) {
+    for (const [authorization, status, why] of table) {
+      const headers = authorization === undefined ? {} : { Authorization: authorization }
+      const response = await request(server.url, { path: target, headers })
+      t.equal(response.status, status, `${target}, ${why}: ${status}`)
+      if (status === 401) {
+        t.equal(response.headers['www-authenticate'], 'Bearer', `${target}, ${why}: WWW-Authenticate: Bearer`)
+        t.equal(errorCode(response), 'UNAUTHORIZED', `${target}, ${why}: JSON error UNAUTHORIZED`)
+        t.notOk(response.body.toString().includes('s3cret'), `${target}, ${why}: the answer never echoes the token`)
+      }
+    }
+  }
+})
+
+t.test('gzip: level-1 compression when the client accepts it', async (t) => {
+  const server = await serve(t, fakeHost())
+  const table = [
+    ['gzip', true],
+    ['gzip, deflate, br', true],
+    ['GZIP', true],
+    ['x-gzip', true],
+    ['br;q=1.0, gzip;q=0.5', true],
+    ['*', true],
+    ['gzip;q=0', false],
+    ['gzip; q=0.000', false],
+    ['*, gzip;q=0', false],
+    ['*;q=0', false],
+    ['identity', false],
+    ['deflate, br', false],
+    ['gzip;q=2', false],
+    ['gzip;q=abc', false],
+    ['', false],
+  ]
+  for (const [accept, compressed] of table) t.equal(acceptsGzip(accept), compressed, `acceptsGzip(${JSON.stringify(accept)}) is ${compressed}`)
+  t.equal(acceptsGzip(undefined), false, 'no Accept-Encoding: no gzip')
+
+  for (const [accept, compressed] of table) {
+    const response = await request(server.url, { path: '/metrics', headers: { 'Accept-Encoding': accept } })
+    t.equal(response.status, 200, `${JSON.stringify(accept)}: 200`)
+    t.equal(response.headers['content-type'], METRICS_CONTENT_TYPE, `${JSON.stringify(accept)}: Content-Type unchanged by compression`)
+    t.equal(response.headers.vary, 'Accept-Encoding', `${JSON.stringify(accept)}: Vary: Accept-Encoding`)
+    t.equal(Number(response.headers['content-length']), response.body.length, `${JSON.stringify(accept)}: Content-Length of the bytes sent`)
+    if (compressed) {
+      t.equal(response.headers['content-encoding'], 'gzip', `${JSON.stringify(accept)}: Content-Encoding: gzip`)
+      t.ok(zlib.gunzipSync(response.body).equals(METRICS_BODY), `${JSON.stringify(accept)}: gunzip gives back the exact exposition`)
+      t.ok(response.body.length < METRICS_BODY.length / 2, `${JSON.stringify(accept)}: and it is smaller`)
+    } else {
+      t.equal(response.headers['content-encoding'], undefined, `${JSON.stringify(accept)}: not compressed`)
+      t.ok(response.body.equals(METRICS_BODY), `${JSON.stringify(accept)}: the plain exposition`)
+    }
+  }
+  const head = await request(server.url, { method: 'HEAD', path: '/metrics', headers: { 'Accept-Encoding': 'gzip' } })
+  const get = await request(server.url, { path: '/metrics', headers: { 'Accept-Encoding': 'gzip' } })
+  t.equal(head.headers['content-length'], get.headers['content-length'], 'HEAD with gzip: Content-Length of the compressed body')
+  const big = 'x'.repeat(4096)
+  const stats = await (async () => {
+    const s = await serve(t, fakeHost({ stats: () => ({ statusCode: 200, body: { filter: 'topics', big } }) }))
+    return request(s.url, { path: '/stats?filter=topics', headers: { 'Accept-Encoding': 'gzip' } })
+  })()
+  t.equal(stats.headers['content-encoding'], 'gzip', 'a large JSON answer is compressed too')
+  t.same(JSON.parse(zlib.gunzipSync(stats.body)), { filter: 'topics', big }, 'and gunzips to the same JSON')
+  const healthz = await request(server.url, { path: '/healthz', headers: { 'Accept-Encoding': 'gzip' } })
+  t.equal(healthz.headers['content-encoding'], undefined, 'a small JSON answer is sent as it is')
+})
+
+t.test('mounted in a broker-owned server: unknown paths are left to the broker', async (t) => {
+  const handler = createHandler(fakeHost({ authToken: 'tok' }))
+  const broker = http.createServer((req, res) => {
+    if (handler(req, res)) return
+    // The broker's own routes and its own 404; the handler must not have touched `res`.
+    const untouched = !res.headersSent && res.getHeaderNames().length === 0 && res.statusCode === 200
+    if (req.url.split('?')[0] === '/admin/ping') {
+      res.end(`pong untouched=${untouched}`)
+    } else {
+      res.statusCode = 404
+      res.end(`broker 404 untouched=${untouched}`)
+    }
+  })
+  await new Promise((resolve) => broker.listen(0, '127.0.0.1', resolve))
+  t.teardown(() => new Promise((resolve) => { broker.closeAllConnections(); broker.close(resolve) }))
+  const url = `http://127.0.0.1:${broker.address().port}`
+
+  const metrics = await request(url, { path: '/metrics', headers: { Authorization: 'Bearer tok' } })
+  t.equal(metrics.status, 200, '/metrics is served by the handler')
+  t.ok(metrics.body.equals(METRICS_BODY), 'with the exposition')
+  t.equal((await request(url, { path: '/metrics' })).status, 401, '/metrics without the token: 401 from the handler')
+  t.equal((await request(url, { method: 'POST', path: '/healthz' })).status, 405, 'POST /healthz: 405 from the handler')
+  const ping = await request(url, { path: '/admin/ping' })
+  t.equal(ping.body.toString(), 'pong untouched=true', 'the broker\'s own route works, res untouched')
+  const missing = await request(url, { path: '/nope' })
+  t.equal(missing.status, 404, 'unknown path: the broker\'s 404')
+  t.equal(missing.body.toString(), 'broker 404 untouched=true', 'the broker\'s own 404 body, res untouched')
+  const long = await request(url, { path: '/admin/ping?' + 'x'.repeat(MAX_URL_LENGTH) })
+  t.equal(long.body.toString(), 'pong untouched=true', 'a long URL on a broker route is the broker\'s business')
+})
+
+t.test('metrics_enabled: false serves nothing and opens no port', async (t) => {
+  const host = fakeHost({
+    enabled: false,
+    metricsBody: () => { throw new Error('must not render') },
+  })
+  const handler = createHandler(host)
+  const untouchable = new Proxy({}, { get: (_, name) => { throw new Error(`res.${String(name)} touched`) } })
+  for (const target of ['/metrics', '/healthz', '/stats?filter=topics', '/nope']) {
+    t.equal(handler({ method: 'GET', url: target, headers: {} }, untouchable), false, `handler returns false for ${target}`)
+  }
+  const originalListen = net.Server.prototype.listen
+  let listens = 0
+  net.Server.prototype.listen = function (...args) { listens++; return originalListen.apply(this, args) }
+  try {
+    await t.rejects(listen(host, { port: 0 }), { code: 'METRICS_DISABLED', message: /metrics_enabled is false/ }, 'listen rejects with METRICS_DISABLED')
+  } finally {
+    net.Server.prototype.listen = originalListen
+  }
+  t.equal(listens, 0, 'no server was asked to listen')
+})
+
+t.test('a throwing host answers 500 and the server keeps serving', async (t) => {
+  const reported = []
+  let fail = true
+  const server = await serve(t, fakeHost({
+    metricsBody: () => { if (fail) throw new Error('renderer exploded'); return METRICS_BODY },
+    healthz: () => { throw 'not even an Error' }, // eslint-disable-line no-throw-literal
+    stats: () => ({ statusCode: 200, body: undefined }), // toJSON(undefined) is not JSON
+    reportError: (error) => reported.push(error),
+  }))
+  const metrics = await request(server.url, { path: '/metrics' })
+  t.equal(metrics.status, 500, '/metrics: 500 when the host throws')
+  t.equal(metrics.headers['content-type'], JSON_TYPE, 'as JSON')
+  t.same(JSON.parse(metrics.body), { error: { code: 'INTERNAL', message: 'internal error: renderer exploded' } }, 'naming the failure')
+  t.equal((await request(server.url, { path: '/healthz' })).status, 500, '/healthz: 500 for a thrown non-Error')
+  t.equal((await request(server.url, { path: '/stats?filter=topics' })).status, 500, '/stats: 500 for a body that is not JSON')
+  t.equal(reported.length, 3, 'each failure reached host.reportError')
+  fail = false
+  t.equal((await request(server.url, { path: '/metrics' })).status, 200, 'the next scrape succeeds: nothing crashed or stalled')
+})
+
+t.test('bad requests never crash or stall the server', async (t) => {
+  const server = await serve(t, fakeHost())
+  const garbage = await raw(server.port, 'THIS IS NOT HTTP\r\n\r\n')
+  t.match(garbage, /^HTTP\/1\.1 400 Bad Request\r\n/, 'unparseable request: 400')
+  t.match(garbage, /\r\n\r\n\{"error":\{"code":"BAD_REQUEST"/, 'with a JSON error body')
+  const huge = await raw(server.port, `GET /metrics HTTP/1.1\r\nHost: x\r\nX-Big: ${'y'.repeat(17 * 1024)}\r\n\r\n`)
+  t.match(huge, /^HTTP\/1\.1 431 Request Header Fields Too Large\r\n/, 'headers over 16 KiB: 431')
+  t.equal((await request(server.url, { path: '/healthz' })).status, 200, 'the server still answers')
+})
+
+t.test('slowloris: a client that never finishes its headers is cut off (headersTimeout 10 s)', async (t) => {
+  const server = await serve(t, fakeHost())
+  const started = Date.now()
+  const answer = await raw(server.port, 'GET /metrics HTTP/1.1\r\nHost: x\r\n', { timeoutMs: 20_000 })
+  const seconds = (Date.now() - started) / 1000
+  t.match(answer, /^HTTP\/1\.1 408 Request Timeout\r\n/, '408 on the raw socket')
+  t.ok(seconds >= 9 && seconds < 13, `closed after ${seconds.toFixed(1)} s (headersTimeout 10 s, checked every second)`)
+})
+
+t.test('listen: options, independence, close()', async (t) => {
+  const host = fakeHost()
+  await t.rejects(listen(host, { port: -1 }), RangeError, 'port -1: RangeError')
+  await t.rejects(listen(host, { port: 65536 }), RangeError, 'port 65536: RangeError')
+  await t.rejects(listen(host, { port: '80' }), TypeError, 'a string port: TypeError')
+  await t.rejects(listen(host, { port: 1.5 }), TypeError, 'a fractional port: TypeError')
+  await t.rejects(listen(host, { port: 0, host: '' }), TypeError, 'an empty host: TypeError')
+
+  const a = await listen(host, { port: 0 })
+  const b = await listen(host, { port: 0 })
+  t.not(a.port, b.port, 'two listens on one host are two servers')
+  t.equal(a.host, '127.0.0.1', 'default host 127.0.0.1')
+  t.equal((await request(a.url, { path: '/healthz' })).status, 200, 'the first answers')
+  t.equal((await request(b.url, { path: '/healthz' })).status, 200, 'the second answers')
+  await t.rejects(listen(host, { port: a.port }), { code: 'EADDRINUSE' }, 'a taken port rejects with EADDRINUSE')
+
+  // A keep-alive connection with no request in flight must not hold close() open.
+  const agent = new http.Agent({ keepAlive: true })
+  await new Promise((resolve, reject) => {
+    http.get(a.url + '/healthz', { agent }, (res) => { res.resume(); res.on('end', resolve) }).on('error', reject)
+  })
+  const started = Date.now()
+  await a.close()
+  t.ok(Date.now() - started < 1000, 'close() does not wait for idle keep-alive sockets')
+  await a.close()
+  t.pass('close() is idempotent')
+  await t.rejects(request(a.url, { path: '/healthz' }), { code: 'ECONNREFUSED' }, 'the port is closed')
+  t.equal((await request(b.url, { path: '/healthz' })).status, 200, 'closing one server leaves the other running')
+  await b.close()
+  agent.destroy()
+})
