@@ -1,0 +1,231 @@
+'use strict'
+// SPEC §13: `npm start` runs a simulated broker that keeps honest books through the public API,
+// serves the three endpoints, passes through soft and read_only in the `degraded` scenario, and
+// stops cleanly (exit 0) after --duration or on SIGTERM. If these fail, the main job is broken:
+// an operator running `npm start` would see faults, wrong numbers, or a process that hangs.
+const t = require('tap')
+const path = require('node:path')
+const net = require('node:net')
+const { spawn } = require('node:child_process')
+const { dist } = require('./helpers')
+
+const DEMO = path.join(dist, 'demo.js')
+const { runDemo, USAGE } = require(DEMO)
+
+/** Every family of the closed allowlist (SPEC §2). */
+const FAMILIES = [
+  'mq_broker_uptime_seconds', 'mq_connections', 'mq_leader_epoch', 'mq_quorum_state',
+  'mq_topic_messages_produced_total', 'mq_topic_messages_delivered_total', 'mq_topic_messages_dropped_total',
+  'mq_topic_messages_dlq_total', 'mq_topic_bytes_total', 'mq_partition_depth', 'mq_partition_last_seq',
+  'mq_group_lag', 'mq_group_in_flight', 'mq_group_retries_total', 'mq_e2e_latency_ms',
+]
+/** Faults honest accounting must never raise (SPEC §4, §5, §6). */
+const HONEST_NEVER = ['CONSERVATION_BROKEN', 'DLQ_WITHOUT_DROP', 'SEQ_REGRESSION', 'IN_FLIGHT_UNDERFLOW', 'ACK_FLOOR_INVALID', 'WRITE_WHILE_READ_ONLY', 'EPOCH_REGRESSION']
+
+/** Starts the demo as a child process; resolves the serving base URL from its output. */
+function startDemo(t, args, { killAfterMs = 30_000 } = {}) {
+  const child = spawn(process.execPath, [DEMO, ...args], { stdio: ['ignore', 'pipe', 'pipe'] })
+  const out = { stdout: '', stderr: '' }
+  child.stdout.setEncoding('utf8').on('data', (d) => (out.stdout += d))
+  child.stderr.setEncoding('utf8').on('data', (d) => (out.stderr += d))
+  const killer = setTimeout(() => child.kill('SIGKILL'), killAfterMs)
+  const exited = new Promise((resolve) => child.on('exit', (code, signal) => {
+    clearTimeout(killer)
+    resolve({ code, signal })
+  }))
+  t.teardown(() => { if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL') })
+  const url = new Promise((resolve, reject) => {
+    const look = () => {
+      const m = /^\s+(http:\/\/\S+)\/metrics$/m.exec(out.stdout)
+      if (m) return resolve(m[1])
+      if (child.exitCode !== null || child.signalCode !== null) return reject(new Error(`demo exited before serving:\n${out.stdout}\n${out.stderr}`))
+      setTimeout(look, 25)
+    }
+    look()
+  })
+  return { child, out, url, exited }
+}
+
+async function get(url) {
+  const res = await fetch(url, { signal: AbortSignal.timeout(2000) })
+  return { status: res.status, body: await res.text() }
+}
+
+/** `name{labels} value` lines of one family, as [labels, value]. */
+function samples(body, name) {
+  const out = []
+  for (const line of body.split('\n')) {
+    const m = /^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})? (\S+)$/.exec(line)
+    if (m && m[1] === name) out.push([m[2] ?? '', Number(m[3])])
+  }
+  return out
+}
+
+function labelOf(labels, key) {
+  const m = new RegExp(`${key}="([^"]*)"`).exec(labels)
+  return m ? m[1] : undefined
+}
+
+t.test('degraded run: live endpoints, quorum cycle, honest books, exits 0 after --duration', async (t) => {
+  const demo = startDemo(t, ['--port', '0', '--duration', '8', '--scenario', 'degraded', '--rate', '2000', '--topics', '3'])
+  const base = await demo.url
+  const workerTopics = /worker thread topics: (.+)$/m.exec(demo.out.stdout)[1].split(', ')
+  t.ok(workerTopics.length >= 1, 'the demo names the topics its worker thread owns')
+
+  // Poll until the process goes away; keep the last good answer of each endpoint.
+  const health = [] // [status, httpStatus] in order seen
+  let metrics, faults, topics
+  let polls = 0
+  const alive = () => demo.child.exitCode === null && demo.child.signalCode === null
+  while (alive()) {
+    try {
+      const h = await get(`${base}/healthz`)
+      const status = JSON.parse(h.body).status
+      const last = health[health.length - 1]
+      if (!last || last[0] !== status) health.push([status, h.status])
+      if (polls++ % 5 === 0) {
+        const [m, f, s] = await Promise.all([get(`${base}/metrics`), get(`${base}/stats?filter=faults`), get(`${base}/stats?filter=topics`)])
+        if (m.status === 200) metrics = m.body
+        if (f.status === 200) faults = JSON.parse(f.body)
+        if (s.status === 200) topics = JSON.parse(s.body)
+      }
+    } catch {
+      // The server closes while the demo shuts down.
+    }
+    await new Promise((r) => setTimeout(r, 100))
+  }
+  const { code, signal } = await demo.exited
+  t.equal(code, 0, `the demo exits 0 by itself after --duration (signal ${signal}; stderr: ${demo.out.stderr})`)
+  t.match(demo.out.stdout, /drained in \d+ ms; worker joined; server closed/, 'it drains, joins the worker and closes the server')
+  t.match(demo.out.stdout, /conservation: residual 0 in every group/, 'its final conservation view shows residual 0')
+
+  const statuses = health.map(([s]) => s)
+  t.ok(health.filter(([s]) => s === 'read_only').every(([, h]) => h === 503), '/healthz answers 503 in read_only')
+  t.ok(health.filter(([s]) => s !== 'read_only').every(([, h]) => h === 200), '/healthz answers 200 when healthy or soft')
+  const soft = statuses.indexOf('soft')
+  const readOnly = statuses.indexOf('read_only', soft)
+  t.ok(soft >= 0 && readOnly > soft && statuses.indexOf('healthy', readOnly) > readOnly,
+    `/healthz passes healthy -> soft -> read_only -> healthy (saw ${statuses.join(' -> ')})`)
+
+  t.ok(metrics, 'a /metrics scrape succeeded')
+  for (const family of FAMILIES) t.match(metrics, new RegExp(`^# TYPE ${family} (gauge|counter)$`, 'm'), `/metrics has the ${family} family`)
+  t.equal(new Set(metrics.split('\n').filter((l) => l.startsWith('# TYPE ')).map((l) => l.split(' ')[2])).size, 15, 'exactly 15 families')
+
+  const dropped = new Map(samples(metrics, 'mq_topic_messages_dropped_total').map(([l, v]) => [labelOf(l, 'topic'), v]))
+  const dlq = samples(metrics, 'mq_topic_messages_dlq_total')
+  t.equal(dlq.length, 3, 'one dlq sample per topic')
+  for (const [labels, value] of dlq) {
+    t.ok(value <= dropped.get(labelOf(labels, 'topic')), `SPEC §4: dlq (${value}) <= dropped (${dropped.get(labelOf(labels, 'topic'))}) for ${labels}`)
+  }
+  t.ok([...dropped.values()].reduce((a, b) => a + b, 0) > 0, 'messages past max_attempts were dropped (the retry path ran)')
+  const epoch = samples(metrics, 'mq_leader_epoch')
+  t.ok(epoch.length === 1 && epoch[0][1] >= 2, 'a new leader epoch after read_only')
+
+  const latency = Object.fromEntries(samples(metrics, 'mq_e2e_latency_ms').map(([l, v]) => [labelOf(l, 'quantile'), v]))
+  t.same(Object.keys(latency).sort(), ['p50', 'p90', 'p99'], 'the latency estimator has samples')
+  t.ok(latency.p50 > 0 && latency.p50 <= latency.p90 && latency.p90 <= latency.p99, `p50 <= p90 <= p99 (${JSON.stringify(latency)})`)
+
+  for (const name of workerTopics) {
+    const topic = topics.topics.find((x) => x.topic === name)
+    t.ok(topic && topic.produced > 0, `worker-owned topic ${name} recorded produced > 0 through attachSurface`)
+  }
+  t.ok(faults, 'a /stats?filter=faults read succeeded')
+  for (const code of HONEST_NEVER) t.notOk(faults.counts[code], `no ${code} fault on honest traffic`)
+  t.equal(faults.total, 0, `no fault at all (counts: ${JSON.stringify(faults.counts)})`)
+  t.notMatch(demo.out.stderr, /fault:/, 'no fault printed')
+})
+
+t.test('SIGTERM: stops producing, drains, closes the server, exits 0', async (t) => {
+  const demo = startDemo(t, ['--port', '0', '--topics', '2', '--rate', '1000'])
+  const base = await demo.url
+  t.match(demo.out.stdout, /press Ctrl-C to stop/, 'without --duration it runs until a signal')
+  await new Promise((r) => setTimeout(r, 1500))
+  const m = await get(`${base}/metrics`)
+  t.equal(m.status, 200, 'serving /metrics before the signal')
+  demo.child.kill('SIGTERM')
+  const { code, signal } = await demo.exited
+  t.equal(code, 0, `SIGTERM → exit 0 (signal ${signal}; stderr: ${demo.out.stderr})`)
+  t.match(demo.out.stdout, /stopping \(SIGTERM\)/, 'it says why it stops')
+  t.match(demo.out.stdout, /conservation: residual 0 in every group/)
+  await t.rejects(get(`${base}/metrics`), 'the server is closed after exit')
+})
+
+t.test('usage errors exit 64 with the usage on stderr', async (t) => {
+  const cases = [
+    [['--bogus'], /unknown flag --bogus/],
+    [['stray'], /unexpected argument/],
+    [['--scenario', 'chaos'], /--scenario must be one of steady, degraded/],
+    [['--rate', '-5'], /--rate must be a number greater than 0/],
+    [['--rate', 'fast'], /--rate must be a number/],
+    [['--port', '70000'], /--port must be an integer from 0 to 65535/],
+    [['--topics', '0'], /--topics must be an integer from 1/],
+    [['--duration'], /--duration needs a value/],
+    [['--duration', '0'], /--duration must be a number greater than 0/],
+    [['--port=1', '--port=2'], /given more than once/],
+  ]
+  await Promise.all(cases.map(async ([args, message]) => {
+    const demo = startDemo(t, args, { killAfterMs: 10_000 })
+    demo.url.catch(() => {})
+    const { code } = await demo.exited
+    t.equal(code, 64, `${args.join(' ')} → exit 64`)
+    t.match(demo.out.stderr, message, `${args.join(' ')} → names the problem`)
+    t.ok(demo.out.stderr.includes('usage: mq-demo'), `${args.join(' ')} → usage on stderr`)
+  }))
+  const help = startDemo(t, ['--help'], { killAfterMs: 10_000 })
+  help.url.catch(() => {})
+  t.same(await help.exited, { code: 0, signal: null }, '--help exits 0')
+  t.equal(help.out.stdout, USAGE, '--help prints the usage on stdout')
+})
+
+t.test('a port in use: one clear line, exit 1', async (t) => {
+  const blocker = net.createServer()
+  await new Promise((r) => blocker.listen(0, '127.0.0.1', r))
+  t.teardown(() => blocker.close())
+  const { port } = blocker.address()
+  const demo = startDemo(t, ['--port', String(port), '--duration', '2'], { killAfterMs: 10_000 })
+  demo.url.catch(() => {})
+  const { code } = await demo.exited
+  t.equal(code, 1, 'exit 1')
+  t.equal(demo.out.stderr, `mq-demo: cannot listen on 127.0.0.1:${port}: address already in use (pick another --port, or --port 0 for a free one)\n`)
+})
+
+t.test('in process: runDemo keeps exact books — after the drain every group has residual 0, quiet', async (t) => {
+  const demo = await runDemo({ port: 0, duration: 3, topics: 2, rate: 3000, scenario: 'steady', quiet: true })
+  t.same(demo.topics, { main: ['orders'], worker: ['payments'] }, 'one topic on the main thread, one in the worker')
+  const health = await get(`${demo.url}/healthz`)
+  t.equal(health.status, 200)
+  const result = await demo.done
+  t.equal(result.reason, 'duration')
+  t.equal(result.error, undefined)
+  t.ok(result.drained, 'consumers settled every message before the drain bound')
+  t.same(result.faults, {}, 'no fault of any kind')
+  t.ok(result.totals.produced > 3000, `produced ${result.totals.produced} messages`)
+  t.equal(result.totals.delivered + result.totals.dropped, 2 * result.totals.produced, 'each group settled each message exactly once')
+  t.ok(result.totals.dlq <= result.totals.dropped)
+  t.equal(result.conservation.topics.length, 2)
+  for (const topic of result.conservation.topics) {
+    t.ok(topic.dlq_within_dropped, `${topic.topic}: dlq within dropped`)
+    t.equal(topic.groups.length, 2, `${topic.topic}: two consumer groups`)
+    for (const group of topic.groups) {
+      const where = `${topic.topic}/${group.group}`
+      t.equal(group.residual, 0, `${where}: residual 0`)
+      t.equal(group.quiet, true, `${where}: quiet after the drain`)
+      t.equal(group.depth, 0, `${where}: depth 0 after the drain`)
+      t.equal(Number(group.delivered) + Number(group.dropped), Number(topic.produced), `${where}: delivered + dropped = produced`)
+    }
+  }
+  t.same(await demo.stop(), result, 'stop() after the end returns the same result')
+})
+
+t.test('runDemo validates its options like the flags', async (t) => {
+  const cases = [
+    [{ scenario: 'chaos' }, /--scenario/],
+    [{ rate: 0 }, /--rate/],
+    [{ topics: 1.5 }, /--topics/],
+    [{ port: -1 }, /--port/],
+    [{ colour: true }, /unknown option "colour"/],
+  ]
+  for (const [options, message] of cases) {
+    await t.rejects(runDemo({ quiet: true, ...options }), { name: 'UsageError', message }, JSON.stringify(options))
+  }
+})
