@@ -4,8 +4,10 @@
 //   residual_g = Δproduced − Δdelivered_g − Δdropped_g − Δdepth_g     (0 for honest accounting)
 //
 // where depth_g = Σ_p (last_seq_p − ack_floor_{g,p}) counts every message g has not settled. The
-// identity only has to hold in a quiet window: a delivery is counted before its ack floor moves,
-// so a busy group shows transient non-zero residuals. A quiet, non-zero residual is a fault
+// identity only has to hold in a quiet window: between a settlement's ackFloor() and its
+// delivered()/dropped() call (or while a producer in another thread is between its two writes)
+// a busy group shows transient non-zero residuals. The baseline itself is taken only in a quiet,
+// stable moment, so a transient can never be frozen into it. A quiet, non-zero residual is a fault
 // (`CONSERVATION_BROKEN`), raised once per episode rather than once per scrape.
 import type { FaultRecord } from './faults'
 import type { Count, GroupSnapshot, Snapshot, TopicSnapshot } from './snapshot'
@@ -17,8 +19,11 @@ export interface ConservationGroup {
   delivered: Count
   dropped: Count
   depth: number
-  /** Δproduced − Δdelivered − Δdropped − Δdepth since the group was first seen. */
-  residual: number | bigint
+  /**
+   * Δproduced − Δdelivered − Δdropped − Δdepth since the group's baseline; null until a baseline
+   * was taken (the first quiet, stable moment after the group was first seen).
+   */
+  residual: number | bigint | null
   /** The group had nothing in flight and its numbers were stable across a re-read. */
   quiet: boolean
 }
@@ -77,12 +82,21 @@ export class ConservationChecker {
       const groups: ConservationGroup[] = []
       for (const group of topic.groups) {
         let baseline = this.#baselines.get(group.key)
+        let quiet = group.inFlight === 0
         if (baseline === undefined) {
+          // Only a quiet moment that a re-read confirms is a trustworthy starting point.
+          if (quiet) {
+            fresh ??= reread(topic)
+            quiet = sameNumbers(topic, group, fresh)
+          }
+          if (!quiet) {
+            groups.push({ group: group.name, label: group.label, delivered: group.delivered, dropped: group.dropped, depth: group.depth, residual: null, quiet })
+            continue
+          }
           baseline = { produced: topic.produced, delivered: group.delivered, dropped: group.dropped, depth: group.depth }
           this.#baselines.set(group.key, baseline)
         }
         const residual = residualOf(baseline, topic.produced, group)
-        let quiet = group.inFlight === 0
         if (isZero(residual)) {
           this.#broken.delete(group.key) // the episode, if any, is over
         } else if (quiet) {

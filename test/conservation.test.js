@@ -1,6 +1,11 @@
 'use strict'
 // The conservation checker (SPEC §4) against hand-built snapshots, so each case states its numbers
 // exactly. Run `npx tsc -p tsconfig.json` first (it tests dist/conservation.js).
+//
+// A group's baseline is taken at the first check in which it is quiet (nothing in flight) AND a
+// re-read of its topic shows the same numbers; until then its row has residual null, quiet false,
+// and no fault can be raised. So a check that takes a baseline costs one re-read of the topic
+// (shared by every group of the topic that takes its baseline or needs a re-read in that check).
 const t = require('tap')
 const { ConservationChecker } = require('../dist/conservation.js')
 
@@ -99,7 +104,7 @@ function groupRow(report, topic, group) {
 }
 
 t.test('honest accounting over a scripted workload has residual 0 and no fault in every window', async (t) => {
-  const { check, faults } = checker()
+  const { check, faults, rereads } = checker()
   const orders = model('orders', 4)
   const billing = addGroup(orders, 'billing')
   const audit = addGroup(orders, 'audit')
@@ -125,6 +130,7 @@ t.test('honest accounting over a scripted workload has residual 0 and no fault i
     }
   }
   t.same(faults, [], 'honest accounting never raises CONSERVATION_BROKEN')
+  t.same(rereads, ['orders'], 'one re-read, at the first check, to confirm the baseline of both groups; a zero residual costs none after')
 })
 
 t.test('a group with no consumers yet counts everything produced as its depth', async (t) => {
@@ -141,16 +147,19 @@ t.test('a group with no consumers yet counts everything produced as its depth', 
   t.same(faults, [])
 })
 
-t.test('the baseline is taken when a topic or group is first seen', async (t) => {
-  const { check, faults } = checker()
+t.test('the baseline is taken at the first quiet, stable sight of a topic or group', async (t) => {
+  const { check, faults, rereads } = checker()
   const topic = model('midstream', 2)
   // Numbers that do not satisfy the identity from zero (e.g. counted before a restart of the
-  // checker, or a floor set from persisted state): first sight must still show residual 0.
+  // checker, or a floor set from persisted state): a quiet, stable first sight must still show
+  // residual 0, because the baseline is taken right there.
   produce(topic, 0, 50)
   produce(topic, 1, 50)
   const early = addGroup(topic, 'early', { delivered: 1234, dropped: 17, floors: [10, 20] })
   let report = check(snapshotOf(topic))
-  t.equal(groupRow(report, 'midstream', 'early').residual, 0, 'a group first seen with non-zero values has residual 0')
+  t.equal(groupRow(report, 'midstream', 'early').residual, 0, 'a group first seen (quiet, stable) with non-zero values has residual 0')
+  t.equal(groupRow(report, 'midstream', 'early').quiet, true)
+  t.same(rereads, ['midstream'], 'taking the baseline cost one re-read (it confirmed the first sight was stable)')
 
   const late = addGroup(topic, 'late', { delivered: 999, floors: [40, 0] })
   produce(topic, 0, 5)
@@ -158,10 +167,12 @@ t.test('the baseline is taken when a topic or group is first seen', async (t) =>
   report = check(snapshotOf(topic))
   t.equal(groupRow(report, 'midstream', 'late').residual, 0, 'a group added later is measured from its own first sight, not the topic\'s')
   t.equal(groupRow(report, 'midstream', 'early').residual, 0, 'the earlier group keeps its baseline')
+  t.same(rereads, ['midstream', 'midstream'], 'the late group\'s baseline cost one more re-read of the topic')
 
   settle(topic, late, 1, 30, 3)
   report = check(snapshotOf(topic))
   t.equal(groupRow(report, 'midstream', 'late').residual, 0, 'later honest progress keeps residual 0')
+  t.same(rereads, ['midstream', 'midstream'], 'both baselines taken, zero residuals: no further re-read')
   t.same(faults, [])
 })
 
@@ -217,7 +228,8 @@ t.test('a non-zero residual with messages in flight is not a fault', async (t) =
   const topic = model('busy', 1)
   const g = addGroup(topic, 'workers')
   produce(topic, 0, 10)
-  check(snapshotOf(topic))
+  check(snapshotOf(topic)) // quiet and stable: the baseline is taken here
+  t.same(rereads, ['busy'], 'the first (quiet) check re-reads once to take the baseline')
   // A delivery counted before its ack floor moved: transient, expected while busy.
   g.delivered += 2
   g.inFlight = 3
@@ -225,36 +237,170 @@ t.test('a non-zero residual with messages in flight is not a fault', async (t) =
   t.equal(groupRow(report, 'busy', 'workers').residual, -2, 'the transient residual is reported')
   t.equal(groupRow(report, 'busy', 'workers').quiet, false, 'not quiet: 3 in flight')
   t.same(faults, [], 'no fault outside a quiet window')
-  t.same(rereads, [], 'no re-read is needed for a busy group')
+  t.same(rereads, ['busy'], 'no re-read is needed for a busy group (only the baseline\'s, from the first check)')
 })
 
+// Re-reads that differ from the first read: something moved in between.
+const RACES = [
+  ['a producer appended meanwhile', (ts) => ({ ...ts, produced: ts.produced + 1 })],
+  ['a delivery was counted meanwhile', (ts) => ({ ...ts, groups: ts.groups.map((g) => ({ ...g, delivered: g.delivered + 1 })) })],
+  ['a drop was counted meanwhile', (ts) => ({ ...ts, groups: ts.groups.map((g) => ({ ...g, dropped: g.dropped + 1 })) })],
+  ['an ack floor moved meanwhile', (ts) => ({ ...ts, groups: ts.groups.map((g) => ({ ...g, depth: g.depth - 1 })) })],
+  ['a dispatch started meanwhile', (ts) => ({ ...ts, groups: ts.groups.map((g) => ({ ...g, inFlight: 1 })) })],
+  ['the group was removed meanwhile', (ts) => ({ ...ts, groups: [] })],
+  ['the topic was removed and created again', (ts) => ({ ...ts, key: {} })],
+]
+
 t.test('the re-read protects against a concurrent writer between two reads', async (t) => {
-  const cases = [
-    ['a producer appended meanwhile', (ts) => ({ ...ts, produced: ts.produced + 1 })],
-    ['a delivery was counted meanwhile', (ts) => ({ ...ts, groups: ts.groups.map((g) => ({ ...g, delivered: g.delivered + 1 })) })],
-    ['a drop was counted meanwhile', (ts) => ({ ...ts, groups: ts.groups.map((g) => ({ ...g, dropped: g.dropped + 1 })) })],
-    ['an ack floor moved meanwhile', (ts) => ({ ...ts, groups: ts.groups.map((g) => ({ ...g, depth: g.depth - 1 })) })],
-    ['a dispatch started meanwhile', (ts) => ({ ...ts, groups: ts.groups.map((g) => ({ ...g, inFlight: 1 })) })],
-    ['the group was removed meanwhile', (ts) => ({ ...ts, groups: [] })],
-    ['the topic was removed and created again', (ts) => ({ ...ts, key: {} })],
-  ]
-  for (const [name, reread] of cases) {
+  for (const [name, reread] of RACES) {
     const { check, faults, rereads } = checker()
     const topic = model('race', 1)
     const a = addGroup(topic, 'a')
     const b = addGroup(topic, 'b')
     produce(topic, 0, 10)
-    check(snapshotOf(topic))
+    check(snapshotOf(topic)) // quiet and stable: both baselines are taken here
+    t.same(rereads, ['race'], `${name}: taking both baselines cost one re-read, shared by the two groups`)
     a.delivered += 1 // both groups look broken in the first read
     b.delivered += 1
     const report = check(snapshotOf(topic), reread)
     t.same(faults, [], `${name}: no fault when the re-read differs`)
     t.equal(groupRow(report, 'race', 'a').quiet, false, `${name}: the window is reported as not quiet`)
-    t.same(rereads, ['race'], `${name}: one re-read per topic, shared by its groups`)
+    t.equal(groupRow(report, 'race', 'b').quiet, false, `${name}: for both groups`)
+    t.same(rereads.slice(1), ['race'], `${name}: one re-read per topic in this check, shared by its groups`)
   }
 })
 
-t.test('the re-read runs only for a quiet non-zero residual', async (t) => {
+t.test('a group first seen busy has no baseline until a quiet, stable check', async (t) => {
+  const { check, faults, rereads } = checker()
+  const topic = model('warmup', 1)
+  const busy = addGroup(topic, 'busy')
+  addGroup(topic, 'calm')
+  produce(topic, 0, 10)
+  // First sight mid-settlement: 2 deliveries counted, their ack floor not moved yet, 3 in flight.
+  busy.delivered += 2
+  busy.inFlight = 3
+  let report = check(snapshotOf(topic))
+  t.strictSame(groupRow(report, 'warmup', 'busy'), { group: 'busy', label: 'busy', delivered: 2, dropped: 0, depth: 10, residual: null, quiet: false },
+    'busy at first sight: no baseline (residual null), not quiet; its numbers are still shown')
+  t.equal(groupRow(report, 'warmup', 'calm').residual, 0, 'a quiet group of the same topic takes its baseline meanwhile')
+  t.equal(groupRow(report, 'warmup', 'calm').quiet, true)
+  t.same(rereads, ['warmup'], 'one re-read, for the quiet group\'s baseline; the busy group needs none')
+  t.same(faults, [], 'no fault without a baseline')
+
+  // Still busy, numbers moving and transiently off (a delivery counted before its floor moved).
+  busy.floors[0] += 2
+  busy.delivered += 1
+  report = check(snapshotOf(topic))
+  t.equal(groupRow(report, 'warmup', 'busy').residual, null, 'still busy: still no baseline')
+  t.equal(groupRow(report, 'warmup', 'busy').quiet, false)
+  t.same(rereads, ['warmup'], 'no re-read: the busy group cannot take a baseline, the calm one has residual 0')
+  t.same(faults, [])
+
+  // The settlement finishes: quiet, and the re-read confirms it.
+  busy.floors[0] += 1
+  busy.inFlight = 0
+  report = check(snapshotOf(topic))
+  t.equal(groupRow(report, 'warmup', 'busy').residual, 0, 'the first quiet, stable check takes the baseline: residual 0')
+  t.equal(groupRow(report, 'warmup', 'busy').quiet, true)
+  t.same(rereads, ['warmup', 'warmup'], 'taking it cost one re-read')
+
+  for (let i = 0; i < 3; i++) {
+    produce(topic, 0, 4)
+    settle(topic, busy, 0, 2, 1)
+    report = check(snapshotOf(topic))
+    t.equal(groupRow(report, 'warmup', 'busy').residual, 0, `honest progress ${i}: residual 0 from then on`)
+    t.equal(groupRow(report, 'warmup', 'busy').quiet, true)
+  }
+  t.same(rereads, ['warmup', 'warmup'], 'zero residuals: no further re-read')
+  t.same(faults, [], 'no fault at any point (a baseline frozen at first sight would have shown residual 2 here)')
+
+  // The baseline is a real one: a break after it is measured exactly and raised.
+  busy.floors[0] += 1 // the floor passes a message nobody delivered or dropped
+  report = check(snapshotOf(topic))
+  t.equal(groupRow(report, 'warmup', 'busy').residual, 1)
+  t.equal(faults.length, 1)
+  t.match(faults[0], { code: 'CONSERVATION_BROKEN', labels: { topic: 'warmup', group: 'busy' } })
+})
+
+t.test('a group first seen quiet whose re-read differs gets its baseline at the next stable quiet check', async (t) => {
+  for (const [name, reread] of RACES) {
+    const { check, faults, rereads } = checker()
+    const topic = model('race', 1)
+    const a = addGroup(topic, 'a', { delivered: 4, floors: [4] })
+    addGroup(topic, 'b')
+    produce(topic, 0, 10)
+    let report = check(snapshotOf(topic), reread) // a concurrent writer moves between the two reads
+    for (const g of ['a', 'b']) {
+      t.equal(groupRow(report, 'race', g).residual, null, `${name}: ${g} takes no baseline from an unstable first sight`)
+      t.equal(groupRow(report, 'race', g).quiet, false, `${name}: ${g} is reported as not quiet`)
+    }
+    t.same(rereads, ['race'], `${name}: one re-read, shared by both groups`)
+    t.same(faults, [], `${name}: no fault without a baseline`)
+
+    report = check(snapshotOf(topic)) // the writer is done: quiet and stable
+    for (const g of ['a', 'b']) {
+      t.equal(groupRow(report, 'race', g).residual, 0, `${name}: ${g} takes its baseline at the next stable quiet check`)
+      t.equal(groupRow(report, 'race', g).quiet, true, `${name}: ${g} is quiet`)
+    }
+    t.same(rereads, ['race', 'race'], `${name}: taking both baselines cost one more re-read`)
+
+    produce(topic, 0, 2)
+    settle(topic, a, 0, 3)
+    report = check(snapshotOf(topic))
+    t.same([groupRow(report, 'race', 'a').residual, groupRow(report, 'race', 'b').residual], [0, 0], `${name}: honest progress keeps residual 0`)
+    t.same(rereads, ['race', 'race'], `${name}: and costs no re-read`)
+
+    a.floors[0] += 1 // broken after the baseline: measured from it, exactly
+    report = check(snapshotOf(topic))
+    t.equal(groupRow(report, 'race', 'a').residual, 1, `${name}: a break after the baseline shows exactly`)
+    t.equal(faults.length, 1, `${name}: and is raised`)
+  }
+})
+
+t.test('regression: a settlement half-recorded at first sight never becomes a permanent CONSERVATION_BROKEN', async (t) => {
+  // A worker thread settles 2 messages in two writes (counter and ack floor, in either order). The
+  // checker's first read lands between them, with nothing in flight any more, and the second write
+  // lands before the re-read. Freezing that first read into the baseline would leave residual ±2
+  // in every quiet window after it: a false CONSERVATION_BROKEN for ever.
+  const orders = [
+    ['delivered counted, ack floor not yet moved', (g) => { g.delivered += 2 }, (g) => { g.floors[0] += 2 }, 10],
+    ['ack floor moved, delivered not yet counted', (g) => { g.floors[0] += 2 }, (g) => { g.delivered += 2 }, 8],
+  ]
+  for (const [name, first, second, depthSeen] of orders) {
+    const { check, faults, rereads } = checker()
+    const topic = model('settling', 1)
+    const g = addGroup(topic, 'workers')
+    produce(topic, 0, 10)
+    first(g)
+    // The worker finishes the settlement between the two reads, and in any case before the next
+    // check (so the model moves on even for a checker that does not re-read).
+    let finished = false
+    const finish = () => { if (!finished) { finished = true; second(g) } }
+    let report = check(snapshotOf(topic), () => {
+      finish()
+      return topicSnapshot(topic)
+    })
+    finish()
+    t.strictSame(groupRow(report, 'settling', 'workers'), {
+      group: 'workers', label: 'workers', delivered: name.startsWith('delivered') ? 2 : 0, dropped: 0, depth: depthSeen, residual: null, quiet: false,
+    }, `${name}: the half-recorded settlement is not taken as the baseline`)
+    t.same(rereads, ['settling'], `${name}: one re-read, which saw the numbers move`)
+
+    for (let i = 0; i < 5; i++) {
+      if (i > 0) {
+        produce(topic, 0, 3)
+        settle(topic, g, 0, 3)
+      }
+      report = check(snapshotOf(topic))
+      t.equal(groupRow(report, 'settling', 'workers').residual, 0, `${name}: check ${i + 2} has residual 0`)
+      t.equal(groupRow(report, 'settling', 'workers').quiet, true, `${name}: check ${i + 2} is quiet`)
+    }
+    t.same(rereads, ['settling', 'settling'], `${name}: the baseline was taken at the next check, confirmed by one re-read`)
+    t.same(faults, [], `${name}: no CONSERVATION_BROKEN, then or ever after`)
+  }
+})
+
+t.test('once the baseline is taken, the re-read runs only for a quiet non-zero residual', async (t) => {
   const { check, rereads } = checker()
   const topic = model('calm', 2)
   addGroup(topic, 'g')
@@ -262,7 +408,7 @@ t.test('the re-read runs only for a quiet non-zero residual', async (t) => {
     produce(topic, i % 2, 4)
     check(snapshotOf(topic))
   }
-  t.same(rereads, [], 'a zero residual costs no second read')
+  t.same(rereads, ['calm'], 'only the first check re-reads (to take the baseline); a zero residual costs no second read')
 })
 
 t.test('dlq_within_dropped per topic', async (t) => {

@@ -129,16 +129,20 @@ t.test('latency view', async (t) => {
 })
 
 t.test('conservation view', async (t) => {
+  // context() runs a fresh checker once, with a re-read that sees the same numbers: every group is
+  // at first sight, so a quiet one takes its baseline there and a busy one (g.1, 2 in flight) not.
   const view = statsView('conservation', {}, context())
   t.equal(view.filter, 'conservation')
   t.strictSame(view.topics[0], {
     topic: 'a.b', label: 'a_b', produced: U64_MAX, dropped: 4, dlq: 3, dlq_within_dropped: true,
     groups: [
-      { group: 'g.1', label: 'g_1', delivered: 20, dropped: 3, depth: 15, residual: 0, quiet: false },
+      { group: 'g.1', label: 'g_1', delivered: 20, dropped: 3, depth: 15, residual: null, quiet: false },
       { group: 'g/1', label: 'g_1', delivered: 10, dropped: 1, depth: 35, residual: 0, quiet: true },
     ],
-  }, 'first sight: residual 0; quiet only without in-flight messages')
+  }, 'first sight: a busy group has no baseline yet (residual null, not quiet); a quiet, stable one has residual 0')
   t.equal(view.topics.length, 3)
+  t.strictSame(view.topics.slice(1).map((x) => x.groups.map((g) => [g.residual, g.quiet])), [[[0, true]], [[0, true]]], 'the quiet groups of the other topics: residual 0')
+  t.match(toJSON(view), /"group":"g\.1","label":"g_1","delivered":20,"dropped":3,"depth":15,"residual":null,"quiet":false\}/, 'a missing baseline is JSON null')
 })
 
 t.test('faults view', async (t) => {
