@@ -5,7 +5,7 @@
 // across threads (in_flight, the dlq credit) use Atomics on the shared row.
 import { FatalInvariantError, RemovedTopicError } from './errors'
 import { describe, validateName } from './labels'
-import { C_QUORUM, SHARED_ROW, SLOTS_PER_CHUNK, acquire, release } from './memory'
+import { C_NEXT_ROW, C_QUORUM, MAX_ROWS, Memory, SHARED_ROW, SLOTS_PER_CHUNK, acquire, release } from './memory'
 import { MAX_IN_FLIGHT_LIMIT } from './config'
 import {
   G_DELIVERED, G_DLQ, G_DROPPED, G_IN_FLIGHT, G_LOCK, G_RETRIES, GroupEntity, Registry, TopicEntity,
@@ -15,6 +15,40 @@ export type FaultSink = (code: string, metric: string, labels: Record<string, st
 
 const MAX_SAFE = Number.MAX_SAFE_INTEGER
 const MAX_PARTITION = 0x7fffffff
+// A slot's chunk and its index in it, as a shift and a mask (slots are < 2^31). A const enum, so
+// the compiler writes the numbers in place: produced() must stay under V8's 460-byte inlining
+// limit for bytecode, and each module-level const costs a context load and a hole check there.
+const enum Chunk {
+  Shift = 13,
+  Mask = (1 << 13) - 1,
+}
+if (1 << Chunk.Shift !== SLOTS_PER_CHUNK) throw new Error('internal: Chunk.Shift does not match SLOTS_PER_CHUNK')
+
+// A group's cells, as offsets from its slot: registry.ts's G_* written in place. Read through the
+// import, each offset is a load from the other module's exports object (TypeScript assigns each
+// export twice, so V8 cannot treat it as a constant): delivered() measured 4.0 → 3.5 ns without.
+const enum GroupCell {
+  Delivered = 0,
+  Dropped = 1,
+  Dlq = 2,
+  Retries = 3,
+  InFlight = 4,
+}
+if (
+  GroupCell.Delivered !== G_DELIVERED || GroupCell.Dropped !== G_DROPPED || GroupCell.Dlq !== G_DLQ ||
+  GroupCell.Retries !== G_RETRIES || GroupCell.InFlight !== G_IN_FLIGHT
+) {
+  throw new Error('internal: the group cell offsets differ from registry.ts')
+}
+
+/**
+ * SPEC §5: the test the hot path runs inline; false ⇔ checkCount throws. Measured the same as
+ * `Number.isSafeInteger(value) && value >= 0` in a delivered()-shaped loop (3.4 ns both); what
+ * pays is keeping the throwing half (checkCount, with its messages) out of the inlined body.
+ */
+function isCount(value: unknown): value is number {
+  return typeof value === 'number' && value >= 0 && value <= MAX_SAFE && Math.floor(value) === value
+}
 
 /** SPEC §5: counter increments and sequence numbers are non-negative safe integers. */
 function checkCount(what: string, value: unknown): number {
@@ -23,6 +57,13 @@ function checkCount(what: string, value: unknown): number {
     throw new RangeError(`${what} must be a non-negative integer no larger than 2^53 - 1, got ${describe(value)}`)
   }
   return value
+}
+
+/** Throws the error for the first of produced()'s counts that is not one (the cold half of the check). */
+function checkProduced(seq: unknown, bytes: unknown, count: unknown): void {
+  checkCount('seq', seq)
+  checkCount('bytes', bytes)
+  checkCount('count', count)
 }
 
 function checkPartition(value: unknown): number {
@@ -40,6 +81,15 @@ export class Recorder {
   readonly fault: FaultSink
   readonly #topics = new Map<string, Topic>()
   readonly #control: Int32Array
+  /**
+   * By chunk number: this thread's row chunk and the shared row's, filled in as handles resolve
+   * their slots. Handles keep a slot number per partition and per ack floor and find the cells
+   * here, rather than one small object per cell: 8 bytes instead of ~56 per partition and ~48
+   * per floor (measured at 4,348 topics × 16 partitions × 2 groups: 10.6 MB of cell objects,
+   * 57 B per sample, gone).
+   */
+  readonly rowChunks: Float64Array[] = []
+  readonly sharedChunks: Float64Array[] = []
 
   constructor(registry: Registry, row: number, fault: FaultSink) {
     this.registry = registry
@@ -66,15 +116,22 @@ export class Recorder {
     return this.#control[C_QUORUM] === 2
   }
 
+  /** Makes `rowChunks` and `sharedChunks` hold the chunk of `slot` (allocating it if need be). */
+  resolveChunk(slot: number): void {
+    const c = slot >>> Chunk.Shift
+    if (this.rowChunks[c] === undefined) this.rowChunks[c] = this.registry.memory.rowChunk(this.row, c, true)!
+    if (this.sharedChunks[c] === undefined) this.sharedChunks[c] = this.registry.memory.rowChunk(SHARED_ROW, c, true)!
+  }
+
   /** This thread's row cells for a block, and the block's index in them. */
   cells(slot: number): [Float64Array, number] {
-    const c = Math.floor(slot / SLOTS_PER_CHUNK)
-    return [this.registry.memory.rowChunk(this.row, c, true)!, slot % SLOTS_PER_CHUNK]
+    this.resolveChunk(slot)
+    return [this.rowChunks[slot >>> Chunk.Shift], slot & Chunk.Mask]
   }
 
   sharedCells(slot: number): [Float64Array, number] {
-    const c = Math.floor(slot / SLOTS_PER_CHUNK)
-    return [this.registry.memory.rowChunk(SHARED_ROW, c, true)!, slot % SLOTS_PER_CHUNK]
+    this.resolveChunk(slot)
+    return [this.sharedChunks[slot >>> Chunk.Shift], slot & Chunk.Mask]
   }
 
   /** Adds to a row cell; past 2^53 the excess moves to the log so the total stays exact. */
@@ -85,15 +142,6 @@ export class Recorder {
   }
 }
 
-class PartitionCells {
-  constructor(
-    readonly partition: number,
-    readonly row: Float64Array, // this thread's last_seq cell
-    readonly index: number,
-    readonly hint: Float64Array, // shared: highest last_seq any thread wrote
-  ) {}
-}
-
 export class Topic {
   readonly name: string
   readonly entity: TopicEntity
@@ -101,8 +149,17 @@ export class Topic {
   readonly #row: Float64Array
   readonly #index: number
   readonly #tag: Float64Array
+  readonly #id: number // entity.id, one hop closer: the liveness check runs on every call
+  readonly #control: Int32Array // for the read_only check without a call through the recorder
   readonly #slot: number
-  #partitions: (PartitionCells | undefined)[] = []
+  /**
+   * By partition number: the slot of its last_seq cell, once resolved in this thread. The cell
+   * is rowChunks[slot >>> Chunk.Shift][slot & Chunk.Mask] (this thread's last_seq); the same
+   * place in sharedChunks is the hint: the highest last_seq any thread wrote.
+   */
+  readonly #lastSeqSlots: number[] = []
+  readonly #rowChunks: Float64Array[]
+  readonly #sharedChunks: Float64Array[]
   readonly #groups = new Map<string, Group>()
 
   constructor(recorder: Recorder, entity: TopicEntity) {
@@ -110,13 +167,22 @@ export class Topic {
     this.entity = entity
     this.#recorder = recorder
     this.#slot = entity.slot
+    this.#id = entity.id
+    this.#control = recorder.registry.memory.control
+    this.#rowChunks = recorder.rowChunks
+    this.#sharedChunks = recorder.sharedChunks
     ;[this.#row, this.#index] = recorder.cells(entity.slot)
     ;[this.#tag] = recorder.sharedCells(entity.slot)
   }
 
   /** Throws when the topic was removed (its slots may already belong to another topic). */
   alive(): void {
-    if (this.#tag[this.#index] !== this.entity.id) throw new RemovedTopicError(this.name)
+    if (this.#tag[this.#index] !== this.#id) throw new RemovedTopicError(this.name)
+  }
+
+  /** Where a group handle checks this topic's liveness itself (no call, no chain of fields). */
+  liveness(): [Float64Array, number, number] {
+    return [this.#tag, this.#index, this.#id]
   }
 
   /**
@@ -125,34 +191,63 @@ export class Topic {
    * Measured cost: see bench/ (target ≤ 15 ns).
    */
   produced(partition: number, seq: number, bytes: number, count = 1): boolean {
-    checkCount('seq', seq)
-    checkCount('bytes', bytes)
-    checkCount('count', count)
-    this.alive()
-    const recorder = this.#recorder
-    let cells = this.#partitions[partition]
-    if (recorder.readOnly()) {
-      // SPEC §6: in read_only the consumer-visible ceiling freezes; the write is refused and
-      // changes nothing — not even a partition's first appearance.
-      checkPartition(partition)
-      const previous = cells === undefined ? this.lastSeqKnown(partition) : this.#lastSeq(cells)
-      recorder.fault('WRITE_WHILE_READ_ONLY', 'mq_partition_last_seq', this.#labels(partition), previous, seq)
-      return false
+    // One flat body with a single fast path (measured 14.5 → 9.8 ns): the checks are inline
+    // tests whose throwing halves live in cold functions, the liveness and read_only cells are
+    // read straight from fields (a plain Int32Array read of the quorum cell: a tier change a
+    // moment old is tolerated, as before), and both counters are written only once they are
+    // known to stay below 2^53 — else the folding path below. Keep this body under V8's 460
+    // bytes of bytecode (`node --print-bytecode --print-bytecode-filter=produced`; 445 now):
+    // past it the caller's loop can no longer inline it and it measured 16 ns instead of 9–10.
+    if (!(isCount(seq) && isCount(bytes) && isCount(count))) checkProduced(seq, bytes, count)
+    if (this.#tag[this.#index] !== this.#id) throw new RemovedTopicError(this.name)
+    // A non-number never indexes the cache (a string '3' would find partition 3's cells).
+    const known = typeof partition === 'number' ? this.#lastSeqSlots[partition] : undefined
+    if (this.#control[C_QUORUM] === 2) return this.#refuseReadOnly(partition, seq, known)
+    const slot = known === undefined ? this.#resolvePartition(partition) : known
+    const row = this.#rowChunks[slot >>> Chunk.Shift]
+    const hints = this.#sharedChunks[slot >>> Chunk.Shift]
+    const at = slot & Chunk.Mask
+    const own = row[at]
+    const hint = hints[at]
+    if (seq < own || seq < hint) this.#regression(partition, own, hint, seq)
+    const counters = this.#row
+    const index = this.#index
+    const produced = counters[index] + count
+    const total = counters[index + 1] + bytes
+    if (produced <= MAX_SAFE && total <= MAX_SAFE) {
+      counters[index] = produced
+      counters[index + 1] = total
+    } else {
+      this.#addFolding(count, bytes)
     }
-    if (cells === undefined) cells = this.#resolvePartition(partition)
-    const row = cells.row
-    const index = cells.index
-    const previous = row[index] > cells.hint[index] ? row[index] : cells.hint[index]
-    if (seq < previous) {
-      const labels = this.#labels(partition)
-      recorder.fault('SEQ_REGRESSION', 'mq_partition_last_seq', labels, previous, seq)
-      throw new FatalInvariantError('SEQ_REGRESSION', 'mq_partition_last_seq', labels, previous, seq)
-    }
-    recorder.add(this.#row, this.#index, this.#slot, count)
-    recorder.add(this.#row, this.#index + 1, this.#slot + 1, bytes)
-    row[index] = seq
-    if (seq > cells.hint[index]) cells.hint[index] = seq
+    row[at] = seq
+    if (seq > hint) hints[at] = seq
     return true
+  }
+
+  /** produced and bytes, one of which nears 2^53: the exact (folding) adds. */
+  #addFolding(count: number, bytes: number): void {
+    this.#recorder.add(this.#row, this.#index, this.#slot, count)
+    this.#recorder.add(this.#row, this.#index + 1, this.#slot + 1, bytes)
+  }
+
+  /**
+   * SPEC §6: in read_only the consumer-visible ceiling freezes; the write is refused and
+   * changes nothing — not even a partition's first appearance.
+   */
+  #refuseReadOnly(partition: number, seq: number, slot: number | undefined): false {
+    checkPartition(partition)
+    const previous = slot === undefined ? this.lastSeqKnown(partition) : this.#lastSeq(slot)
+    this.#recorder.fault('WRITE_WHILE_READ_ONLY', 'mq_partition_last_seq', this.#labels(partition), previous, seq)
+    return false
+  }
+
+  /** SPEC §5: a last_seq decrease is fatal (fault, then throw; the stored value is kept). */
+  #regression(partition: number, own: number, hint: number, seq: number): never {
+    const previous = own > hint ? own : hint
+    const labels = this.#labels(partition)
+    this.#recorder.fault('SEQ_REGRESSION', 'mq_partition_last_seq', labels, previous, seq)
+    throw new FatalInvariantError('SEQ_REGRESSION', 'mq_partition_last_seq', labels, previous, seq)
   }
 
   /** SPEC §12: resolve a consumer group (same name → same handle). */
@@ -187,48 +282,46 @@ export class Topic {
 
   /** Highest last_seq of a partition across every thread, without registering it. */
   lastSeqKnown(partition: number): number {
-    const cells = this.knownPartition(partition)
-    return cells === undefined ? 0 : this.#lastSeq(cells)
+    const slot = this.knownPartition(partition)
+    return slot === undefined ? 0 : this.#lastSeq(slot)
   }
 
-  #lastSeq(cells: PartitionCells): number {
-    const { registry } = this.#recorder
-    const entity = this.entity.partitions.get(cells.partition)!
-    let max = cells.hint[cells.index]
-    const c = Math.floor(entity.slot / SLOTS_PER_CHUNK)
-    for (let row = 1; row < registry.memory.rowCount(); row++) {
-      const chunk = registry.memory.rowChunk(row, c, false)
-      if (chunk !== undefined && chunk[cells.index] > max) max = chunk[cells.index]
+  #lastSeq(slot: number): number {
+    const memory = this.#recorder.registry.memory
+    const c = slot >>> Chunk.Shift
+    const index = slot & Chunk.Mask
+    let max = this.#sharedChunks[c][index]
+    for (let row = 1; row < memory.rowCount(); row++) {
+      const chunk = memory.rowChunk(row, c, false)
+      if (chunk !== undefined && chunk[index] > max) max = chunk[index]
     }
     return max
   }
 
-  /** Partition cells for this thread, registering the partition if it is new. */
-  #resolvePartition(partition: unknown): PartitionCells {
+  /** The slot of a partition's last_seq cell, registering the partition if it is new. */
+  #resolvePartition(partition: unknown): number {
     const number = checkPartition(partition)
     this.alive()
-    const entity = this.#recorder.registry.partition(this.entity, number)
-    const [row, index] = this.#recorder.cells(entity.slot)
-    const [hint] = this.#recorder.sharedCells(entity.slot)
-    const cells = new PartitionCells(number, row, index, hint)
-    this.#partitions[number] = cells
-    return cells
+    const { slot } = this.#recorder.registry.partition(this.entity, number)
+    this.#recorder.resolveChunk(slot)
+    this.#lastSeqSlots[number] = slot
+    return slot
   }
 
-  /** Partition cells if the partition is known (in any thread), else undefined. */
-  knownPartition(partition: number): PartitionCells | undefined {
-    const cells = this.#partitions[partition]
-    if (cells !== undefined) return cells
+  /** The partition's last_seq slot if the partition is known (in any thread), else undefined. */
+  knownPartition(partition: number): number | undefined {
+    const slot = this.#lastSeqSlots[partition]
+    if (slot !== undefined) return slot
     this.#recorder.registry.sync()
     return this.entity.partitions.has(partition) ? this.#resolvePartition(partition) : undefined
   }
 
-  ensurePartition(partition: number): PartitionCells {
-    return this.#partitions[partition] ?? this.#resolvePartition(partition)
+  ensurePartition(partition: number): number {
+    return this.#lastSeqSlots[partition] ?? this.#resolvePartition(partition)
   }
 
-  lastSeqOf(cells: PartitionCells): number {
-    return this.#lastSeq(cells)
+  lastSeqOf(slot: number): number {
+    return this.#lastSeq(slot)
   }
 
   #labels(partition: number): Record<string, string> {
@@ -244,10 +337,18 @@ export class Group {
   readonly #row: Float64Array
   readonly #index: number
   readonly #slot: number
+  // The topic's liveness cell, copied here: `this.topic.alive()` walked three objects per call.
+  readonly #topicTag: Float64Array
+  readonly #topicTagIndex: number
+  readonly #topicId: number
+  readonly #memory: Memory
+  /** This group's cell block in each thread row (index = row), filled in as rows appear. */
+  readonly #rowChunks: (Float64Array | undefined)[] = []
   readonly #lock: Int32Array
   readonly #lockIndex: number
   readonly #maxInFlight: number
-  readonly #floors: ({ row: Float64Array; index: number; hint: Float64Array } | undefined)[] = []
+  /** By partition number: the slot of this group's ack floor on it, once resolved (see Recorder.rowChunks). */
+  readonly #floorSlots: number[] = []
 
   constructor(recorder: Recorder, topic: Topic, entity: GroupEntity) {
     this.name = entity.name
@@ -257,6 +358,9 @@ export class Group {
     this.#slot = entity.slot
     this.#maxInFlight = entity.maxInFlight
     ;[this.#row, this.#index] = recorder.cells(entity.slot)
+    ;[this.#topicTag, this.#topicTagIndex, this.#topicId] = topic.liveness()
+    this.#memory = recorder.registry.memory
+    this.#rowChunks[recorder.row] = this.#row
     this.#lock = recorder.registry.memory.sharedI32(Math.floor(entity.slot / SLOTS_PER_CHUNK))
     this.#lockIndex = (this.#index + G_LOCK) * 2
   }
@@ -270,13 +374,12 @@ export class Group {
 
   /** SPEC §5: in_flight += n, or false (nothing changes) if that would pass max_in_flight. */
   dispatch(n = 1): boolean {
-    checkCount('n', n)
-    this.topic.alive()
-    const memory = this.#recorder.registry.memory
-    acquire(this.#lock, this.#lockIndex, memory.lockTag)
+    if (!isCount(n)) checkCount('n', n)
+    if (this.#topicTag[this.#topicTagIndex] !== this.#topicId) throw new RemovedTopicError(this.topic.name)
+    acquire(this.#lock, this.#lockIndex, this.#memory.lockTag)
     try {
       if (this.#inFlightAll() + n > this.#maxInFlight) return false
-      this.#row[this.#index + G_IN_FLIGHT] += n
+      this.#row[this.#index + GroupCell.InFlight] += n
       return true
     } finally {
       release(this.#lock, this.#lockIndex)
@@ -285,33 +388,58 @@ export class Group {
 
   /** delivered += n (group and topic), in_flight −= n (SPEC §5: never below 0). */
   delivered(n = 1): void {
-    checkCount('n', n)
-    this.topic.alive()
+    // Flat fast path (measured 5.2 → 3.3 ns): inline count test, the topic's liveness
+    // cell read from this handle, and both cells written only when the counter stays below 2^53
+    // and this thread's in_flight share covers n; anything else takes #settle (the exact path).
+    if (!isCount(n)) checkCount('n', n)
+    if (this.#topicTag[this.#topicTagIndex] !== this.#topicId) throw new RemovedTopicError(this.topic.name)
     const row = this.#row
-    const index = this.#index
-    this.#recorder.add(row, index + G_DELIVERED, this.#slot + G_DELIVERED, n)
-    const share = row[index + G_IN_FLIGHT]
-    if (share >= n) row[index + G_IN_FLIGHT] = share - n
-    else this.#settleAcrossThreads(n)
+    const at = this.#index
+    const delivered = row[at + GroupCell.Delivered] + n
+    const share = row[at + GroupCell.InFlight]
+    if (delivered <= MAX_SAFE && share >= n) {
+      row[at + GroupCell.Delivered] = delivered
+      row[at + GroupCell.InFlight] = share - n
+    } else {
+      this.#settle(GroupCell.Delivered, n)
+    }
   }
 
   /** dropped += n (group and topic), in_flight −= n; each drop is credit for one DLQ success. */
   dropped(n = 1): void {
-    checkCount('n', n)
-    this.topic.alive()
+    if (!isCount(n)) checkCount('n', n)
+    if (this.#topicTag[this.#topicTagIndex] !== this.#topicId) throw new RemovedTopicError(this.topic.name)
     const row = this.#row
-    const index = this.#index
-    this.#recorder.add(row, index + G_DROPPED, this.#slot + G_DROPPED, n)
-    const share = row[index + G_IN_FLIGHT]
-    if (share >= n) row[index + G_IN_FLIGHT] = share - n
-    else this.#settleAcrossThreads(n)
+    const at = this.#index
+    const dropped = row[at + GroupCell.Dropped] + n
+    const share = row[at + GroupCell.InFlight]
+    if (dropped <= MAX_SAFE && share >= n) {
+      row[at + GroupCell.Dropped] = dropped
+      row[at + GroupCell.InFlight] = share - n
+    } else {
+      this.#settle(GroupCell.Dropped, n)
+    }
   }
 
   /** retries += n. */
   redelivered(n = 1): void {
-    checkCount('n', n)
-    this.topic.alive()
-    this.#recorder.add(this.#row, this.#index + G_RETRIES, this.#slot + G_RETRIES, n)
+    if (!isCount(n)) checkCount('n', n)
+    if (this.#topicTag[this.#topicTagIndex] !== this.#topicId) throw new RemovedTopicError(this.topic.name)
+    const row = this.#row
+    const at = this.#index + GroupCell.Retries
+    const retries = row[at] + n
+    if (retries <= MAX_SAFE) row[at] = retries
+    else this.#recorder.add(row, at, this.#slot + GroupCell.Retries, n)
+  }
+
+  /** The slow half of delivered()/dropped(): a counter nearing 2^53, or a share that does not cover n. */
+  #settle(offset: number, n: number): void {
+    const row = this.#row
+    const index = this.#index
+    this.#recorder.add(row, index + offset, this.#slot + offset, n)
+    const share = row[index + GroupCell.InFlight]
+    if (share >= n) row[index + GroupCell.InFlight] = share - n
+    else this.#settleAcrossThreads(n)
   }
 
   /** SPEC §4: dlq += n, never beyond dropped (fault DLQ_WITHOUT_DROP, nothing counted). */
@@ -321,13 +449,13 @@ export class Group {
     const row = this.#row
     const index = this.#index
     // Fast path: this thread's own drops cover it. Otherwise check every thread's, under the lock.
-    if (row[index + G_DROPPED] - row[index + G_DLQ] < n) {
+    if (row[index + GroupCell.Dropped] - row[index + GroupCell.Dlq] < n) {
       const memory = this.#recorder.registry.memory
       acquire(this.#lock, this.#lockIndex, memory.lockTag)
       let credit: number
       try {
-        credit = this.#sumAll(G_DROPPED) - this.#sumAll(G_DLQ)
-        if (credit >= n) this.#recorder.add(row, index + G_DLQ, this.#slot + G_DLQ, n)
+        credit = this.#sumAll(GroupCell.Dropped) - this.#sumAll(GroupCell.Dlq)
+        if (credit >= n) this.#recorder.add(row, index + GroupCell.Dlq, this.#slot + GroupCell.Dlq, n)
       } finally {
         release(this.#lock, this.#lockIndex)
       }
@@ -337,7 +465,7 @@ export class Group {
       }
       return true
     }
-    this.#recorder.add(row, index + G_DLQ, this.#slot + G_DLQ, n)
+    this.#recorder.add(row, index + GroupCell.Dlq, this.#slot + GroupCell.Dlq, n)
     return true
   }
 
@@ -346,20 +474,26 @@ export class Group {
     checkPartition(partition)
     checkCount('floor', floor)
     this.topic.alive()
-    const partitionCells = this.topic.knownPartition(partition)
-    const lastSeq = partitionCells === undefined ? 0 : this.topic.lastSeqOf(partitionCells)
-    let cells = this.#floors[partition]
-    const current = cells === undefined ? this.#knownFloor(partition) : Math.max(cells.row[cells.index], cells.hint[cells.index])
+    const lastSeqSlot = this.topic.knownPartition(partition)
+    const lastSeq = lastSeqSlot === undefined ? 0 : this.topic.lastSeqOf(lastSeqSlot)
+    let slot: number | undefined = this.#floorSlots[partition]
+    const rowChunks = this.#recorder.rowChunks
+    const sharedChunks = this.#recorder.sharedChunks
+    const current = slot === undefined
+      ? this.#knownFloor(partition)
+      : Math.max(rowChunks[slot >>> Chunk.Shift][slot & Chunk.Mask], sharedChunks[slot >>> Chunk.Shift][slot & Chunk.Mask])
     if (floor < current || floor > lastSeq) {
       const labels = { topic: this.topic.entity.label, group: this.entity.label, partition: String(partition) }
       this.#recorder.fault('ACK_FLOOR_INVALID', 'mq_group_lag', labels, current, floor)
       return false
     }
     // SPEC §4: an ack floor makes the partition seen (its series appear) — only once accepted.
-    if (partitionCells === undefined) this.topic.ensurePartition(partition)
-    if (cells === undefined) cells = this.#resolveFloor(partition)
-    cells.row[cells.index] = floor
-    if (floor > cells.hint[cells.index]) cells.hint[cells.index] = floor
+    if (lastSeqSlot === undefined) this.topic.ensurePartition(partition)
+    if (slot === undefined) slot = this.#resolveFloor(partition)
+    const hints = sharedChunks[slot >>> Chunk.Shift]
+    const at = slot & Chunk.Mask
+    rowChunks[slot >>> Chunk.Shift][at] = floor
+    if (floor > hints[at]) hints[at] = floor
     return true
   }
 
@@ -375,7 +509,7 @@ export class Group {
     acquire(this.#lock, this.#lockIndex, memory.lockTag)
     try {
       before = Math.max(0, this.#inFlightAll())
-      this.#row[this.#index + G_IN_FLIGHT] -= Math.min(n, before)
+      this.#row[this.#index + GroupCell.InFlight] -= Math.min(n, before)
     } finally {
       release(this.#lock, this.#lockIndex)
     }
@@ -386,18 +520,32 @@ export class Group {
   }
 
   #inFlightAll(): number {
-    return this.#sumAll(G_IN_FLIGHT)
+    return this.#sumAll(GroupCell.InFlight)
   }
 
-  /** Σ over every thread's row of one of this group's cells. */
+  /**
+   * Σ over every thread's row of one of this group's cells. Called under the group lock. The
+   * row count is a plain read (Atomics.load costs ~9 ns here): a thread can only hold a non-zero
+   * cell of this group after taking this lock once (to dispatch, or for a settlement or a DLQ
+   * credit its own cells did not cover), and it claimed its row before that, so our acquire
+   * already orders the claim before this read. Each row's cell block is looked up once and
+   * cached (the chunk of a row never moves): dispatch() measured 45 → 25 ns, as it no longer
+   * pays an Atomics.load and two Map lookups per row per call.
+   */
   #sumAll(offset: number): number {
-    const memory = this.#recorder.registry.memory
-    const c = Math.floor(this.#slot / SLOTS_PER_CHUNK)
+    const rows = Math.min(this.#memory.control[C_NEXT_ROW], MAX_ROWS)
+    const chunks = this.#rowChunks
     const at = this.#index + offset
     let sum = 0
-    for (let row = 1; row < memory.rowCount(); row++) {
-      const chunk = row === this.#recorder.row ? this.#row : memory.rowChunk(row, c, false)
-      if (chunk !== undefined) sum += chunk[at]
+    for (let row = 1; row < rows; row++) {
+      let chunk = chunks[row]
+      if (chunk === undefined) {
+        // Not recorded into by that thread (yet): its share is 0 until it allocates the chunk.
+        chunk = this.#memory.rowChunk(row, this.#slot >>> Chunk.Shift, false)
+        if (chunk === undefined) continue
+        chunks[row] = chunk
+      }
+      sum += chunk[at]
     }
     return sum
   }
@@ -407,23 +555,23 @@ export class Group {
     registry.sync()
     const slot = this.entity.floors.get(partition)
     if (slot === undefined) return 0
-    const cells = this.#resolveFloor(partition)
-    let max = cells.hint[cells.index]
-    const c = Math.floor(slot / SLOTS_PER_CHUNK)
+    this.#resolveFloor(partition)
+    const c = slot >>> Chunk.Shift
+    const index = slot & Chunk.Mask
+    let max = this.#recorder.sharedChunks[c][index]
     for (let row = 1; row < registry.memory.rowCount(); row++) {
       const chunk = registry.memory.rowChunk(row, c, false)
-      if (chunk !== undefined && chunk[cells.index] > max) max = chunk[cells.index]
+      if (chunk !== undefined && chunk[index] > max) max = chunk[index]
     }
     return max
   }
 
-  #resolveFloor(partition: number): { row: Float64Array; index: number; hint: Float64Array } {
+  /** The slot of this group's ack floor on a partition, registering it if it is new. */
+  #resolveFloor(partition: number): number {
     const slot = this.#recorder.registry.floor(this.entity, partition)
-    const [row, index] = this.#recorder.cells(slot)
-    const [hint] = this.#recorder.sharedCells(slot)
-    const cells = { row, index, hint }
-    this.#floors[partition] = cells
-    return cells
+    this.#recorder.resolveChunk(slot)
+    this.#floorSlots[partition] = slot
+    return slot
   }
 
   #labels(): Record<string, string> {
