@@ -33,11 +33,21 @@ interface NativeAddon {
 let addon: NativeAddon | null | undefined
 let addonError: string | undefined
 
+/**
+ * Where the addon is loaded from. MQ_METRICS_ADDON_PATH is a test hook, not a user setting: the
+ * tests point it at a missing file to see a machine without the native core (SPEC §1: forcing
+ * `native` there is a startup error) without hiding build/ from the other tests running beside them.
+ */
+function addonPath(env: NodeJS.ProcessEnv = process.env): string {
+  const override = env.MQ_METRICS_ADDON_PATH
+  return override !== undefined && override !== '' ? path.resolve(override) : path.join(__dirname, '..', 'build', 'Release', 'mq_metrics.node')
+}
+
 /** The addon, or null when it is not built or cannot load (the reason is kept for errors). */
 export function loadAddon(): NativeAddon | null {
   if (addon === undefined) {
     try {
-      addon = require(path.join(__dirname, '..', 'build', 'Release', 'mq_metrics.node')) as NativeAddon
+      addon = require(addonPath()) as NativeAddon
     } catch (error) {
       addon = null
       addonError = (error as Error).message.split('\n')[0]

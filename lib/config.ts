@@ -53,7 +53,9 @@ export function resolveConfig(input: unknown): ResolvedConfig {
   }
   const out: Record<string, unknown> = {}
   for (const [key, rule] of Object.entries(KEYS)) {
-    const value = given[key]
+    // Own properties only: a key inherited from a prototype (or a polluted Object.prototype) is
+    // not configuration the broker wrote.
+    const value = Object.prototype.hasOwnProperty.call(given, key) ? given[key] : undefined
     out[key] = value === undefined ? rule.default : check(key, rule.kind, value, rule.max)
   }
   return Object.freeze(out) as unknown as ResolvedConfig
@@ -65,7 +67,8 @@ function check(key: string, kind: Kind, value: unknown, max?: number): unknown {
       if (typeof value !== 'boolean') throw new ConfigError(key, `must be a boolean, got ${describe(value)}`)
       return value
     case 'positive integer':
-      if (typeof value !== 'number' || !Number.isInteger(value)) {
+      // Safe integers only: past 2^53 an integer bound is no longer exact (2^53 + 1 reads as 2^53).
+      if (typeof value !== 'number' || !Number.isSafeInteger(value)) {
         throw new ConfigError(key, `must be a positive integer, got ${describe(value)}`)
       }
       if (value < 1 || (max !== undefined && value > max)) {

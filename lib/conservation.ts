@@ -44,12 +44,16 @@ export interface ConservationReport {
   topics: ConservationTopic[]
 }
 
-/** The numbers of one group at the moment the checker first saw it. */
-interface Baseline {
-  produced: Count
-  delivered: Count
-  dropped: Count
-  depth: number
+/** The numbers of one group at the moment the checker first saw it, and its episode. */
+class Baseline {
+  /** A quiet non-zero residual was reported and has not gone back to zero since. */
+  broken = false
+  constructor(
+    readonly produced: Count,
+    readonly delivered: Count,
+    readonly dropped: Count,
+    readonly depth: number,
+  ) {}
 }
 
 const BROKEN_METRIC = 'mq_topic_messages_produced_total'
@@ -62,8 +66,9 @@ export class ConservationChecker {
   // Keyed by the snapshot's stable `key` objects: a removed topic's groups (and so their
   // baselines and episodes) are forgotten with it, and a topic created again starts afresh.
   readonly #baselines = new WeakMap<object, Baseline>()
-  /** Groups whose current non-zero residual has already been reported. */
-  readonly #broken = new WeakSet<object>()
+  /** Set by #group(): what it found (two results without an object per group and scrape). */
+  #residual: number | bigint | null = null
+  #quiet = false
 
   constructor(onBroken: (fault: FaultRecord) => void) {
     if (typeof onBroken !== 'function') throw new TypeError('ConservationChecker needs an onBroken callback')
@@ -71,53 +76,36 @@ export class ConservationChecker {
   }
 
   /**
-   * Checks every group of `snapshot`. `reread` takes a fresh snapshot of one topic; it is called
-   * (at most once per topic and check) only when a group looks quiet with a non-zero residual,
-   * to tell a broken identity from a producer or consumer that moved between two reads.
+   * Checks every group of `snapshot` and raises the faults (the /metrics and /healthz path: no
+   * report is built). `reread` takes a fresh snapshot of one topic; it is called (at most once
+   * per topic and check) only when a group looks quiet, to tell a broken identity (or a stable
+   * baseline) from a producer or consumer that moved between two reads.
    */
-  check(snapshot: Snapshot, reread: (topic: TopicSnapshot) => TopicSnapshot): ConservationReport {
+  check(snapshot: Snapshot, reread: (topic: TopicSnapshot) => TopicSnapshot): void {
+    const topics = snapshot.topics
+    for (let t = 0; t < topics.length; t++) {
+      const topic = topics[t]
+      let fresh: TopicSnapshot | undefined
+      for (let g = 0; g < topic.groups.length; g++) fresh = this.#group(topic, topic.groups[g], fresh, reread)
+    }
+  }
+
+  /** The same check, and the report `/stats?filter=conservation` shows. */
+  report(snapshot: Snapshot, reread: (topic: TopicSnapshot) => TopicSnapshot): ConservationReport {
     const topics: ConservationTopic[] = []
     for (const topic of snapshot.topics) {
       let fresh: TopicSnapshot | undefined
       const groups: ConservationGroup[] = []
       for (const group of topic.groups) {
-        let baseline = this.#baselines.get(group.key)
-        let quiet = group.inFlight === 0
-        if (baseline === undefined) {
-          // Only a quiet moment that a re-read confirms is a trustworthy starting point.
-          if (quiet) {
-            fresh ??= reread(topic)
-            quiet = sameNumbers(topic, group, fresh)
-          }
-          if (!quiet) {
-            groups.push({ group: group.name, label: group.label, delivered: group.delivered, dropped: group.dropped, depth: group.depth, residual: null, quiet })
-            continue
-          }
-          baseline = { produced: topic.produced, delivered: group.delivered, dropped: group.dropped, depth: group.depth }
-          this.#baselines.set(group.key, baseline)
-        }
-        const residual = residualOf(baseline, topic.produced, group)
-        if (isZero(residual)) {
-          this.#broken.delete(group.key) // the episode, if any, is over
-        } else if (quiet) {
-          fresh ??= reread(topic)
-          if (sameNumbers(topic, group, fresh)) {
-            if (!this.#broken.has(group.key)) {
-              this.#broken.add(group.key)
-              this.#onBroken(brokenFault(topic, group, residual))
-            }
-          } else {
-            quiet = false // something moved between the two reads: not a quiet window
-          }
-        }
+        fresh = this.#group(topic, group, fresh, reread)
         groups.push({
           group: group.name,
           label: group.label,
           delivered: group.delivered,
           dropped: group.dropped,
           depth: group.depth,
-          residual,
-          quiet,
+          residual: this.#residual,
+          quiet: this.#quiet,
         })
       }
       topics.push({
@@ -132,23 +120,74 @@ export class ConservationChecker {
     }
     return { topics }
   }
+
+  /**
+   * One group: takes its baseline at a quiet, confirmed moment, computes its residual, raises
+   * CONSERVATION_BROKEN once per episode. Leaves the residual and the quiet flag in #residual and
+   * #quiet; returns the topic's re-read, if one was taken (shared by the topic's groups).
+   */
+  #group(
+    topic: TopicSnapshot,
+    group: GroupSnapshot,
+    fresh: TopicSnapshot | undefined,
+    reread: (topic: TopicSnapshot) => TopicSnapshot,
+  ): TopicSnapshot | undefined {
+    let baseline = this.#baselines.get(group.key)
+    let quiet = group.inFlight === 0
+    if (baseline === undefined) {
+      // Only a quiet moment that a re-read confirms is a trustworthy starting point.
+      if (quiet) {
+        fresh ??= reread(topic)
+        quiet = sameNumbers(topic, group, fresh)
+      }
+      if (!quiet) {
+        this.#residual = null
+        this.#quiet = false
+        return fresh
+      }
+      baseline = new Baseline(topic.produced, group.delivered, group.dropped, group.depth)
+      this.#baselines.set(group.key, baseline)
+    }
+    const residual = residualOf(baseline, topic.produced, group)
+    if (residual === 0 || residual === 0n) {
+      baseline.broken = false // the episode, if any, is over
+    } else if (quiet) {
+      fresh ??= reread(topic)
+      if (sameNumbers(topic, group, fresh)) {
+        if (!baseline.broken) {
+          baseline.broken = true
+          this.#onBroken(brokenFault(topic, group, residual))
+        }
+      } else {
+        quiet = false // something moved between the two reads: not a quiet window
+      }
+    }
+    this.#residual = residual
+    this.#quiet = quiet
+    return fresh
+  }
 }
 
 /** Δproduced − Δdelivered − Δdropped − Δdepth, exact; a number unless it leaves the safe range. */
 function residualOf(baseline: Baseline, produced: Count, group: GroupSnapshot): number | bigint {
-  const terms = [produced, baseline.delivered, baseline.dropped, baseline.depth, baseline.produced, group.delivered, group.dropped, group.depth]
-  if (terms.every((v) => typeof v === 'number' && v < NUMBER_FAST_PATH_LIMIT)) {
-    const [p, d0, x0, q0, p0, d, x, q] = terms as number[]
-    return p - p0 - (d - d0) - (x - x0) - (q - q0)
+  const { delivered, dropped, depth } = group
+  if (
+    isSmall(produced) && isSmall(delivered) && isSmall(dropped) && isSmall(depth) &&
+    isSmall(baseline.produced) && isSmall(baseline.delivered) && isSmall(baseline.dropped) && isSmall(baseline.depth)
+  ) {
+    return produced - baseline.produced - (delivered - baseline.delivered) - (dropped - baseline.dropped) - (depth - baseline.depth)
   }
-  const [p, d0, x0, q0, p0, d, x, q] = terms.map((v) => BigInt(v))
-  const residual = p - p0 - (d - d0) - (x - x0) - (q - q0)
+  const residual =
+    BigInt(produced) - BigInt(baseline.produced) -
+    (BigInt(delivered) - BigInt(baseline.delivered)) -
+    (BigInt(dropped) - BigInt(baseline.dropped)) -
+    (BigInt(depth) - BigInt(baseline.depth))
   const safe = BigInt(Number.MAX_SAFE_INTEGER)
   return residual <= safe && residual >= -safe ? Number(residual) : residual
 }
 
-function isZero(value: number | bigint): boolean {
-  return value === 0 || value === 0n
+function isSmall(value: Count): value is number {
+  return typeof value === 'number' && value < NUMBER_FAST_PATH_LIMIT
 }
 
 /** The re-read shows the same numbers for this group, still with nothing in flight. */

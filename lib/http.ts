@@ -3,6 +3,7 @@
 // contain: the surface supplies them through HttpHost.
 import { IncomingMessage, Server, ServerResponse, createServer } from 'node:http'
 import type { Socket } from 'node:net'
+import type { Duplex } from 'node:stream'
 import { createHash, timingSafeEqual } from 'node:crypto'
 import { gzip } from 'node:zlib'
 import { METRICS_CONTENT_TYPE } from './allowlist'
@@ -14,8 +15,8 @@ export interface HttpHost {
   readonly enabled: boolean
   /** metrics_auth_token: when set, every endpoint requires `Authorization: Bearer <token>`. */
   readonly authToken: string | undefined
-  /** The /metrics exposition. */
-  metricsBody(): Buffer
+  /** The /metrics exposition: at once, or a promise of it (a large scrape renders in slices). */
+  metricsBody(): Buffer | Promise<Buffer>
   /** /healthz: status code and a JSON-able body (bigints allowed). */
   healthz(): { statusCode: number; body: unknown }
   /** /stats, including its own 400s (missing or unknown filter). */
@@ -109,8 +110,14 @@ export function listen(host: HttpHost, options: ListenOptions = {}): Promise<Htt
   }
   const handle = createHandler(host)
   const server = createServer(
-    { maxHeaderSize: MAX_HEADER_SIZE, connectionsCheckingInterval: TIMEOUT_CHECK_INTERVAL_MS },
+    // requireHostHeader: Node's own answer to a missing Host is an empty 400; ours is JSON (below).
+    { maxHeaderSize: MAX_HEADER_SIZE, connectionsCheckingInterval: TIMEOUT_CHECK_INTERVAL_MS, requireHostHeader: false },
     (req, res) => {
+      // RFC 9112 §3.2: an HTTP/1.1 request without Host is a 400 — as JSON, like every error here.
+      if (req.httpVersion === '1.1' && req.headers.host === undefined) {
+        sendError(req, res, 400, 'MISSING_HOST', 'an HTTP/1.1 request needs a Host header', { Connection: 'close' })
+        return
+      }
       if (handle(req, res)) return
       const target = req.url ?? ''
       if (target.length > MAX_URL_LENGTH) {
@@ -126,6 +133,13 @@ export function listen(host: HttpHost, options: ListenOptions = {}): Promise<Htt
   server.keepAliveTimeout = KEEP_ALIVE_TIMEOUT_MS
   server.setTimeout(SOCKET_IDLE_TIMEOUT_MS) // no 'timeout' listener: Node destroys the socket
   server.on('clientError', onClientError)
+  // Without a 'connect' listener Node drops a CONNECT request without a word; it is a method like
+  // any other that these endpoints do not accept.
+  server.on('connect', (_req: IncomingMessage, socket: Duplex) => {
+    // Node hands the socket over without its error handler: a reset must not become an uncaught error.
+    socket.on('error', () => socket.destroy())
+    rawError(socket, 405, 'Method Not Allowed', 'METHOD_NOT_ALLOWED', 'this server accepts GET and HEAD, not CONNECT', `Allow: ${ALLOW}\r\n`)
+  })
 
   return new Promise((resolve, reject) => {
     server.once('error', reject)
@@ -183,8 +197,16 @@ function serve(host: HttpHost, route: Route, query: string, req: IncomingMessage
   let contentType: string
   try {
     if (route === '/metrics') {
+      const metrics = host.metricsBody()
+      if (!Buffer.isBuffer(metrics)) {
+        metrics.then(
+          (rendered) => respond(host, req, res, 200, METRICS_CONTENT_TYPE, rendered),
+          (error: unknown) => internalError(host, req, res, error),
+        )
+        return
+      }
       statusCode = 200
-      body = host.metricsBody()
+      body = metrics
       contentType = METRICS_CONTENT_TYPE
     } else {
       const answer = route === '/healthz' ? host.healthz() : host.stats(new URLSearchParams(query))
@@ -196,6 +218,10 @@ function serve(host: HttpHost, route: Route, query: string, req: IncomingMessage
     internalError(host, req, res, error)
     return
   }
+  respond(host, req, res, statusCode, contentType, body)
+}
+
+function respond(host: HttpHost, req: IncomingMessage, res: ServerResponse, statusCode: number, contentType: string, body: Buffer): void {
   const headers: Record<string, string | number> = { 'Content-Type': contentType, Vary: 'Accept-Encoding' }
   if (body.length < GZIP_MIN_BYTES || !acceptsGzip(req.headers['accept-encoding'])) {
     send(req, res, statusCode, headers, body)
@@ -315,25 +341,62 @@ const CLIENT_ERROR_STATUS: Record<string, [number, string, string]> = {
   HPE_HEADER_OVERFLOW: [431, 'Request Header Fields Too Large', 'HEADERS_TOO_LARGE'],
   ERR_HTTP_REQUEST_TIMEOUT: [408, 'Request Timeout', 'REQUEST_TIMEOUT'],
 }
+const URI_TOO_LONG: [number, string, string] = [414, 'URI Too Long', 'URI_TOO_LONG']
+const METHOD_NOT_ALLOWED: [number, string, string] = [405, 'Method Not Allowed', 'METHOD_NOT_ALLOWED']
+
+type ClientError = Error & { code?: string; rawPacket?: Buffer; bytesParsed?: number }
 
 /**
  * A request Node could not parse, or one that timed out: answer on the raw socket and close it
  * when no response is under way there (a reply would corrupt that one), else just destroy it.
  */
-function onClientError(error: Error & { code?: string }, socket: Socket): void {
+function onClientError(error: ClientError, socket: Socket): void {
   const inFlight = (socket as Socket & { _httpMessage?: ServerResponse })._httpMessage
   if (error.code !== 'ECONNRESET' && socket.writable && (inFlight == null || !inFlight.headersSent)) {
-    const [status, reason, code] = CLIENT_ERROR_STATUS[error.code ?? ''] ?? [400, 'Bad Request', 'BAD_REQUEST']
-    const body = toJSON({ error: { code, message: `${reason.toLowerCase()} (${error.code ?? error.message})` } })
-    socket.end(
-      `HTTP/1.1 ${status} ${reason}\r\n` +
-        `Content-Type: ${JSON_CONTENT_TYPE}\r\n` +
-        `Content-Length: ${Buffer.byteLength(body)}\r\n` +
-        'Cache-Control: no-store\r\n' +
-        'Connection: close\r\n\r\n' +
-        body,
-    )
+    const [status, reason, code] = clientErrorStatus(error)
+    rawError(socket, status, reason, code, `${reason.toLowerCase()} (${error.code ?? error.message})`, status === 405 ? `Allow: ${ALLOW}\r\n` : '')
   } else {
     socket.destroy()
   }
+}
+
+/**
+ * Node counts the request line against maxHeaderSize, so a request target past 16 KiB arrives
+ * here as a header overflow; and llhttp refuses a method it does not know before any handler runs.
+ * Both are told apart by the bytes of the request head that overflowed or failed (`rawPacket`,
+ * the chunk being parsed): a head whose first line never ended is an overlong target (414), and
+ * a method that is a well-formed token is a method we do not serve (405). A client that trickles
+ * its target in small packets may leave the start of the line in an earlier packet: that one is
+ * answered 431, still a 4xx.
+ */
+function clientErrorStatus(error: ClientError): [number, string, string] {
+  const packet = error.rawPacket
+  if (packet !== undefined && (error.code === 'HPE_HEADER_OVERFLOW' || error.code === 'HPE_INVALID_METHOD')) {
+    const at = Math.min(packet.length, error.bytesParsed ?? packet.length)
+    // The head being parsed starts after the last blank line before the error (an earlier
+    // pipelined request ends there).
+    const blank = packet.subarray(0, at).lastIndexOf('\r\n\r\n')
+    const start = blank < 0 ? 0 : blank + 4
+    const head = packet.subarray(start, start + MAX_URL_LENGTH + 64).toString('latin1')
+    const method = /^[!#$%&'*+.^_`|~0-9A-Za-z-]{1,32} /.test(head)
+    if (error.code === 'HPE_HEADER_OVERFLOW' && method && !packet.subarray(start, at).includes(0x0a)) return URI_TOO_LONG
+    // A whole request line (method, target, version) with a method llhttp does not know; anything
+    // else (TLS bytes, "THIS IS NOT HTTP") stays a 400.
+    if (error.code === 'HPE_INVALID_METHOD' && /^[!#$%&'*+.^_`|~0-9A-Za-z-]{1,32} [\x21-\x7e]+ HTTP\/\d\.\d\r?\n/.test(head)) return METHOD_NOT_ALLOWED
+  }
+  return CLIENT_ERROR_STATUS[error.code ?? ''] ?? [400, 'Bad Request', 'BAD_REQUEST']
+}
+
+/** A JSON error written straight to a socket Node's HTTP layer no longer serves; then closed. */
+function rawError(socket: Duplex, status: number, reason: string, code: string, message: string, extraHeaders = ''): void {
+  const body = toJSON({ error: { code, message } })
+  socket.end(
+    `HTTP/1.1 ${status} ${reason}\r\n` +
+      extraHeaders +
+      `Content-Type: ${JSON_CONTENT_TYPE}\r\n` +
+      `Content-Length: ${Buffer.byteLength(body)}\r\n` +
+      'Cache-Control: no-store\r\n' +
+      'Connection: close\r\n\r\n' +
+      body,
+  )
 }

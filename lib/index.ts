@@ -10,7 +10,7 @@ export type { Config } from './config'
 export type { FaultRecord } from './faults'
 export type { Topic, Group } from './recording'
 export type { Surface, SharedSurface, WorkerRecorder, LatencyEstimator, Listening, ListenOptions } from './surface'
-export type { Snapshot, TopicSnapshot, GroupSnapshot, PartitionSnapshot, Count } from './snapshot'
+export type { Snapshot, SnapshotWithPartitions, TopicSnapshot, GroupSnapshot, PartitionSnapshot, Count } from './snapshot'
 
 /** Reads the configuration once (throws ConfigError) and returns the live surface. */
 export function createSurface(config?: Config): Surface {

@@ -7,6 +7,8 @@ const MAX_NAME_LENGTH = 1024
  * (a surrogate pair) or a lone surrogate is one `_`. Many-to-one by design.
  */
 export function sanitizeLabelValue(raw: string): string {
+  // Most names are already valid label values: return the same string (no second copy to keep).
+  if (/^[A-Za-z0-9_-]*$/.test(raw)) return raw
   let out = ''
   for (let i = 0; i < raw.length; i++) {
     const c = raw.charCodeAt(i)

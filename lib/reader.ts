@@ -1,50 +1,46 @@
 // The read side: one Snapshot of every live series, summed over the thread rows. Taken under
 // the registration lock, so a topic is either wholly registered or absent, never torn, and no
-// removal or fold can interleave with the read.
+// removal or fold can interleave with the read. The registry keeps each topic's partitions,
+// floors and groups as sorted arrays, so a read needs no per-topic layout of its own.
 import { Memory, SHARED_ROW, SLOTS_PER_CHUNK } from './memory'
 import {
   G_DELIVERED, G_DLQ, G_DROPPED, G_IN_FLIGHT, G_RETRIES, GroupEntity, Registry, TopicEntity,
 } from './registry'
-import { Count, GroupSnapshot, MAX_SAFE, PartitionSnapshot, TopicSnapshot, addCount } from './snapshot'
+import { Count, GroupSnapshot, MAX_SAFE, TopicSnapshot, addCount } from './snapshot'
 
 const ZERO_ROWS: Float64Array[] = []
 
-/**
- * Where one topic's numbers live, resolved once per registry generation: the Map lookups
- * (partition → slot, group → floor slots) and the sorts then cost nothing on a steady scrape.
- */
-interface TopicLayout {
-  readonly at: number
-  /** Ascending partition numbers, and each one's last_seq slot. */
-  readonly partitions: number[]
-  readonly lastSeqSlots: number[]
-  /** Groups ascending by label then raw name, and [g][p] the slot of g's ack floor on partition p (−1: none). */
-  readonly groups: GroupEntity[]
-  readonly floorSlots: number[][]
+// A slot's chunk and its index in it (slots are < 2^31; SLOTS_PER_CHUNK is 2^13).
+const enum Chunk {
+  Shift = 13,
+  Mask = (1 << 13) - 1,
 }
+if (1 << Chunk.Shift !== SLOTS_PER_CHUNK) throw new Error('internal: Chunk.Shift does not match SLOTS_PER_CHUNK')
 
 export class SnapshotReader {
   readonly #registry: Registry
   readonly #memory: Memory
   // Per slot chunk (index = chunk number), rebuilt per read: the thread rows (≥ 1) that have it,
-  // and the shared row's chunk. Arrays, not Maps: a 187k-sample read makes ~260k cell reads,
-  // each went through a Map lookup, and the ~210k max-reads (last_seq, floors) also through two
-  // more and an Atomics.load for the shared row. With this and TopicLayout, topics() at 4,348
-  // topics × 16 partitions × 2 groups measured 34.8 → 13.5 ms (median; best 26.5 → 7.5 ms).
+  // and the shared row's chunk. Arrays, not Maps: a 187k-sample read makes ~260k cell reads.
   #rows: (Float64Array[] | undefined)[] = []
   #shared: (Float64Array | undefined)[] = []
   #rowCount = 0
   #sortedTopics: TopicEntity[] = []
   #sortedAt = -1
-  readonly #layouts = new WeakMap<TopicEntity, TopicLayout>()
+  /** Per group index: floors read only to derive depth and lag (see #topic), reused across reads. */
+  readonly #scratchFloors: Float64Array[] = []
+  readonly #scratchRows: Float64Array[] = []
 
   constructor(registry: Registry) {
     this.#registry = registry
     this.#memory = registry.memory
   }
 
-  /** Every live topic, ascending by label then raw name. Caller holds the lock and has synced. */
-  topics(): TopicSnapshot[] {
+  /**
+   * Every live topic, ascending by label then raw name; with `ackFloors`, each group's floors too.
+   * Caller holds the lock and has synced.
+   */
+  topics(ackFloors = false): TopicSnapshot[] {
     this.#beginRead()
     const registry = this.#registry
     if (this.#sortedAt !== registry.generation) {
@@ -53,14 +49,14 @@ export class SnapshotReader {
     }
     const sorted = this.#sortedTopics
     const out: TopicSnapshot[] = new Array(sorted.length)
-    for (let t = 0; t < sorted.length; t++) out[t] = this.#topic(sorted[t])
+    for (let t = 0; t < sorted.length; t++) out[t] = this.#topic(sorted[t], ackFloors)
     return out
   }
 
   /** One topic again (the conservation checker's confirming re-read). */
   topic(entity: TopicEntity): TopicSnapshot {
     this.#beginRead()
-    return this.#topic(entity)
+    return this.#topic(entity, false)
   }
 
   #beginRead(): void {
@@ -93,12 +89,12 @@ export class SnapshotReader {
   }
 
   #count(slot: number): Count {
-    const rows = this.#rowsOf(Math.floor(slot / SLOTS_PER_CHUNK))
-    const index = slot % SLOTS_PER_CHUNK
+    const rows = this.#rowsOf(slot >>> Chunk.Shift)
+    const index = slot & Chunk.Mask
     let sum = 0
     for (let r = 0; r < rows.length; r++) sum += rows[r][index]
     const folded = this.#registry.folds.size === 0 ? undefined : this.#registry.folds.get(slot)
-    if (sum <= MAX_SAFE && folded === undefined) return sum
+    if (sum <= MAX_SAFE && folded === undefined) return unboxed(sum)
     // Past 2^53 a double sum is no longer exact: redo it in bigint (SPEC §2: 64-bit counters).
     let exact = folded ?? 0n
     for (let r = 0; r < rows.length; r++) exact += BigInt(rows[r][index])
@@ -107,59 +103,73 @@ export class SnapshotReader {
 
   /** Plain sum over the rows (a signed cell, far from 2^53). */
   #sum(slot: number): number {
-    const rows = this.#rowsOf(Math.floor(slot / SLOTS_PER_CHUNK))
-    const index = slot % SLOTS_PER_CHUNK
+    const rows = this.#rowsOf(slot >>> Chunk.Shift)
+    const index = slot & Chunk.Mask
     let sum = 0
     for (let r = 0; r < rows.length; r++) sum += rows[r][index]
     return sum
   }
 
-  /** Highest value any thread wrote (last_seq, ack floors: monotone per thread). */
+  /** Highest value any thread wrote (last_seq, ack floors: monotone per thread), and the shared hint. */
   #max(slot: number): number {
-    const c = Math.floor(slot / SLOTS_PER_CHUNK)
-    const rows = this.#rowsOf(c)
-    const index = slot % SLOTS_PER_CHUNK
-    let max = this.#sharedOf(c)[index]
-    for (let r = 0; r < rows.length; r++) if (rows[r][index] > max) max = rows[r][index]
+    const c = slot >>> Chunk.Shift
+    const index = slot & Chunk.Mask
+    const rows = this.#rows[c] ?? this.#rowsOf(c)
+    let max = (this.#shared[c] ?? this.#sharedOf(c))[index]
+    for (let r = 0; r < rows.length; r++) {
+      const value = rows[r][index]
+      if (value > max) max = value
+    }
     return max
   }
 
-  #layout(topic: TopicEntity): TopicLayout {
-    const at = this.#registry.generation
-    let layout = this.#layouts.get(topic)
-    if (layout === undefined || layout.at !== at) {
-      const partitions = [...topic.partitions.keys()].sort((a, b) => a - b)
-      const groups = [...topic.groups.values()].sort(byLabelThenName)
-      layout = {
-        at,
-        partitions,
-        lastSeqSlots: partitions.map((partition) => topic.partitions.get(partition)!.slot),
-        groups,
-        floorSlots: groups.map((group) => partitions.map((partition) => group.floors.get(partition) ?? -1)),
-      }
-      this.#layouts.set(topic, layout)
+  /** Into `floors`: `group`'s ack floor on each of `partitions` (0 where it has none). */
+  #floors(group: GroupEntity, partitions: readonly number[], floors: number[] | Float64Array): void {
+    const count = partitions.length
+    const slots = group.floorSlots
+    if (group.floorPartitions === partitions) {
+      for (let p = 0; p < count; p++) floors[p] = this.#max(slots[p])
+      return
     }
-    return layout
+    // A floor on only some partitions (or the topic gained a partition since): walk both in order.
+    const floorPartitions = group.floorPartitions
+    let f = 0
+    for (let p = 0; p < count; p++) {
+      while (f < floorPartitions.length && floorPartitions[f] < partitions[p]) f++
+      floors[p] = f < floorPartitions.length && floorPartitions[f] === partitions[p] ? this.#max(slots[f]) : 0
+    }
   }
 
-  #topic(topic: TopicEntity): TopicSnapshot {
-    const { partitions: numbers, lastSeqSlots, groups: groupEntities, floorSlots } = this.#layout(topic)
+  /** Floors read only to derive depth and lag go here, one array per group index, reused. */
+  #scratch(g: number, length: number): Float64Array {
+    let floors = this.#scratchFloors[g]
+    if (floors === undefined || floors.length < length) {
+      floors = new Float64Array(Math.max(length, 16))
+      this.#scratchFloors[g] = floors
+    }
+    return floors
+  }
+
+  #topic(topic: TopicEntity, ackFloors: boolean): TopicSnapshot {
+    const numbers = topic.partitionNumbers
+    const lastSeqSlots = topic.partitionSlots
+    const groupEntities = topic.groups
     const partitionCount = numbers.length
     const groupCount = groupEntities.length
     // Floors first, then last_seq: both only rise, so depth and lag read this way are never < 0.
-    const floors: number[][] = new Array(groupCount)
+    const floors: (number[] | Float64Array)[] = ackFloors ? new Array(groupCount) : this.#scratchRows
     for (let g = 0; g < groupCount; g++) {
-      const slots = floorSlots[g]
-      const row: number[] = new Array(partitionCount)
-      for (let p = 0; p < partitionCount; p++) row[p] = slots[p] < 0 ? 0 : this.#max(slots[p])
-      floors[g] = row
+      floors[g] = ackFloors ? new Array(partitionCount) : this.#scratch(g, partitionCount)
+      this.#floors(groupEntities[g], numbers, floors[g])
     }
-    const partitions: PartitionSnapshot[] = new Array(partitionCount)
+    const lastSeq: number[] = new Array(partitionCount)
+    const depth: number[] = new Array(partitionCount)
     for (let p = 0; p < partitionCount; p++) {
-      const lastSeq = this.#max(lastSeqSlots[p])
+      const seq = this.#max(lastSeqSlots[p])
       let slowest = groupCount === 0 ? 0 : Infinity
       for (let g = 0; g < groupCount; g++) if (floors[g][p] < slowest) slowest = floors[g][p]
-      partitions[p] = { partition: numbers[p], lastSeq, depth: lastSeq - slowest }
+      lastSeq[p] = seq
+      depth[p] = seq - slowest
     }
     let delivered: Count = 0
     let dropped: Count = 0
@@ -169,47 +179,91 @@ export class SnapshotReader {
       const group = groupEntities[g]
       const groupFloors = floors[g]
       let lag = 0
-      let depth = 0
+      let groupDepth = 0
       for (let p = 0; p < partitionCount; p++) {
-        const behind = partitions[p].lastSeq - groupFloors[p]
+        const behind = lastSeq[p] - groupFloors[p]
         if (behind > lag) lag = behind
-        depth += behind
+        groupDepth += behind
       }
       // Σ of the per-thread shares; racing settlements of one message in two threads (a broker
       // bug) could leave it below 0 for a moment — SPEC §5 says it never shows below 0.
-      const inFlight = Math.max(0, this.#sum(group.slot + G_IN_FLIGHT))
-      const snapshot: GroupSnapshot = {
-        name: group.name,
-        label: group.label,
-        delivered: this.#count(group.slot + G_DELIVERED),
-        dropped: this.#count(group.slot + G_DROPPED),
-        dlq: this.#count(group.slot + G_DLQ),
-        retries: this.#count(group.slot + G_RETRIES),
+      const inFlight = unboxed(Math.max(0, this.#sum(group.slot + G_IN_FLIGHT)))
+      const snapshot = groupSnapshot(
+        group,
+        this.#count(group.slot + G_DELIVERED),
+        this.#count(group.slot + G_DROPPED),
+        this.#count(group.slot + G_DLQ),
+        this.#count(group.slot + G_RETRIES),
         inFlight,
-        maxInFlight: group.maxInFlight,
-        lag,
-        depth,
-        ackFloors: groupFloors,
-        key: group,
-      }
+        unboxed(lag),
+        unboxed(groupDepth),
+        ackFloors ? (groupFloors as number[]) : undefined,
+      )
       delivered = addCount(delivered, snapshot.delivered)
       dropped = addCount(dropped, snapshot.dropped)
       dlq = addCount(dlq, snapshot.dlq)
       groups[g] = snapshot
     }
-    return {
-      name: topic.name,
-      label: topic.label,
-      produced: this.#count(topic.slot),
-      bytes: this.#count(topic.slot + 1),
-      delivered,
-      dropped,
-      dlq,
-      partitions,
-      groups,
-      key: topic,
-    }
+    return topicSnapshot(topic, this.#count(topic.slot), this.#count(topic.slot + 1), delivered, dropped, dlq, lastSeq, depth, groups)
   }
+}
+
+// Numbers in snapshot objects, unboxed. Sums of Float64Array cells are doubles, and V8 stored
+// each in a heap number of its own: ~74,000 per 187k-sample read (1.2 MB of garbage). An integer
+// below 2^31 converted to int32 is stored as a small integer instead, in place — provided the
+// field's representation is Tagged, not Double: V8 gives a field the representation of the first
+// values stored in it, so one first object with bigint counters (a Count may be one) settles that.
+
+/** `value` as an int32 when it is one exactly (stored unboxed), else unchanged. */
+function unboxed(value: number): number {
+  return (value | 0) === value ? value | 0 : value
+}
+
+function groupSnapshot(
+  group: GroupEntity, delivered: Count, dropped: Count, dlq: Count, retries: Count,
+  inFlight: number, lag: number, depth: number, ackFloors: readonly number[] | undefined,
+): GroupSnapshot {
+  return {
+    name: group.name,
+    label: group.label,
+    delivered,
+    dropped,
+    dlq,
+    retries,
+    inFlight,
+    maxInFlight: group.maxInFlight,
+    lag,
+    depth,
+    ackFloors,
+    key: group,
+  }
+}
+
+function topicSnapshot(
+  topic: TopicEntity, produced: Count, bytes: Count, delivered: Count, dropped: Count, dlq: Count,
+  lastSeq: readonly number[], depth: readonly number[], groups: GroupSnapshot[],
+): TopicSnapshot {
+  return {
+    name: topic.name,
+    label: topic.label,
+    produced,
+    bytes,
+    delivered,
+    dropped,
+    dlq,
+    partitionNumbers: topic.partitionNumbers,
+    lastSeq,
+    depth,
+    groups,
+    key: topic,
+  }
+}
+
+{
+  const tagged = 2n ** 64n as unknown as number
+  const entity = new TopicEntity(0, '', '', 0)
+  const group = new GroupEntity(entity, 0, '', '', 0, 0)
+  topicSnapshot(entity, tagged, tagged, tagged, tagged, tagged, [], [], [groupSnapshot(group, tagged, tagged, tagged, tagged, tagged, tagged, tagged, [])])
 }
 
 function byLabelThenName(a: { label: string; name: string }, b: { label: string; name: string }): number {

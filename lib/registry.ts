@@ -8,7 +8,7 @@
 import { ResolvedConfig } from './config'
 import { sanitizeLabelValue } from './labels'
 import {
-  C_LOG_END, C_NEXT_ID, C_NEXT_SLOT, C_WORKER_FAULTS, LOG_CHUNK_INTS, Memory, SHARED_ROW, SLOTS_PER_CHUNK,
+  C_LOG_END, C_NEXT_CHUNK, C_NEXT_ID, C_NEXT_SLOT, C_WORKER_FAULTS, LOG_CHUNK_INTS, Memory, SHARED_ROW, SLOTS_PER_CHUNK,
 } from './memory'
 
 // Slot block sizes. Thread rows use the counter cells; the shared row uses the rest.
@@ -24,26 +24,43 @@ export const G_RETRIES = 3
 export const G_IN_FLIGHT = 4
 export const G_LOCK = 5
 
+// Log entries: one header int (type | length << 4, length in ints, header included), then the
+// fields. Kept small: the log lives as long as the surface, and at 4,348 topics × 16 partitions ×
+// 2 groups its partition and floor entries are most of it (a separate length int and a `reused`
+// flag made it 30 B per sample; now 21). Whether a block is reused needs no flag: a reused block
+// is the top of its size's free list (every thread holds the same list), a fresh one never is.
 const E_SKIP = 1 // rest of this log chunk is unused
-const E_TOPIC = 2 // topicId, slot, reused, nameLength, name…
+const E_TOPIC = 2 // topicId, slot, nameLength, name…
 const E_REMOVE = 3 // topicId
-const E_PARTITION = 4 // topicId, partition, slot, reused
-const E_GROUP = 5 // topicId, groupId, slot, reused, maxInFlight, nameLength, name…
-const E_FLOOR = 6 // groupId, partition, slot, reused
+const E_PARTITION = 4 // topicId, partition, slot
+const E_GROUP = 5 // topicId, groupId, slot, maxInFlight, nameLength, name…
+const E_FLOOR = 6 // groupId, partition, slot
 const E_FOLD = 7 // slot, high 32 bits, low 32 bits of the amount moved out of a row
 const E_FAULT = 8 // jsonLength, json… (a fault raised in a worker, for the main thread)
-const HEADER = 2 // type, length
+const HEADER = 1 // type | length << TYPE_BITS
+const TYPE_BITS = 4
+const TYPE_MASK = (1 << TYPE_BITS) - 1
 
 /** Faults a worker may queue for the main thread; past this only the counts go up. */
 export const MAX_WORKER_FAULT_ENTRIES = 10_000
 
-export class PartitionEntity {
-  constructor(readonly topic: TopicEntity, readonly partition: number, readonly slot: number) {}
-}
+/** Shared by every entity that has none yet (never mutated). */
+const NONE: readonly number[] = Object.freeze([])
+
+// Partitions and ack floors are sorted arrays, not Maps: partition numbers are usually dense small
+// integers, and at 4,348 topics × 16 partitions × 2 groups the Maps and one PartitionEntity per
+// partition cost ~70 B per sample. The arrays are replaced on change, never mutated in place, so
+// a snapshot can share them (registration is rare; a copy per registration is cheap).
 
 export class GroupEntity {
-  /** partition → slot of this group's ack floor on it. */
-  readonly floors = new Map<number, number>()
+  /**
+   * Partitions this group has an ack floor on, ascending, and the slot of each floor (parallel).
+   * Replaced, never mutated. While the group has a floor on every partition of its topic,
+   * `floorPartitions` is the topic's own `partitionNumbers` array (one copy, and the reader can
+   * index both alike).
+   */
+  floorPartitions: readonly number[] = NONE
+  floorSlots: readonly number[] = NONE
   constructor(
     readonly topic: TopicEntity,
     readonly id: number,
@@ -52,13 +69,89 @@ export class GroupEntity {
     readonly slot: number,
     readonly maxInFlight: number,
   ) {}
+
+  /** The slot of this group's ack floor on `partition`, or undefined before it has one. */
+  floorSlot(partition: number): number | undefined {
+    const at = indexOf(this.floorPartitions, partition)
+    return at < 0 ? undefined : this.floorSlots[at]
+  }
 }
 
 export class TopicEntity {
   alive = true
-  readonly partitions = new Map<number, PartitionEntity>()
-  readonly groups = new Map<string, GroupEntity>()
+  /** Ascending partition numbers and the slot of each one's last_seq (parallel). Replaced, never mutated. */
+  partitionNumbers: readonly number[] = NONE
+  partitionSlots: readonly number[] = NONE
+  /** Ascending by label, then by raw name (JS string order). Replaced, never mutated. */
+  groups: readonly GroupEntity[] = []
   constructor(readonly id: number, readonly name: string, readonly label: string, readonly slot: number) {}
+
+  /** The slot of `partition`'s last_seq, or undefined before the partition is seen. */
+  partitionSlot(partition: number): number | undefined {
+    const at = indexOf(this.partitionNumbers, partition)
+    return at < 0 ? undefined : this.partitionSlots[at]
+  }
+
+  /** The group registered under this raw name (linear: a handful per topic, looked up on registration only). */
+  group(name: string): GroupEntity | undefined {
+    for (let g = 0; g < this.groups.length; g++) if (this.groups[g].name === name) return this.groups[g]
+    return undefined
+  }
+}
+
+/** Index of `partition` in an ascending array, or −1. Dense partitions 0…n−1 sit at their own index. */
+function indexOf(numbers: readonly number[], partition: number): number {
+  if (partition < numbers.length && numbers[partition] === partition) return partition
+  let low = 0
+  let high = numbers.length - 1
+  while (low <= high) {
+    const middle = (low + high) >>> 1
+    const value = numbers[middle]
+    if (value === partition) return middle
+    if (value < partition) low = middle + 1
+    else high = middle - 1
+  }
+  return -1
+}
+
+/** Copies of `numbers` and `values` with (`partition`, `value`) inserted in order, sized exactly. */
+function inserted(numbers: readonly number[], values: readonly number[], partition: number, value: number): [number[], number[]] {
+  const length = numbers.length + 1
+  const newNumbers: number[] = new Array(length)
+  const newValues: number[] = new Array(length)
+  let from = 0
+  for (let to = 0; to < length; to++) {
+    if (from === to && (from === numbers.length || numbers[from] > partition)) {
+      newNumbers[to] = partition
+      newValues[to] = value
+    } else {
+      newNumbers[to] = numbers[from]
+      newValues[to] = values[from++]
+    }
+  }
+  return [newNumbers, newValues]
+}
+
+function sameNumbers(a: readonly number[], b: readonly number[]): boolean {
+  if (a.length !== b.length) return false
+  for (let i = 0; i < a.length; i++) if (a[i] !== b[i]) return false
+  return true
+}
+
+/** A copy of `groups` with `group` in its place (ascending by label, then raw name), sized exactly. */
+function withGroup(groups: readonly GroupEntity[], group: GroupEntity): GroupEntity[] {
+  const out: GroupEntity[] = new Array(groups.length + 1)
+  let at = groups.length
+  while (at > 0 && byLabelThenName(groups[at - 1], group) > 0) at--
+  for (let g = 0; g < at; g++) out[g] = groups[g]
+  out[at] = group
+  for (let g = at; g < groups.length; g++) out[g + 1] = groups[g]
+  return out
+}
+
+function byLabelThenName(a: GroupEntity, b: GroupEntity): number {
+  if (a.label !== b.label) return a.label < b.label ? -1 : 1
+  return a.name < b.name ? -1 : a.name > b.name ? 1 : 0
 }
 
 export interface FaultRecord {
@@ -82,8 +175,16 @@ export class Registry {
   /** Faults that workers raised, not yet taken by the main thread. */
   readonly workerFaults: FaultRecord[] = []
   #cursor = 0
+  /** The name in the entry this thread is appending (applied from the string it has, not re-read: one copy). */
+  #appending: { position: number; text: string } | undefined
   /** Bumped by every applied entry that changes the set of series. */
   generation = 0
+  /**
+   * Told when this thread replays a removal (whichever thread removed it), so that the thread's
+   * recorder drops its handle: a worker that met many topics the main thread later removed would
+   * otherwise keep one dead handle each (soak: ~1 KB per topic, 50 MB after 50,000).
+   */
+  onTopicRemoved: ((topic: TopicEntity) => void) | undefined
 
   constructor(memory: Memory, config: ResolvedConfig) {
     this.memory = memory
@@ -100,7 +201,9 @@ export class Registry {
 
   topic(name: string): TopicEntity {
     const known = this.topics.get(name)
-    if (known) return known
+    // Another thread may have removed it (its liveness tag is 0 at once) before this thread
+    // replayed the removal: then take the lock, whose sync applies the removal, and resolve again.
+    if (known && this.isLive(known)) return known
     return this.#locked(() => {
       const again = this.topics.get(name)
       if (again) return again
@@ -108,10 +211,10 @@ export class Registry {
         throw new RangeError(`cannot register topic ${JSON.stringify(name)}: max_topics (${this.config.max_topics}) reached`)
       }
       const id = this.#nextId()
-      const [slot, reused] = this.#allocate(TOPIC_SLOTS)
+      const slot = this.#allocate(TOPIC_SLOTS)
       // The liveness tag must be set before the entry is published (handles compare it to the id).
       this.#sharedF64(slot)[slot % SLOTS_PER_CHUNK] = id
-      this.#append(E_TOPIC, [id, slot, reused], name)
+      this.#append(E_TOPIC, [id, slot], name)
       return this.#topicsById.get(id)!
     })
   }
@@ -126,49 +229,50 @@ export class Registry {
     })
   }
 
-  partition(topic: TopicEntity, partition: number): PartitionEntity {
-    const known = topic.partitions.get(partition)
-    if (known) return known
+  /** The slot of `partition`'s last_seq, registering the partition if it is new. */
+  partition(topic: TopicEntity, partition: number): number {
+    const known = topic.partitionSlot(partition)
+    if (known !== undefined) return known
     return this.#locked(() => {
       this.#assertAlive(topic)
-      const again = topic.partitions.get(partition)
-      if (again) return again
-      if (topic.partitions.size >= this.config.max_partitions_per_topic) {
+      const again = topic.partitionSlot(partition)
+      if (again !== undefined) return again
+      if (topic.partitionNumbers.length >= this.config.max_partitions_per_topic) {
         throw new RangeError(`cannot register partition ${partition} of topic ${JSON.stringify(topic.name)}: max_partitions_per_topic (${this.config.max_partitions_per_topic}) reached`)
       }
-      const [slot, reused] = this.#allocate(PARTITION_SLOTS)
-      this.#append(E_PARTITION, [topic.id, partition, slot, reused])
-      return topic.partitions.get(partition)!
+      const slot = this.#allocate(PARTITION_SLOTS)
+      this.#append(E_PARTITION, [topic.id, partition, slot])
+      return topic.partitionSlot(partition)!
     })
   }
 
   group(topic: TopicEntity, name: string, maxInFlight: number): GroupEntity {
-    const known = topic.groups.get(name)
+    const known = topic.group(name)
     if (known) return known
     return this.#locked(() => {
       this.#assertAlive(topic)
-      const again = topic.groups.get(name)
+      const again = topic.group(name)
       if (again) return again
-      if (topic.groups.size >= this.config.max_groups_per_topic) {
+      if (topic.groups.length >= this.config.max_groups_per_topic) {
         throw new RangeError(`cannot register group ${JSON.stringify(name)} on topic ${JSON.stringify(topic.name)}: max_groups_per_topic (${this.config.max_groups_per_topic}) reached`)
       }
       const id = this.#nextId()
-      const [slot, reused] = this.#allocate(GROUP_SLOTS)
-      this.#append(E_GROUP, [topic.id, id, slot, reused, maxInFlight], name)
+      const slot = this.#allocate(GROUP_SLOTS)
+      this.#append(E_GROUP, [topic.id, id, slot, maxInFlight], name)
       return this.#groupsById.get(id)!
     })
   }
 
   floor(group: GroupEntity, partition: number): number {
-    const known = group.floors.get(partition)
+    const known = group.floorSlot(partition)
     if (known !== undefined) return known
     return this.#locked(() => {
       this.#assertAlive(group.topic)
-      const again = group.floors.get(partition)
+      const again = group.floorSlot(partition)
       if (again !== undefined) return again
-      const [slot, reused] = this.#allocate(FLOOR_SLOTS)
-      this.#append(E_FLOOR, [group.id, partition, slot, reused])
-      return group.floors.get(partition)!
+      const slot = this.#allocate(FLOOR_SLOTS)
+      this.#append(E_FLOOR, [group.id, partition, slot])
+      return group.floorSlot(partition)!
     })
   }
 
@@ -208,12 +312,17 @@ export class Registry {
     return id
   }
 
+  /** The topic's shared liveness tag still names it: not removed by any thread (SPEC §12). */
+  isLive(topic: TopicEntity): boolean {
+    return topic.alive && this.#sharedF64(topic.slot)[topic.slot % SLOTS_PER_CHUNK] === topic.id
+  }
+
   #sharedF64(slot: number): Float64Array {
     return this.memory.rowChunk(SHARED_ROW, Math.floor(slot / SLOTS_PER_CHUNK), true)!
   }
 
   /** A block of `size` slots: a freed one (zeroed in every row) or a fresh one. Caller locks. */
-  #allocate(size: number): [number, number] {
+  #allocate(size: number): number {
     const free = this.#free.get(size)
     if (free && free.length > 0) {
       const slot = free[free.length - 1]
@@ -222,14 +331,14 @@ export class Registry {
       for (let row = 0; row < this.memory.rowCount(); row++) {
         this.memory.rowChunk(row, c, false)?.fill(0, at, at + size)
       }
-      return [slot, 1]
+      return slot
     }
     const control = this.memory.control
     let slot = control[C_NEXT_SLOT]
     // A block never straddles two chunks: a handle keeps one view per block.
     if ((slot % SLOTS_PER_CHUNK) + size > SLOTS_PER_CHUNK) slot = (Math.floor(slot / SLOTS_PER_CHUNK) + 1) * SLOTS_PER_CHUNK
     control[C_NEXT_SLOT] = slot + size
-    return [slot, 0]
+    return slot
   }
 
   /** Appends one entry, publishes it with a single store, and applies it locally. Caller locks. */
@@ -245,8 +354,7 @@ export class Registry {
       within = 0
     }
     const log = this.memory.logChunk(Math.floor(position / LOG_CHUNK_INTS), true)!
-    log[within] = type
-    log[within + 1] = length
+    log[within] = type | (length << TYPE_BITS)
     for (let i = 0; i < fields.length; i++) log[within + HEADER + i] = fields[i]
     if (text !== undefined) {
       let at = within + HEADER + fields.length
@@ -256,24 +364,29 @@ export class Registry {
       }
     }
     Atomics.store(control, C_LOG_END, position + length)
-    while (this.#cursor < position + length) this.#applyAt(this.#cursor)
+    this.#appending = text === undefined ? undefined : { position, text }
+    try {
+      while (this.#cursor < position + length) this.#applyAt(this.#cursor)
+    } finally {
+      this.#appending = undefined
+    }
   }
 
   #applyAt(position: number): void {
     const within = position % LOG_CHUNK_INTS
     const log = this.memory.logChunk(Math.floor(position / LOG_CHUNK_INTS), false)!
-    const type = log[within]
+    const type = log[within] & TYPE_MASK
     if (type === E_SKIP) {
       this.#cursor = position + (LOG_CHUNK_INTS - within)
       return
     }
-    const length = log[within + 1]
+    const length = log[within] >>> TYPE_BITS
     const f = within + HEADER
     this.#cursor = position + length
     switch (type) {
       case E_TOPIC: {
-        const name = readText(log, f + 3)
-        this.#take(TOPIC_SLOTS, log[f + 1], log[f + 2])
+        const name = this.#textAt(position, log, f + 2)
+        this.#take(TOPIC_SLOTS, log[f + 1])
         const topic = new TopicEntity(log[f], name, sanitizeLabelValue(name), log[f + 1])
         this.topics.set(name, topic)
         this.#topicsById.set(topic.id, topic)
@@ -284,35 +397,40 @@ export class Registry {
         topic.alive = false
         this.topics.delete(topic.name)
         this.#topicsById.delete(topic.id)
-        // Free in insertion order: every thread pushes the same blocks in the same order.
-        for (const partition of topic.partitions.values()) this.#release(PARTITION_SLOTS, partition.slot)
-        for (const group of topic.groups.values()) {
-          for (const slot of group.floors.values()) this.#release(FLOOR_SLOTS, slot)
+        // Every thread replays the same entries into the same arrays, so it pushes the same
+        // blocks in the same order.
+        for (const slot of topic.partitionSlots) this.#release(PARTITION_SLOTS, slot)
+        for (const group of topic.groups) {
+          for (const slot of group.floorSlots) this.#release(FLOOR_SLOTS, slot)
           this.#release(GROUP_SLOTS, group.slot)
           this.#groupsById.delete(group.id)
         }
         this.#release(TOPIC_SLOTS, topic.slot)
+        this.onTopicRemoved?.(topic)
         break
       }
       case E_PARTITION: {
         const topic = this.#topicsById.get(log[f])!
-        this.#take(PARTITION_SLOTS, log[f + 2], log[f + 3])
-        topic.partitions.set(log[f + 1], new PartitionEntity(topic, log[f + 1], log[f + 2]))
+        this.#take(PARTITION_SLOTS, log[f + 2])
+        ;[topic.partitionNumbers, topic.partitionSlots] = inserted(topic.partitionNumbers, topic.partitionSlots, log[f + 1], log[f + 2])
         break
       }
       case E_GROUP: {
         const topic = this.#topicsById.get(log[f])!
-        const name = readText(log, f + 5)
-        this.#take(GROUP_SLOTS, log[f + 2], log[f + 3])
-        const group = new GroupEntity(topic, log[f + 1], name, sanitizeLabelValue(name), log[f + 2], log[f + 4])
-        topic.groups.set(name, group)
+        const name = this.#textAt(position, log, f + 4)
+        this.#take(GROUP_SLOTS, log[f + 2])
+        const group = new GroupEntity(topic, log[f + 1], name, sanitizeLabelValue(name), log[f + 2], log[f + 3])
+        topic.groups = withGroup(topic.groups, group)
         this.#groupsById.set(group.id, group)
         break
       }
       case E_FLOOR: {
         const group = this.#groupsById.get(log[f])!
-        this.#take(FLOOR_SLOTS, log[f + 2], log[f + 3])
-        group.floors.set(log[f + 1], log[f + 2])
+        this.#take(FLOOR_SLOTS, log[f + 2])
+        const [partitions, slots] = inserted(group.floorPartitions, group.floorSlots, log[f + 1], log[f + 2])
+        const all = group.topic.partitionNumbers
+        group.floorPartitions = sameNumbers(partitions, all) ? all : partitions
+        group.floorSlots = slots
         break
       }
       case E_FOLD: {
@@ -334,12 +452,16 @@ export class Registry {
     if (type !== E_FAULT && type !== E_FOLD) this.generation++
   }
 
+  #textAt(position: number, log: Int32Array, at: number): string {
+    const appending = this.#appending
+    return appending !== undefined && appending.position === position ? appending.text : readText(log, at)
+  }
+
   /** A block is in use again: drop it from the free list and forget its old folds. */
-  #take(size: number, slot: number, reused: number): void {
-    if (reused) {
-      const free = this.#free.get(size)!
-      free.splice(free.lastIndexOf(slot), 1)
-    }
+  #take(size: number, slot: number): void {
+    // #allocate reuses the top of the free list; a fresh block is above every block ever freed.
+    const free = this.#free.get(size)
+    if (free !== undefined && free.length > 0 && free[free.length - 1] === slot) free.pop()
     for (let i = 0; i < size; i++) this.folds.delete(slot + i)
   }
 
@@ -354,6 +476,22 @@ export class Registry {
     let freed = 0
     for (const [size, list] of this.#free) freed += size * list.length
     return this.memory.control[C_NEXT_SLOT] - freed
+  }
+
+  /**
+   * Memory the registry holds in the arena, for leak checks: slots ever handed out (freed blocks
+   * are reused, so this stops growing once churn reaches a steady state), arena chunks allocated,
+   * and the registration log's length in bytes (append-only: every registration and removal adds
+   * to it for the life of the surface).
+   */
+  arenaUsage(): { slotsInUse: number; slotsReserved: number; chunks: number; logBytes: number } {
+    const control = this.memory.control
+    return {
+      slotsInUse: this.slotsInUse(),
+      slotsReserved: control[C_NEXT_SLOT],
+      chunks: Atomics.load(control, C_NEXT_CHUNK),
+      logBytes: Atomics.load(control, C_LOG_END) * 4,
+    }
   }
 }
 

@@ -16,6 +16,7 @@ export interface LatencyQuantiles {
   count: number
 }
 
+/** One partition's numbers as an object: what `surface.snapshot()` lists in `partitions`. */
 export interface PartitionSnapshot {
   /** The decimal partition number as given to `produced()` / `ackFloor()`. */
   partition: number
@@ -40,12 +41,21 @@ export interface GroupSnapshot {
   lag: number
   /** SPEC §4: Σ over the topic's partitions of (lastSeq − ackFloor of this group). */
   depth: number
-  /** This group's ack floor on each partition, parallel to `TopicSnapshot.partitions`. */
-  ackFloors: number[]
+  /**
+   * This group's ack floor on each partition, parallel to `TopicSnapshot.partitionNumbers` (0:
+   * none). In the snapshots of /stats and `surface.snapshot()`; the scrape path (/metrics,
+   * /healthz) needs only the depth and lag derived from them and leaves them out.
+   */
+  ackFloors?: readonly number[]
   /** Stable identity of the live group (same object across snapshots until removal). */
   key: object
 }
 
+/**
+ * One topic's numbers. Partitions are columns — parallel arrays indexed like `partitionNumbers` —
+ * rather than one object each: a 187k-sample scrape read ~70,000 partition objects that lived
+ * only until the body was written.
+ */
 export interface TopicSnapshot {
   /** Raw name exactly as given to `surface.topic()`. */
   name: string
@@ -57,8 +67,12 @@ export interface TopicSnapshot {
   delivered: Count
   dropped: Count
   dlq: Count
-  /** Ascending by partition number. */
-  partitions: PartitionSnapshot[]
+  /** Ascending partition numbers (frozen; the same array across snapshots while the set is unchanged). */
+  partitionNumbers: readonly number[]
+  /** Highest appended seq of each partition (0 before the first append). */
+  lastSeq: readonly number[]
+  /** SPEC §4: lastSeq − min over groups of ackFloor (0 for a group that never set one), per partition. */
+  depth: readonly number[]
   /** Ascending by label, then by raw name (JS string order). */
   groups: GroupSnapshot[]
   /** Stable identity of the live topic (same object across snapshots until removeTopic). */
@@ -78,6 +92,27 @@ export interface Snapshot {
   latency: LatencyQuantiles | null
   /** Ascending by label, then by raw name (JS string order). */
   topics: TopicSnapshot[]
+}
+
+/** What `surface.snapshot()` returns: a Snapshot whose topics also list their partitions as objects. */
+export interface SnapshotWithPartitions extends Snapshot {
+  topics: (TopicSnapshot & { partitions: PartitionSnapshot[] })[]
+}
+
+/**
+ * `snapshot` with each topic's `partitions` objects added (the scrape path never needs them). The
+ * partition numbers are copied: the reader shares the registry's own array, which a caller must
+ * not be able to change.
+ */
+export function withPartitions(snapshot: Snapshot): SnapshotWithPartitions {
+  return {
+    ...snapshot,
+    topics: snapshot.topics.map((topic) => ({
+      ...topic,
+      partitionNumbers: [...topic.partitionNumbers],
+      partitions: topic.partitionNumbers.map((partition, p) => ({ partition, lastSeq: topic.lastSeq[p], depth: topic.depth[p] })),
+    })),
+  }
 }
 
 export const MAX_SAFE = Number.MAX_SAFE_INTEGER

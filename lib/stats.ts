@@ -161,7 +161,7 @@ function topicsView(snapshot: Snapshot, narrow: Narrow): object {
       dropped: t.dropped,
       dlq: t.dlq,
       bytes: t.bytes,
-      partitions: t.partitions.length,
+      partitions: t.partitionNumbers.length,
       groups: t.groups.length,
     })),
     // Summed over the topics listed above (mq-stats' default view reads these).
@@ -171,7 +171,7 @@ function topicsView(snapshot: Snapshot, narrow: Narrow): object {
 
 function partitionsView(snapshot: Snapshot, narrow: Narrow): object {
   const partitions = selectTopics(snapshot, narrow).flatMap((t) =>
-    t.partitions.map((p) => ({ topic: t.name, label: t.label, partition: p.partition, last_seq: p.lastSeq, depth: p.depth })),
+    t.partitionNumbers.map((partition, p) => ({ topic: t.name, label: t.label, partition, last_seq: t.lastSeq[p], depth: t.depth[p] })),
   )
   return { filter: 'partitions', partitions }
 }
@@ -182,7 +182,7 @@ function groupsView(snapshot: Snapshot, narrow: Narrow): object {
       .filter((g) => narrow.group === undefined || g.name === narrow.group)
       .map((g) => {
         const ackFloors: Record<string, number> = {}
-        t.partitions.forEach((p, i) => (ackFloors[String(p.partition)] = g.ackFloors[i] ?? 0))
+        t.partitionNumbers.forEach((partition, p) => (ackFloors[String(partition)] = g.ackFloors?.[p] ?? 0))
         return {
           topic: t.name,
           topic_label: t.label,

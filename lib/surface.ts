@@ -14,9 +14,9 @@ import { C_NEXT_SLOT, C_WORKER_FAULTS, MAIN_ROW, Memory, SLOTS_PER_CHUNK } from 
 import { Quorum, QuorumEvent, RUNBOOK_LEVELS, TIER_NAMES, WriteAnswer } from './quorum'
 import { SnapshotReader } from './reader'
 import { Recorder, Topic } from './recording'
-import { MAX_WORKER_FAULT_ENTRIES, Registry } from './registry'
+import { MAX_WORKER_FAULT_ENTRIES, Registry, TopicEntity } from './registry'
 import { Renderer } from './render'
-import { LatencyQuantiles, QuorumState, Snapshot } from './snapshot'
+import { LatencyQuantiles, QuorumState, Snapshot, SnapshotWithPartitions, TopicSnapshot, withPartitions } from './snapshot'
 import { StatsContext, statsFromQuery, statsView } from './stats'
 
 /** Slots [0, LATENCY_SLOTS) of every row hold the latency estimator's cumulative buckets. */
@@ -26,6 +26,12 @@ if (LATENCY_BUCKETS > LATENCY_SLOTS) throw new Error('latency buckets do not fit
 export const LATENCY_WINDOW_MS = 60_000
 /** How often the main thread picks up faults raised in worker threads. */
 const WORKER_FAULT_POLL_MS = 1000
+/**
+ * Issue 8: a render must not block the event loop for more than ~25 ms. GET /metrics renders in
+ * slices of about this long (the first one includes the snapshot) with the event loop free between
+ * them; a scrape that fits in one slice is answered without a yield.
+ */
+const RENDER_SLICE_MS = 10
 
 export interface LatencyEstimator {
   /** Records one publish-to-ack latency in milliseconds (a no-op while e2e_latency is off). */
@@ -74,10 +80,12 @@ export class Surface extends EventEmitter {
   readonly #host: HttpHost
   #handler: ((req: IncomingMessage, res: ServerResponse) => boolean) | undefined
   #server: Listening | undefined
+  #starting: Promise<Listening> | undefined
   #connections = 0
   #leaderEpoch = 0
   #workerFaultsSeen = 0
   #closed = false
+  #closing: Promise<void> | undefined
 
   constructor(config?: Config) {
     super()
@@ -103,7 +111,7 @@ export class Surface extends EventEmitter {
     this.#host = {
       enabled: this.enabled,
       authToken: this.config.metrics_auth_token,
-      metricsBody: () => this.#renderer.render(this.#observe()),
+      metricsBody: () => this.#metricsBody(),
       healthz: () => {
         const body = this.#healthz()
         return { statusCode: body.quorum_state === 2 ? 503 : 200, body }
@@ -172,8 +180,8 @@ export class Surface extends EventEmitter {
   // ---- reading ----
 
   /** One consistent view of every number (also runs the conservation check). */
-  snapshot(): Snapshot {
-    return this.#observe()
+  snapshot(): SnapshotWithPartitions {
+    return withPartitions(this.#observe(true))
   }
 
   render(): string {
@@ -193,8 +201,28 @@ export class Surface extends EventEmitter {
 
   async listen(options: ListenOptions = {}): Promise<Listening> {
     this.#assertOpen()
-    if (this.#server) throw Object.assign(new Error(`mq-metrics is already listening on ${this.#server.url}; close() it first`), { code: 'ALREADY_LISTENING' })
+    // One server per surface, counting one still binding: two listen() calls in the same tick
+    // would otherwise both bind, and close() would know only the second.
+    if (this.#server || this.#starting) {
+      const where = this.#server ? `listening on ${this.#server.url}` : 'starting its server'
+      throw Object.assign(new Error(`mq-metrics is already ${where}; close() it first`), { code: 'ALREADY_LISTENING' })
+    }
+    const attempt = this.#start(options)
+    this.#starting = attempt
+    try {
+      return await attempt
+    } finally {
+      this.#starting = undefined
+    }
+  }
+
+  async #start(options: ListenOptions): Promise<Listening> {
     const server = await listenHttp(this.#host, options)
+    if (this.#closed) {
+      // close() ran while the port was being bound: nothing may stay open after it.
+      await server.close()
+      throw new ClosedError('this mq-metrics surface')
+    }
     const listening: Listening = {
       ...server,
       close: async () => {
@@ -206,10 +234,17 @@ export class Surface extends EventEmitter {
     return listening
   }
 
-  async close(): Promise<void> {
-    if (this.#closed) return
+  /** Idempotent: every call returns the one closing, done once the server and memory are gone. */
+  close(): Promise<void> {
+    this.#closing ??= this.#close()
+    return this.#closing
+  }
+
+  async #close(): Promise<void> {
     this.#closed = true
     for (const timer of this.#timers) clearInterval(timer)
+    // A listen() under way finishes first (and, seeing the surface closed, closes its server).
+    await this.#starting?.catch(() => {})
     const server = this.#server
     this.#server = undefined
     if (server) await server.close()
@@ -229,13 +264,50 @@ export class Surface extends EventEmitter {
     return this.#registry.slotsInUse()
   }
 
+  /** Diagnostics for leak checks: slots in use and ever reserved, arena chunks, registration log bytes. */
+  arenaUsage(): { slotsInUse: number; slotsReserved: number; chunks: number; logBytes: number } {
+    return this.#registry.arenaUsage()
+  }
+
   // ---- internals ----
 
-  #observe(): Snapshot {
+  /**
+   * GET /metrics: the snapshot in one go (under the lock, which is never held across a yield),
+   * then the body in slices with setImmediate between them. The snapshot is immutable, so the
+   * body is exactly that one moment's numbers however many slices it takes: never a torn scrape.
+   */
+  #metricsBody(): Buffer | Promise<Buffer> {
+    const started = performance.now()
+    const job = this.#renderer.begin(this.#observe())
+    if (job.step(started + RENDER_SLICE_MS)) return job.body()
+    return new Promise((resolve, reject) => {
+      const slice = (): void => {
+        try {
+          if (job.step(performance.now() + RENDER_SLICE_MS)) resolve(job.body())
+          else setImmediate(slice)
+        } catch (error) {
+          reject(error)
+        }
+      }
+      setImmediate(slice)
+    })
+  }
+
+  /** The snapshot and the conservation check; with `report`, the check's /stats report too. */
+  /**
+   * The snapshot and the conservation check. With `ackFloors`, each group's ack floor per
+   * partition too (/stats and snapshot() show them; /metrics and /healthz only need the depth and
+   * lag derived from them, and skip two arrays per topic). With `report`, the check's /stats
+   * report as well.
+   */
+  #observe(ackFloors?: boolean): Snapshot
+  #observe(ackFloors: boolean, report: true): [Snapshot, ConservationReport]
+  #observe(ackFloors = false, report = false): Snapshot | [Snapshot, ConservationReport] {
     this.#assertOpen()
     const memory = this.#registry.memory
     memory.lock()
     let snapshot: Snapshot
+    let conservation: ConservationReport | undefined
     try {
       this.#registry.sync()
       snapshot = {
@@ -246,21 +318,22 @@ export class Surface extends EventEmitter {
         replicas: this.#quorum.replicas,
         inSync: this.#quorum.inSync,
         latency: this.config.e2e_latency ? this.#window.quantiles() : null,
-        topics: this.#reader.topics(),
+        topics: this.#reader.topics(ackFloors),
       }
-      this.#lastReport = this.#conservation.check(snapshot, (topic) => this.#reader.topic(topic.key as never))
+      const reread = (topic: TopicSnapshot) => this.#reader.topic(topic.key as TopicEntity)
+      // Only /stats shows the report; the scrape path checks (and raises faults) without one.
+      if (report) conservation = this.#conservation.report(snapshot, reread)
+      else this.#conservation.check(snapshot, reread)
     } finally {
       memory.unlock()
     }
     this.#drainWorkerFaults()
-    return snapshot
+    return report ? [snapshot, conservation!] : snapshot
   }
 
-  #lastReport: ConservationReport | undefined
-
   #statsContext(): StatsContext {
-    const snapshot = this.#observe()
-    return { snapshot, faults: this.#faults.view(), config: this.config, conservation: this.#lastReport!, backend: this.backend }
+    const [snapshot, conservation] = this.#observe(true, true)
+    return { snapshot, faults: this.#faults.view(), config: this.config, conservation, backend: this.backend }
   }
 
   #healthz() {
@@ -350,6 +423,10 @@ export class WorkerRecorder {
     this.#recorder = new Recorder(registry, row, (code, metric, labels, previous, attempted) => {
       registry.queueFault({ code, metric, labels, previous, attempted, at: new Date().toISOString() })
     })
+    // removeTopic() runs on the main thread; this worker learns of it when it next replays the
+    // log (on its next registration) and lets its handle go. Replay is in log order, so the
+    // handle under that name can only be the removed topic's.
+    registry.onTopicRemoved = (topic) => this.#recorder.forget(topic.name)
     this.latency = { record: latencyFor(this.#recorder, shared.config.e2e_latency, new LatencyWindow(() => {})).record }
   }
 

@@ -61,11 +61,9 @@ function topicSnapshot(topic, overrides = {}) {
     delivered: sum(groups.map((g) => g.delivered)),
     dropped: sum(groups.map((g) => g.dropped)),
     dlq: sum(groups.map((g) => g.dlq)),
-    partitions: topic.lastSeq.map((s, p) => ({
-      partition: p,
-      lastSeq: s,
-      depth: s - Math.min(...[...topic.groups.values()].map((g) => g.floors[p]), s),
-    })),
+    partitionNumbers: topic.lastSeq.map((s, p) => p),
+    lastSeq: [...topic.lastSeq],
+    depth: topic.lastSeq.map((s, p) => s - Math.min(...[...topic.groups.values()].map((g) => g.floors[p]), s)),
     groups,
     key: topic.key,
     ...overrides,
@@ -81,7 +79,7 @@ function snapshotOf(...topics) {
     replicas: 3,
     inSync: 3,
     latency: null,
-    topics: topics.map((topic) => (Array.isArray(topic.lastSeq) ? topicSnapshot(topic) : topic)), // a model, or a prebuilt snapshot
+    topics: topics.map((topic) => (topic.groups instanceof Map ? topicSnapshot(topic) : topic)), // a model, or a prebuilt snapshot
   }
 }
 
@@ -89,9 +87,10 @@ function checker() {
   const faults = []
   const rereads = []
   const c = new ConservationChecker((f) => faults.push(f))
-  // The default re-read sees the same numbers (a genuinely quiet window).
+  // The default re-read sees the same numbers (a genuinely quiet window). report() runs the
+  // check and builds the /stats report; check() alone (the /metrics path) is tested below.
   const check = (snapshot, reread = (ts) => ts) =>
-    c.check(snapshot, (ts) => {
+    c.report(snapshot, (ts) => {
       rereads.push(ts.name)
       return reread(ts)
     })
@@ -221,6 +220,29 @@ t.test('a quiet non-zero residual raises one CONSERVATION_BROKEN per episode', a
   t.equal(faults.length, 2, 'a new episode after recovery raises the fault again')
   t.equal(faults[1].previous, 22)
   t.equal(faults[1].attempted, 20)
+})
+
+t.test('check() (the /metrics path, no report) keeps baselines and episodes exactly as report() does', async (t) => {
+  // If this failed, /metrics scrapes (which only check) and /stats (which reports) would disagree
+  // about baselines or raise an episode's fault twice or never.
+  const faults = []
+  const c = new ConservationChecker((f) => faults.push(f))
+  const same = (ts) => ts
+  const topic = model('mixed', 1)
+  const g = addGroup(topic, 'g')
+  produce(topic, 0, 10)
+  t.equal(c.check(snapshotOf(topic), same), undefined, 'check() builds no report')
+  g.floors[0] += 3 // broken: 3 settled that nobody delivered or dropped
+  c.check(snapshotOf(topic), same)
+  t.equal(faults.length, 1, 'check() raises the fault of a quiet non-zero residual')
+  t.equal(groupRow(c.report(snapshotOf(topic), same), 'mixed', 'g').residual, 3, 'report() sees the baseline check() took')
+  c.check(snapshotOf(topic), same)
+  t.equal(faults.length, 1, 'the episode is raised once, whichever of the two runs')
+  g.delivered += 3
+  c.check(snapshotOf(topic), same)
+  g.dropped += 1
+  c.report(snapshotOf(topic), same)
+  t.equal(faults.length, 2, 'an episode ended by check() lets report() raise the next one')
 })
 
 t.test('a non-zero residual with messages in flight is not a fault', async (t) => {
@@ -437,7 +459,7 @@ t.test('exact arithmetic above 2^53', async (t) => {
   const huge = 2n ** 64n - 100n
   const topicAt = (produced, delivered, depth, extra = {}) => ({
     name: 'big', label: 'big', key, produced, bytes: 0, delivered, dropped: 0, dlq: 0,
-    partitions: [{ partition: 0, lastSeq: depth, depth }],
+    partitionNumbers: [0], lastSeq: [depth], depth: [depth],
     groups: [{ name: 'g', label: 'g', key: gkey, delivered, dropped: 0, dlq: 0, retries: 0, inFlight: 0, maxInFlight: 1, lag: depth, depth, ackFloors: [0], ...extra }],
   })
   let report = check(snapshotOf(topicAt(huge, huge - 10n, 10)))

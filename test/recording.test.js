@@ -115,6 +115,51 @@ for (const backend of backends()) {
     t.same(topicNumbers(surface, 'orders').partitions.map((p) => p.partition), [0, 7])
   })
 
+  t.test(`${backend}: sparse and out-of-order partitions up to 2^31 − 1 (the registry's sorted arrays)`, async (t) => {
+    // If this failed, the dense-array fast path of the registry (partition p at index p) would
+    // have mixed up partitions that are not 0…n−1, or lost one registered out of order.
+    const surface = surfaceOn(t, backend)
+    const faults = faultsOf(surface)
+    const big = 2 ** 31 - 1
+    const topic = surface.topic('sparse')
+    const g = topic.group('g')
+    const h = topic.group('h')
+    const order = [5, big, 0, 1_000_000_000, 3, 1, 2]
+    order.forEach((p, i) => t.equal(topic.produced(p, 10 + i, 1), true, `produced on partition ${p}`))
+    t.equal(g.ackFloor(big, 4), true, 'a floor on the largest partition')
+    t.equal(g.ackFloor(3, 2), true, 'a floor on a middle partition')
+    t.equal(h.ackFloor(0, 12), true)
+    t.equal(g.ackFloor(big, 3), false, 'the largest partition\'s floor is found again (a decrease is refused)')
+    t.equal(topic.lastSeqKnown(big), 11, 'lastSeqKnown finds the largest partition')
+    t.equal(topic.lastSeqKnown(4), 0, 'and knows partition 4 was never seen')
+    const n = topicNumbers(surface, 'sparse')
+    const seq = (p) => 10 + order.indexOf(p)
+    const floorG = { [big]: 4, 3: 2 }
+    const floorH = { 0: 12 }
+    const expected = [0, 1, 2, 3, 5, 1_000_000_000, big].map((p) => ({
+      partition: p,
+      lastSeq: seq(p),
+      depth: seq(p) - Math.min(floorG[p] ?? 0, floorH[p] ?? 0),
+    }))
+    t.same(n.partitions, expected, 'partitions ascending, each with its own last_seq and depth')
+    t.same(n.partitionNumbers, expected.map((p) => p.partition), 'the column of partition numbers matches')
+    const byName = Object.fromEntries(n.groups.map((x) => [x.name, x]))
+    t.same(byName.g.ackFloors, expected.map((p) => floorG[p.partition] ?? 0), 'g\'s floors line up with the partitions')
+    t.same(byName.h.ackFloors, expected.map((p) => floorH[p.partition] ?? 0), 'h\'s floors line up with the partitions')
+    t.equal(byName.g.depth, expected.reduce((sum, p) => sum + p.lastSeq - (floorG[p.partition] ?? 0), 0), 'g: depth_g sums every partition')
+    const body = surface.render()
+    t.match(body, new RegExp(`mq_partition_last_seq\\{topic="sparse",partition="${big}"\\} ${seq(big)}\n`), 'the largest partition renders with its number')
+    t.same(faults.map((f) => f.code), ['ACK_FLOOR_INVALID'], 'no fault but the refused decrease')
+    const inUse = surface.slotsInUse()
+    t.equal(surface.removeTopic('sparse'), true)
+    const again = surface.topic('sparse')
+    for (const p of order) again.produced(p, 1, 1)
+    again.group('g').ackFloor(big, 1)
+    again.group('g').ackFloor(3, 1)
+    again.group('h').ackFloor(0, 1)
+    t.equal(surface.slotsInUse(), inUse, 'the removed topic\'s slots were freed and reused, none leaked')
+  })
+
   t.test(`${backend}: bad inputs are precise errors and record nothing`, async (t) => {
     const surface = surfaceOn(t, backend)
     const orders = surface.topic('orders')

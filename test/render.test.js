@@ -61,9 +61,11 @@ function topicOf(name, { produced = 0, bytes = 0, partitions = {}, groups = [] }
     delivered: sum(groupSnapshots.map((g) => g.delivered)),
     dropped: sum(groupSnapshots.map((g) => g.dropped)),
     dlq: sum(groupSnapshots.map((g) => g.dlq)),
-    partitions: numbers.map((partition, i) => {
+    partitionNumbers: numbers,
+    lastSeq: lastSeqs,
+    depth: numbers.map((partition, i) => {
       const slowest = groupSnapshots.length ? Math.min(...groupSnapshots.map((g) => g.ackFloors[i])) : 0
-      return { partition, lastSeq: lastSeqs[i], depth: lastSeqs[i] - slowest }
+      return lastSeqs[i] - slowest
     }),
     groups: groupSnapshots,
     key: {},
@@ -368,10 +370,10 @@ function reference(snapshot) {
     let m = topics.get(topic.label)
     if (!m) topics.set(topic.label, (m = { produced: 0n, delivered: 0n, dropped: 0n, dlq: 0n, bytes: 0n, partitions: new Map(), groups: new Map() }))
     for (const k of ['produced', 'delivered', 'dropped', 'dlq', 'bytes']) m[k] += BigInt(topic[k])
-    for (const p of topic.partitions) {
-      const q = m.partitions.get(p.partition) || { depth: 0n, lastSeq: 0 }
-      m.partitions.set(p.partition, { depth: q.depth + BigInt(p.depth), lastSeq: Math.max(q.lastSeq, p.lastSeq) })
-    }
+    topic.partitionNumbers.forEach((partition, i) => {
+      const q = m.partitions.get(partition) || { depth: 0n, lastSeq: 0 }
+      m.partitions.set(partition, { depth: q.depth + BigInt(topic.depth[i]), lastSeq: Math.max(q.lastSeq, topic.lastSeq[i]) })
+    })
     for (const g of topic.groups) {
       const q = m.groups.get(g.label) || { lag: 0, inFlight: 0n, retries: 0n }
       m.groups.set(g.label, { lag: Math.max(q.lag, g.lag), inFlight: q.inFlight + BigInt(g.inFlight), retries: q.retries + BigInt(g.retries) })
@@ -515,4 +517,73 @@ t.test('promtool check metrics accepts every golden exposition', async (t) => {
     t.same(findings, withLatency ? forced : [], `${name}: ${withLatency ? 'only the findings the spec forces' : 'no findings'}`)
     t.equal(run.status, withLatency ? 3 : 0, `${name}: promtool exits ${withLatency ? '3 (lint findings only)' : '0'}, not 1 (parse error)`)
   }
+})
+
+// --- rendering in slices (issue 8: a large scrape must not block the event loop) ---------------
+
+t.test('a render advanced in slices writes exactly what a render in one go writes', async (t) => {
+  // If this failed, a large /metrics body (rendered in slices) would differ from surface.render().
+  const random = prng(8)
+  const topics = []
+  for (let i = 0; i < 300; i++) {
+    const partitions = {}
+    for (let p = 0; p < 1 + (i % 5); p++) partitions[p] = i * 10 + p
+    topics.push(topicOf(`slice.${i % 250}`, { produced: Math.floor(random() * 1e6), partitions, groups: [{ name: 'g', floors: { 0: 1 } }, { name: `h${i % 3}` }] }))
+  }
+  const snapshot = snapshotOf({ topics, latency: { p50: 1, p90: 2, p99: 3, count: 4 } })
+  const whole = new Renderer().render(snapshot)
+  const renderer = new Renderer()
+  const job = renderer.begin(snapshot)
+  let steps = 1
+  while (!job.step(0)) steps++ // a deadline long past: the job yields at every clock check
+  t.ok(steps > 5, `the job yielded between slices (${steps} steps)`)
+  t.ok(job.body().equals(whole), 'the sliced body is byte-identical (collisions, caches and all)')
+  t.throws(() => renderer.begin(snapshot).body(), /not complete/, 'an unfinished job has no body to hand out')
+})
+
+t.test('GET /metrics rendered in slices is one moment\'s numbers, never a torn scrape', async (t) => {
+  // If this failed, recording or removing topics while a large scrape renders could mix numbers
+  // from before and after into one body (SPEC §2: same state ⇒ byte-identical output).
+  const { lib } = require('./helpers.js')
+  const surface = lib.createSurface({ max_in_flight: 1_000_000 })
+  t.teardown(() => surface.close())
+  const handles = []
+  for (let i = 0; i < 400; i++) {
+    const topic = surface.topic(`torn-${i}`)
+    for (let p = 0; p < 4; p++) topic.produced(p, 10, 100)
+    handles.push(topic)
+  }
+  const before = surface.render()
+  // A clock that runs fast: every look at it is past the slice's deadline, so the render yields
+  // every few dozen topics and the loop below gets to record between slices.
+  const realNow = performance.now
+  let fake = realNow.call(performance)
+  performance.now = () => (fake += 50)
+  t.teardown(() => { performance.now = realNow })
+  let slicesSeen = 0
+  let seq = 10
+  let done = false
+  const body = await new Promise((resolve, reject) => {
+    const res = { statusCode: 0, headersSent: false, destroyed: false, setHeader() {}, end: (chunk) => { done = true; resolve(chunk) } }
+    const meddle = () => {
+      if (done) return
+      slicesSeen++
+      seq++
+      for (const topic of handles) for (let p = 0; p < 4; p++) topic.produced(p, seq, 100)
+      surface.removeTopic(handles.pop().name)
+      setImmediate(meddle)
+    }
+    try {
+      if (!surface.handler({ url: '/metrics', method: 'GET', headers: {} }, res)) reject(new Error('not handled'))
+      setImmediate(meddle)
+    } catch (error) {
+      reject(error)
+    }
+  })
+  performance.now = realNow
+  const text = body.toString('utf8')
+  const withoutUptime = (s) => s.replace(/^mq_broker_uptime_seconds .*$/m, '')
+  t.ok(slicesSeen > 3, `the state changed between slices (${slicesSeen} times before the body was complete)`)
+  t.equal(withoutUptime(text), withoutUptime(before), 'the body is the state at the start of the scrape, byte for byte')
+  t.not(withoutUptime(surface.render()), withoutUptime(before), 'while the state itself did move on')
 })

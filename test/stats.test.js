@@ -28,7 +28,7 @@ function snapshot() {
     topics: [
       {
         name: 'a.b', label: 'a_b', produced: U64_MAX, bytes: 2n ** 60n, delivered: 30, dropped: 4, dlq: 3,
-        partitions: [{ partition: 0, lastSeq: 40, depth: 25 }, { partition: 3, lastSeq: 10, depth: 0 }],
+        partitionNumbers: [0, 3], lastSeq: [40, 10], depth: [25, 0],
         groups: [
           group('g.1', 'g_1', { delivered: 20, dropped: 3, dlq: 2, retries: 5, inFlight: 2, maxInFlight: 50, lag: 15, depth: 15, ackFloors: [25, 10] }),
           group('g/1', 'g_1', { delivered: 10, dropped: 1, dlq: 1, lag: 30, depth: 35, ackFloors: [15, 0] }),
@@ -37,13 +37,13 @@ function snapshot() {
       },
       {
         name: 'a/b', label: 'a_b', produced: 5, bytes: 500, delivered: 0, dropped: 0, dlq: 0,
-        partitions: [{ partition: 0, lastSeq: 5, depth: 5 }],
+        partitionNumbers: [0], lastSeq: [5], depth: [5],
         groups: [group('g.1', 'g_1', { lag: 5, depth: 5, ackFloors: [0] })],
         key: {},
       },
       {
         name: 'orders', label: 'orders', produced: 1, bytes: 10, delivered: 1, dropped: 0, dlq: 0,
-        partitions: [{ partition: 1, lastSeq: 1, depth: 0 }],
+        partitionNumbers: [1], lastSeq: [1], depth: [0],
         groups: [group('billing', 'billing', { delivered: 1, ackFloors: [1] })],
         key: {},
       },
@@ -62,7 +62,7 @@ function context(overrides = {}) {
     snapshot: snap,
     faults: faults.view(),
     config: resolveConfig({ metrics_auth_token: 'secret', e2e_latency: true }),
-    conservation: checker.check(snap, (x) => x),
+    conservation: checker.report(snap, (x) => x),
     backend: 'js',
     ...overrides,
   }

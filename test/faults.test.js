@@ -1,0 +1,464 @@
+'use strict'
+// Fault injection (SPEC §5, §6, §11): every write-side invariant violated on purpose — alone, and
+// mixed with honest traffic from two worker threads — must leave every number as it was, be
+// reported exactly once, and leave the honest counters exact. Workers that exit, throw or are
+// terminated mid-registration must lose nothing and wedge nothing, and a render racing
+// registrations and removals must never show a half-registered series. If this fails, a broker bug
+// (or a dying thread) corrupts the numbers an operator trusts, or hides the fault that explains them.
+const t = require('tap')
+const http = require('node:http')
+const path = require('node:path')
+const { Worker } = require('node:worker_threads')
+const { backends, surfaceOn, faultsOf, topicNumbers, lib } = require('./helpers')
+
+const TRAFFIC = path.join(__dirname, 'fixtures', 'fault-traffic-worker.js')
+const REGISTERING = path.join(__dirname, 'fixtures', 'registering-worker.js')
+/** Codes the conservation checker derives from dishonest books; the cases below inject others. */
+const DERIVED = ['CONSERVATION_BROKEN']
+
+/** Fault counts from /stats, without the derived codes. */
+function injectedCounts(surface) {
+  const counts = { ...surface.stats('faults').counts }
+  for (const code of DERIVED) delete counts[code]
+  return counts
+}
+
+function countByCode(faults) {
+  const counts = {}
+  for (const f of faults) if (!DERIVED.includes(f.code)) counts[f.code] = (counts[f.code] ?? 0) + 1
+  return counts
+}
+
+function within(ms, what, promise) {
+  let timer
+  return Promise.race([
+    promise,
+    new Promise((resolve, reject) => { timer = setTimeout(() => reject(new Error(`${what}: not done within ${ms} ms`)), ms) }),
+  ]).finally(() => clearTimeout(timer))
+}
+
+/** Starts a worker; resolves { messages, exitCode, error } when it exits. */
+function startWorker(file, workerData, onMessage = () => {}) {
+  // execArgv: [] — not tap's loader hooks, which cost ~1 s per worker start; the fixtures are plain CommonJS.
+  const worker = new Worker(file, { workerData, execArgv: [] })
+  const messages = []
+  let error
+  const exited = new Promise((resolve) => {
+    worker.on('message', (m) => { messages.push(m); onMessage(m) })
+    worker.on('error', (e) => { error = e })
+    worker.on('exit', (exitCode) => resolve({ messages, exitCode, error }))
+  })
+  return { worker, exited }
+}
+
+// ---- every invariant alone ----------------------------------------------------------------------
+
+/**
+ * [what, set-up (honest), violation → returns what the call returned or threw, expected return,
+ *  fault code or null, what the violation may change (SPEC §5), checks of the state after].
+ */
+const ALONE = [
+  ['leader epoch decrease', (s) => s.setLeaderEpoch(5), (s) => s.setLeaderEpoch(3), false, 'EPOCH_REGRESSION',
+    (t, s) => t.equal(s.stats('quorum').leader_epoch, 5, 'the stored epoch is kept')],
+  ['last_seq decrease', (s) => s.topic('x').produced(0, 10, 100, 10), (s) => s.topic('x').produced(0, 9, 1, 1), { throws: 'SEQ_REGRESSION' }, 'SEQ_REGRESSION',
+    (t, s) => t.same(s.stats('partitions').partitions.map((p) => p.last_seq), [10], 'last_seq kept')],
+  ['ack floor decrease', (s) => { s.topic('x').produced(0, 10, 100, 10); s.topic('x').group('g').ackFloor(0, 6) }, (s) => s.topic('x').group('g').ackFloor(0, 5), false, 'ACK_FLOOR_INVALID',
+    (t, s) => t.same(s.stats('groups').groups[0].ack_floors, { 0: 6 }, 'the floor is kept')],
+  ['ack floor past last_seq', (s) => s.topic('x').group('g') && s.topic('x').produced(0, 10, 100, 10), (s) => s.topic('x').group('g').ackFloor(0, 11), false, 'ACK_FLOOR_INVALID',
+    (t, s) => t.same(s.stats('groups').groups[0].ack_floors, { 0: 0 }, 'the floor stays 0')],
+  ['ack floor on a partition never produced', (s) => s.topic('x').group('g'), (s) => s.topic('x').group('g').ackFloor(3, 1), false, 'ACK_FLOOR_INVALID',
+    (t, s) => t.same(s.stats('partitions').partitions, [], 'the partition does not appear')],
+  ['dispatch over max_in_flight', (s) => s.topic('x').group('g', { max_in_flight: 5 }).dispatch(5), (s) => s.topic('x').group('g').dispatch(1), false, null,
+    (t, s) => t.equal(s.stats('groups').groups[0].in_flight, 5, 'in_flight unchanged')],
+  ['delivery with nothing in flight', (s) => s.topic('x').group('g'), (s) => s.topic('x').group('g').delivered(2), undefined, 'IN_FLIGHT_UNDERFLOW',
+    (t, s) => t.match(s.stats('groups').groups[0], { delivered: 2, in_flight: 0 }, 'the delivery is counted; in_flight stays 0')],
+  ['drop of more than is in flight', (s) => s.topic('x').group('g').dispatch(1), (s) => s.topic('x').group('g').dropped(3), undefined, 'IN_FLIGHT_UNDERFLOW',
+    (t, s) => t.match(s.stats('groups').groups[0], { dropped: 3, in_flight: 0 }, 'the drop is counted; in_flight stays 0')],
+  ['DLQ success without a drop', (s) => s.topic('x').group('g'), (s) => s.topic('x').group('g').deadLettered(1), false, 'DLQ_WITHOUT_DROP',
+    (t, s) => t.equal(s.stats('groups').groups[0].dlq, 0, 'not counted')],
+  ['DLQ beyond the drops', (s) => { const g = s.topic('x').group('g'); g.dispatch(2); g.dropped(2); g.deadLettered(2) }, (s) => s.topic('x').group('g').deadLettered(1), false, 'DLQ_WITHOUT_DROP',
+    (t, s) => t.match(s.stats('groups').groups[0], { dropped: 2, dlq: 2 }, 'dlq stays at dropped')],
+  ['produce while read_only', (s) => { s.topic('x').produced(0, 1, 1); s.replicationRound({ replicas: 3, inSync: 1 }) }, (s) => s.topic('x').produced(0, 2, 1), false, 'WRITE_WHILE_READ_ONLY',
+    (t, s) => t.same(s.stats('partitions').partitions.map((p) => p.last_seq), [1], 'the ceiling is frozen')],
+  ['produce on a new partition while read_only', (s) => { s.topic('x'); s.replicationRound({ replicas: 3, inSync: 1 }) }, (s) => s.topic('x').produced(4, 1, 1), false, 'WRITE_WHILE_READ_ONLY',
+    (t, s) => t.same(s.stats('partitions').partitions, [], 'the partition does not appear')],
+  ['connection closed below zero', () => {}, (s) => s.connectionClosed(), undefined, 'CONNECTIONS_UNDERFLOW',
+    (t, s) => t.equal(s.stats('quorum').connections, 0, 'connections stay 0')],
+  // SPEC §5 last row: not non-negative integers → TypeError / RangeError, nothing recorded, no fault.
+  ['seq not a number', (s) => s.topic('x'), (s) => s.topic('x').produced(0, '1', 1), { throws: 'TypeError' }, null, () => {}],
+  ['bytes missing', (s) => s.topic('x'), (s) => s.topic('x').produced(0, 1), { throws: 'TypeError' }, null, () => {}],
+  ['negative count', (s) => s.topic('x'), (s) => s.topic('x').produced(0, 1, 1, -1), { throws: 'RangeError' }, null, () => {}],
+  ['fractional bytes', (s) => s.topic('x'), (s) => s.topic('x').produced(0, 1, 1.5), { throws: 'RangeError' }, null, () => {}],
+  ['seq past 2^53', (s) => s.topic('x'), (s) => s.topic('x').produced(0, 2 ** 53, 1), { throws: 'RangeError' }, null, () => {}],
+  ['partition negative', (s) => s.topic('x'), (s) => s.topic('x').produced(-1, 1, 1), { throws: 'RangeError' }, null, () => {}],
+  ['delivered NaN', (s) => s.topic('x').group('g').dispatch(1), (s) => s.topic('x').group('g').delivered(NaN), { throws: 'RangeError' }, null, () => {}],
+  ['dispatch bigint', (s) => s.topic('x').group('g'), (s) => s.topic('x').group('g').dispatch(1n), { throws: 'TypeError' }, null, () => {}],
+  ['ack floor negative', (s) => s.topic('x').group('g') && s.topic('x').produced(0, 5, 1), (s) => s.topic('x').group('g').ackFloor(0, -1), { throws: 'RangeError' }, null, () => {}],
+  ['redelivered Infinity', (s) => s.topic('x').group('g'), (s) => s.topic('x').group('g').redelivered(Infinity), { throws: 'RangeError' }, null, () => {}],
+  ['deadLettered a string', (s) => s.topic('x').group('g'), (s) => s.topic('x').group('g').deadLettered('1'), { throws: 'TypeError' }, null, () => {}],
+  ['epoch negative', () => {}, (s) => s.setLeaderEpoch(-1), { throws: 'RangeError' }, null, () => {}],
+  // SPEC §3.6 and §8: names and cardinality caps.
+  ['empty topic name', () => {}, (s) => s.topic(''), { throws: 'RangeError' }, null, (t, s) => t.same(s.stats('topics').topics, [], 'nothing registered')],
+  ['1,025-character topic name', () => {}, (s) => s.topic('x'.repeat(1025)), { throws: 'RangeError' }, null, (t, s) => t.same(s.stats('topics').topics, [], 'nothing registered')],
+  ['topic name not a string', () => {}, (s) => s.topic(Symbol('x')), { throws: 'TypeError' }, null, (t, s) => t.same(s.stats('topics').topics, [], 'nothing registered')],
+  ['max_topics reached', (s) => { s.topic('a'); s.topic('b') }, (s) => s.topic('c'), { throws: 'RangeError' }, null,
+    (t, s) => t.same(s.stats('topics').topics.map((x) => x.topic), ['a', 'b'], 'existing topics untouched, the new one absent'), { max_topics: 2 }],
+  ['max_partitions_per_topic reached', (s) => { s.topic('x').produced(0, 1, 1); s.topic('x').produced(1, 1, 1) }, (s) => s.topic('x').produced(2, 1, 1), { throws: 'RangeError' }, null,
+    (t, s) => t.same(s.stats('partitions').partitions.map((p) => p.partition), [0, 1], 'existing partitions untouched'), { max_partitions_per_topic: 2 }],
+  ['max_groups_per_topic reached', (s) => s.topic('x').group('g1'), (s) => s.topic('x').group('g2'), { throws: 'RangeError' }, null,
+    (t, s) => t.same(s.stats('groups').groups.map((g) => g.group), ['g1'], 'existing groups untouched'), { max_groups_per_topic: 1 }],
+]
+
+for (const backend of backends()) {
+  t.test(`${backend}: each SPEC §5 invariant violated alone: state intact, the fault reported once`, async (t) => {
+    for (const [what, setUp, violate, expected, code, check, config] of ALONE) {
+      const surface = surfaceOn(t, backend, config)
+      const events = faultsOf(surface, { ignore: DERIVED })
+      setUp(surface)
+      const before = JSON.stringify(surface.snapshot().topics.map((x) => topicNumbers(surface, x.name)))
+      const countsBefore = injectedCounts(surface)
+      let returned
+      let thrown
+      try {
+        returned = violate(surface)
+      } catch (error) {
+        thrown = error
+      }
+      if (expected !== null && typeof expected === 'object' && 'throws' in expected) {
+        const name = thrown?.code === expected.throws ? expected.throws : thrown?.name
+        t.equal(name, expected.throws, `${what}: throws ${expected.throws}`)
+      } else {
+        t.equal(thrown, undefined, `${what}: does not throw`)
+        t.equal(returned, expected, `${what}: returns ${expected}`)
+      }
+      const after = JSON.stringify(surface.snapshot().topics.map((x) => topicNumbers(surface, x.name)))
+      // Only the two kinds SPEC §5 says still count (an underflowing settlement) may change numbers.
+      if (code !== 'IN_FLIGHT_UNDERFLOW') t.equal(after, before, `${what}: every number as it was`)
+      const want = { ...countsBefore }
+      if (code !== null) want[code] = (want[code] ?? 0) + 1
+      t.same(injectedCounts(surface), want, `${what}: ${code ? `${code} counted exactly once` : 'no fault'} in stats('faults').counts`)
+      t.same(countByCode(events), want, `${what}: and emitted exactly once as a 'fault' event`)
+      check(t, surface)
+      await surface.close()
+    }
+  })
+
+  t.test(`${backend}: a removed topic's old handle throws RemovedTopicError and records nothing`, async (t) => {
+    const surface = surfaceOn(t, backend)
+    const old = surface.topic('x')
+    const oldGroup = old.group('g')
+    old.produced(0, 5, 5)
+    surface.removeTopic('x')
+    const fresh = surface.topic('x')
+    fresh.produced(0, 1, 1)
+    t.throws(() => old.produced(0, 6, 1), { code: 'TOPIC_REMOVED' }, 'produced on the old handle')
+    t.throws(() => oldGroup.delivered(1), { code: 'TOPIC_REMOVED' }, 'delivered on the old group handle')
+    t.throws(() => oldGroup.dispatch(1), { code: 'TOPIC_REMOVED' }, 'dispatch on the old group handle')
+    t.match(topicNumbers(surface, 'x'), { produced: 1, bytes: 1, partitions: [{ lastSeq: 1 }], groups: [] }, 'the new topic is untouched by the old handles')
+  })
+
+  // ---- mixed with honest traffic from two worker threads ------------------------------------------
+
+  t.test(`${backend}: faults from main and 2 workers amid honest traffic: each counted once, honest counters exact`, async (t) => {
+    const surface = surfaceOn(t, backend)
+    const events = faultsOf(surface, { ignore: DERIVED })
+    const shared = surface.share()
+    const N = 60_000
+    let ready = 0
+    const workers = [1, 2].map((id) => startWorker(TRAFFIC, { shared, id, n: N }, (m) => { if (m.ready) ready++ }))
+
+    // The main thread: honest traffic on its own topic, and every violation it alone can make.
+    const expected = {}
+    const caused = (code, k = 1) => (expected[code] = (expected[code] ?? 0) + k)
+    const honest = surface.topic('honest-main')
+    const group = honest.group('g')
+    const faulty = surface.topic('faulty-main')
+    faulty.produced(0, 50, 1, 50)
+    const faultyGroup = faulty.group('g')
+    let seq = 0
+    let faultyDelivered = 0
+    surface.setLeaderEpoch(10)
+    await within(10_000, 'workers ready', new Promise((resolve) => { const poll = setInterval(() => { if (ready === 2) { clearInterval(poll); resolve() } }, 1) }))
+    for (let round = 0; round < 40; round++) {
+      for (let i = 0; i < 200; i++) {
+        if (honest.produced(0, seq + 1, 7)) {
+          seq++
+          group.dispatch(1)
+          group.ackFloor(0, seq)
+          group.delivered(1)
+        } else {
+          caused('WRITE_WHILE_READ_ONLY')
+        }
+      }
+      switch (round % 8) {
+        case 0: t.equal(surface.setLeaderEpoch(1), false, 'epoch regression refused'); caused('EPOCH_REGRESSION'); break
+        case 1: surface.connectionClosed(); caused('CONNECTIONS_UNDERFLOW'); break
+        case 2: t.throws(() => faulty.produced(0, 3, 1), { code: 'SEQ_REGRESSION' }); caused('SEQ_REGRESSION'); break
+        case 3: t.equal(faultyGroup.ackFloor(0, 51), false); caused('ACK_FLOOR_INVALID'); break
+        case 4: faultyGroup.delivered(1); faultyDelivered++; caused('IN_FLIGHT_UNDERFLOW'); break
+        case 5: t.equal(faultyGroup.deadLettered(1), false); caused('DLQ_WITHOUT_DROP'); break
+        case 6: // a short read_only window: workers' produce() calls are refused (and they count them)
+          surface.replicationRound({ replicas: 3, inSync: 1 })
+          await new Promise((resolve) => setTimeout(resolve, 3))
+          if (honest.produced(0, seq + 1, 7) === false) caused('WRITE_WHILE_READ_ONLY')
+          else { seq++; group.dispatch(1); group.ackFloor(0, seq); group.delivered(1); t.fail('produce accepted while read_only') }
+          surface.replicationRound({ replicas: 3, inSync: 3 })
+          break
+        case 7: surface.snapshot(); break // scrape in the middle of it all
+      }
+      await new Promise((resolve) => setImmediate(resolve))
+    }
+    const results = await within(60_000, 'workers done', Promise.all(workers.map((w) => w.exited)))
+    const reports = results.map((r) => r.messages.find((m) => m.report)?.report)
+    t.same(results.map((r) => [r.exitCode, r.error?.message]), [[0, undefined], [0, undefined]], 'both workers ran to the end')
+    for (const report of reports) for (const [code, k] of Object.entries(report.injected)) caused(code, k)
+
+    surface.snapshot() // the main thread picks up the workers' queued faults here
+    t.same(injectedCounts(surface), expected, 'stats(faults).counts: every fault caused, by any thread, counted exactly once')
+    t.same(countByCode(events), expected, "and each emitted exactly once as a 'fault' event")
+    t.comment(`${backend}: faults caused by main + 2 workers amid ${reports.reduce((n, r) => n + r.honestSeq + r.commonSeq, seq)} honest messages: ${JSON.stringify(expected)}`)
+    t.same(Object.keys(expected).sort(), ['ACK_FLOOR_INVALID', 'CONNECTIONS_UNDERFLOW', 'DLQ_WITHOUT_DROP', 'EPOCH_REGRESSION', 'IN_FLIGHT_UNDERFLOW', 'SEQ_REGRESSION', 'WRITE_WHILE_READ_ONLY'],
+      `every fault kind was caused: ${JSON.stringify(expected)}`)
+
+    const honestNumbers = (name, n) => ({ produced: n, bytes: 7 * n, delivered: n, dropped: 0, dlq: 0 })
+    t.match(topicNumbers(surface, 'honest-main'), { ...honestNumbers('honest-main', seq), partitions: [{ lastSeq: seq, depth: 0 }], groups: [{ inFlight: 0, lag: 0 }] }, 'main honest topic exact')
+    for (const report of reports) {
+      t.match(topicNumbers(surface, `honest-${report.id}`), { ...honestNumbers(`honest-${report.id}`, report.honestSeq), partitions: [{ lastSeq: report.honestSeq, depth: 0 }], groups: [{ inFlight: 0, lag: 0 }] },
+        `worker ${report.id}'s honest topic exact (${report.honestSeq} messages)`)
+      t.match(topicNumbers(surface, `faulty-${report.id}`), { produced: 100, delivered: report.faultyDelivered, dropped: 0, dlq: 0, partitions: [{ lastSeq: 100 }], groups: [{ inFlight: 0, ackFloors: [0] }] },
+        `worker ${report.id}'s faulty topic: only the counted-anyway deliveries changed it`)
+    }
+    const common = topicNumbers(surface, 'shared')
+    const total = reports.reduce((sum, r) => sum + r.commonSeq, 0)
+    t.match(common, { produced: total, bytes: 7 * total, delivered: total, partitions: reports.map((r) => ({ partition: r.id, lastSeq: r.commonSeq, depth: 0 })), groups: [{ inFlight: 0 }] },
+      'the topic both workers share is exact')
+    t.match(topicNumbers(surface, 'faulty-main'), { produced: 50, delivered: faultyDelivered, partitions: [{ lastSeq: 50 }], groups: [{ inFlight: 0 }] }, 'main faulty topic exact')
+    t.equal(surface.stats('quorum').leader_epoch, 10, 'the epoch stayed at its highest value')
+    t.equal(surface.stats('quorum').connections, 0, 'connections never went below 0')
+    const conservation = surface.stats('conservation').topics.filter((x) => x.topic.startsWith('honest-') || x.topic === 'shared')
+    t.same(conservation.flatMap((x) => x.groups.map((g) => [x.topic, g.residual])), conservation.map((x) => [x.topic, 0]), 'the honest topics conserve messages exactly (residual 0)')
+  })
+
+  // recording.ts fix pending (owned by another engineer; see the issue 9 report): Recorder.topic()
+  // trusts its cached handle while `entity.alive` is still true locally, so a worker that has not
+  // yet replayed the main thread's removal keeps getting the dead handle: TOPIC_REMOVED on every
+  // call, although its message says to resolve a new handle. Fix: in Recorder.topic, return the
+  // cached handle only `if (known !== undefined && this.registry.isLive(known.entity))`.
+  // Remove the two `todo` marks below once that is applied (they run and report "not ok # TODO").
+  t.test(`${backend}: a worker re-resolves a topic the main thread removed and created again`, async (t) => {
+    const surface = surfaceOn(t, backend)
+    surface.topic('x').produced(0, 1, 1)
+    const state = new Int32Array(new SharedArrayBuffer(16))
+    const worker = new Worker(`
+      const { workerData, parentPort } = require('node:worker_threads')
+      const { attachSurface } = require(${JSON.stringify(path.join(__dirname, '..', 'dist'))})
+      const recorder = attachSurface(workerData.shared)
+      const state = new Int32Array(workerData.state)
+      recorder.topic('x').produced(1, 1, 1)
+      Atomics.store(state, 0, 1)
+      while (Atomics.load(state, 1) === 0) Atomics.wait(state, 1, 0, 5)
+      const results = []
+      for (let seq = 2; seq <= 4; seq++) {
+        try { recorder.topic('x').produced(1, seq, 1); results.push('ok') } catch (error) { results.push(error.code ?? error.message) }
+      }
+      parentPort.postMessage(results)
+    `, { eval: true, execArgv: [], workerData: { shared: surface.share(), state: state.buffer } })
+    let results
+    worker.on('message', (m) => (results = m))
+    await within(10_000, 'worker resolved x', new Promise((resolve) => { const poll = setInterval(() => { if (Atomics.load(state, 0) === 1) { clearInterval(poll); resolve() } }, 1) }))
+    surface.removeTopic('x')
+    surface.topic('x').produced(0, 1, 1)
+    Atomics.store(state, 1, 1)
+    await within(10_000, 'worker exit', new Promise((resolve) => worker.on('exit', resolve)))
+    t.same(results, ['ok', 'ok', 'ok'], 'recorder.topic() in the worker gives a live handle on the new topic, not the removed one')
+    t.match(topicNumbers(surface, 'x'), { produced: 4, partitions: [{ partition: 0, lastSeq: 1 }, { partition: 1, lastSeq: 4 }] }, 'and its records land in the new topic')
+  })
+
+  // ---- threads that die ----------------------------------------------------------------------------
+
+  for (const mode of ['exit', 'throw']) {
+    t.test(`${backend}: a worker that ${mode === 'exit' ? 'calls process.exit()' : 'throws'} mid-recording loses nothing it recorded`, async (t) => {
+      const surface = surfaceOn(t, backend)
+      const shared = surface.share()
+      const run = startWorker(TRAFFIC, { shared, id: 1, n: 10_000, mode })
+      const { messages, exitCode, error } = await within(30_000, 'worker exit', run.exited)
+      const report = messages.find((m) => m.report).report
+      if (mode === 'exit') t.equal(exitCode, 7, 'the worker exited with its own code')
+      else t.match(error, { message: 'worker dies mid-recording' }, 'the worker died of its error')
+      t.equal(report.honestSeq, 5_000, 'it recorded half its messages before dying')
+      t.match(topicNumbers(surface, 'honest-1'), { produced: 5_000, bytes: 35_000, delivered: 5_000, partitions: [{ lastSeq: 5_000, depth: 0 }], groups: [{ inFlight: 0 }] },
+        'every message it recorded is still counted after it is gone')
+      t.match(topicNumbers(surface, 'shared'), { produced: 5_000, partitions: [{ partition: 1, lastSeq: 5_000 }] }, 'on the shared topic too')
+      // Its row lives on: a new worker adds to the same numbers.
+      const again = startWorker(TRAFFIC, { shared, id: 2, n: 1000, mode: 'mixed' })
+      await within(30_000, 'second worker', again.exited)
+      t.match(topicNumbers(surface, 'shared'), { produced: 6_000 }, 'a later worker adds to them')
+    })
+  }
+
+  t.test(`${backend}: a worker terminated while holding the registration lock does not wedge the main thread`, async (t) => {
+    const surface = surfaceOn(t, backend)
+    const shared = surface.share()
+    const progress = new SharedArrayBuffer(16)
+    const state = new Int32Array(progress)
+    const holder = startWorker(REGISTERING, { shared, mode: 'hold-lock', progress })
+    await within(10_000, 'lock taken', new Promise((resolve) => { const poll = setInterval(() => { if (Atomics.load(state, 0) === 1) { clearInterval(poll); resolve() } }, 1) }))
+    await holder.worker.terminate()
+    const started = Date.now()
+    surface.topic('after-terminate').produced(0, 1, 1) // needs the lock: waits out the 5 s steal
+    const body = surface.render()
+    const ms = Date.now() - started
+    t.ok(ms < 8000, `register + render done in ${ms} ms (the lock is stolen after 5 s; bound 8 s)`)
+    t.match(body, /^mq_topic_messages_produced_total\{topic="after-terminate"\} 1$/m, 'and the new topic is there')
+    const next = Date.now()
+    surface.topic('second').produced(0, 1, 1)
+    surface.render()
+    t.ok(Date.now() - next < 1000, 'after the steal the lock is free again: no second wait')
+  })
+
+  t.test(`${backend}: workers terminated while registering topics in a loop: main still registers and renders`, async (t) => {
+    const surface = surfaceOn(t, backend)
+    const shared = surface.share()
+    const started = Date.now()
+    // One kill at a random point (it lands inside the lock more often than not: then main waits out
+    // the 5 s steal); the test above kills a lock holder every time.
+    for (let attempt = 0; attempt < 1; attempt++) {
+      const progress = new SharedArrayBuffer(16)
+      const state = new Int32Array(progress)
+      const registering = startWorker(REGISTERING, { shared, mode: 'topics', progress, prefix: `a${attempt}-` })
+      // Let it get going, then kill it wherever it is (often inside the lock).
+      await within(10_000, 'worker registering', new Promise((resolve) => { const poll = setInterval(() => { if (Atomics.load(state, 0) >= 20 + attempt * 7) { clearInterval(poll); resolve() } }, 1) }))
+      await registering.worker.terminate()
+      const before = Date.now()
+      surface.topic(`main-${attempt}`).produced(0, 1, 1)
+      const body = surface.render()
+      const ms = Date.now() - before
+      t.ok(ms < 8000, `attempt ${attempt}: main registered and rendered in ${ms} ms (${ms > 4000 ? 'the kill landed inside the lock' : 'the kill landed outside the lock'})`)
+      t.match(body, new RegExp(`^mq_topic_messages_produced_total\\{topic="main-${attempt}"\\} 1$`, 'm'), `attempt ${attempt}: main's topic is there`)
+    }
+    // The log the dead workers wrote replays cleanly in a new thread.
+    const progress = new SharedArrayBuffer(16)
+    const fresh = startWorker(REGISTERING, { shared, mode: 'topics', progress, limit: 5, prefix: 'fresh-' })
+    const { error } = await within(15_000, 'fresh worker', fresh.exited)
+    t.equal(error, undefined, 'a worker attached afterwards replays the log and registers normally')
+    t.ok(Date.now() - started < 30_000, 'the whole scenario stayed bounded')
+  })
+
+  // ---- rendering races registration and removal ---------------------------------------------------
+
+  t.test(`${backend}: renders racing registrations (worker) and removals (main) never show a torn series`, async (t) => {
+    const surface = surfaceOn(t, backend)
+    const shared = surface.share()
+    const progress = new SharedArrayBuffer(16)
+    const state = new Int32Array(progress)
+    // Paced (2 ms between topics) so that renders of a growing but bounded state keep racing it.
+    const registering = startWorker(REGISTERING, { shared, mode: 'topics', progress, limit: 1500, pauseMs: 2 })
+    // Every 5th render goes through GET /metrics (the path that renders in slices between which
+    // the main thread runs, removals included).
+    const server = await surface.listen({ port: 0 })
+    const removed = new Set()
+    let renders = 0
+    let problems = 0
+    let sawPartial = 0
+    await within(10_000, 'worker started', new Promise((resolve) => { const poll = setInterval(() => { if (Atomics.load(state, 0) > 0) { clearInterval(poll); resolve() } }, 1) }))
+    const deadline = Date.now() + 2000
+    while (renders < 3000 && Date.now() < deadline) {
+      const body = renders % 5 === 4 ? await scrape(server.port) : surface.render()
+      renders++
+      const problem = tornSeries(body, removed)
+      if (problem.torn && problems++ < 5) t.fail(`render ${renders}: ${problem.torn}`)
+      sawPartial += problem.partial
+      // Remove a finished topic, and now and then the one being set up right now.
+      const done = Atomics.load(state, 0)
+      if (done > 2) {
+        const victim = renders % 7 === 0 ? done : Math.floor(Math.random() * done)
+        if (!removed.has(victim) && surface.removeTopic(`t-${victim}`)) removed.add(victim)
+      }
+      await new Promise((resolve) => setImmediate(resolve))
+    }
+    Atomics.store(state, 2, 1)
+    const { error } = await within(15_000, 'registering worker', registering.exited)
+    t.equal(error, undefined, 'the worker only ever met RemovedTopicError for topics removed under it')
+    t.equal(problems, 0, `${renders} renders while ${Atomics.load(state, 0)} topics were registered and ${removed.size} removed: none torn (${sawPartial} topics caught mid-set-up, each a consistent prefix)`)
+    t.ok(renders >= 30 && sawPartial > 0, `enough renders raced the worker (${renders}), some catching a topic mid-set-up (${sawPartial})`)
+    // Quiet now: every topic left is complete.
+    const final = tornSeries(surface.render(), removed)
+    t.equal(final.torn, undefined, 'the final render parses consistently')
+    const count = Atomics.load(state, 0)
+    const live = surface.stats('topics').topics
+    const liveIds = new Set(live.map((x) => Number(x.topic.slice(2))))
+    const lost = []
+    for (let n = 0; n < count; n++) if (liveIds.has(n) === removed.has(n)) lost.push(n)
+    t.same(lost, [], `each of the ${count} topics is either live or was removed by main (${Atomics.load(state, 1)} removed mid-set-up)`)
+    t.same(live.filter((x) => x.partitions !== 4 || x.groups !== 2 || x.produced !== 4).map((x) => x.topic), [], 'every live topic is complete: 4 partitions, 2 groups, 4 messages')
+  })
+}
+
+/** GET /metrics over loopback, the body as text; a non-200 is returned as an unparseable body. */
+function scrape(port) {
+  return new Promise((resolve, reject) => {
+    http.get({ host: '127.0.0.1', port, path: '/metrics', agent: false }, (res) => {
+      const chunks = []
+      res.on('data', (c) => chunks.push(c))
+      res.on('end', () => resolve(res.statusCode === 200 ? Buffer.concat(chunks).toString('utf8') : `status ${res.statusCode}`))
+    }).on('error', reject)
+  })
+}
+
+/**
+ * Checks one render for torn series: for each topic label, all five topic families or none; the
+ * partition families agree and name only listed topics; the group families agree likewise;
+ * partitions 0..k-1 and groups g0..g(j-1) appear as prefixes (the order the worker registers
+ * them); depth equals last_seq (no floors), and no series is duplicated. Returns { torn, partial }.
+ */
+function tornSeries(body, removed) {
+  const families = new Map()
+  const seen = new Set()
+  let types = 0
+  for (const line of body.split('\n')) {
+    if (line.startsWith('# TYPE ')) types++
+    if (line === '' || line.startsWith('#')) continue
+    const m = /^([a-z_]+)(?:\{(.*)\})? (\S+)$/.exec(line)
+    if (m === null) return { torn: `unparseable line ${JSON.stringify(line)}`, partial: 0 }
+    if (seen.has(m[1] + m[2])) return { torn: `duplicate series ${line}`, partial: 0 }
+    seen.add(m[1] + m[2])
+    const labels = Object.fromEntries((m[2] ?? '').split(',').filter(Boolean).map((kv) => kv.split('=')).map(([k, v]) => [k, JSON.parse(v)]))
+    if (!families.has(m[1])) families.set(m[1], [])
+    families.get(m[1]).push({ labels, value: m[3] })
+  }
+  if (types !== 15) return { torn: `${types} TYPE lines, not 15`, partial: 0 }
+  const topicsOf = (name) => (families.get(name) ?? []).map((s) => s.labels.topic)
+  const perTopic = ['mq_topic_messages_produced_total', 'mq_topic_messages_delivered_total', 'mq_topic_messages_dropped_total', 'mq_topic_messages_dlq_total', 'mq_topic_bytes_total'].map(topicsOf)
+  const topics = perTopic[0]
+  for (const list of perTopic) if (list.join() !== topics.join()) return { torn: `topic families disagree: ${list.length} vs ${topics.length}`, partial: 0 }
+  const keyed = (name, key) => (families.get(name) ?? []).map((s) => `${s.labels.topic}/${s.labels[key]}`)
+  const depth = keyed('mq_partition_depth', 'partition')
+  if (depth.join() !== keyed('mq_partition_last_seq', 'partition').join()) return { torn: 'depth and last_seq list different partitions', partial: 0 }
+  const lag = keyed('mq_group_lag', 'group')
+  if (lag.join() !== keyed('mq_group_in_flight', 'group').join() || lag.join() !== keyed('mq_group_retries_total', 'group').join()) return { torn: 'group families list different groups', partial: 0 }
+  let partial = 0
+  for (const topic of topics) {
+    const n = Number(topic.slice(2))
+    const partitions = depth.filter((k) => k.startsWith(`${topic}/`)).map((k) => k.split('/')[1])
+    const groups = lag.filter((k) => k.startsWith(`${topic}/`)).map((k) => k.split('/')[1])
+    if (partitions.join() !== ['0', '1', '2', '3'].slice(0, partitions.length).join()) return { torn: `${topic}: partitions ${partitions}`, partial }
+    if (groups.join() !== ['g0', 'g1'].slice(0, groups.length).join()) return { torn: `${topic}: groups ${groups}`, partial }
+    if (groups.length > 0 && partitions.length < 4 && !removed.has(n)) return { torn: `${topic}: groups before all partitions`, partial }
+    if (partitions.length < 4 || groups.length < 2) partial++
+  }
+  for (const k of [...depth, ...lag]) if (!topics.includes(k.split('/')[0])) return { torn: `series of unlisted topic ${k}`, partial }
+  const lastSeq = families.get('mq_partition_last_seq') ?? []
+  const depths = families.get('mq_partition_depth') ?? []
+  for (let i = 0; i < depths.length; i++) {
+    if (depths[i].value !== lastSeq[i].value || !['0', '1'].includes(lastSeq[i].value)) return { torn: `depth ${depths[i].value} vs last_seq ${lastSeq[i].value}`, partial }
+  }
+  return { torn: undefined, partial }
+}
+
+t.test('attachSurface after close: the closed surface refuses new work clearly', async (t) => {
+  const surface = lib.createSurface()
+  await surface.close()
+  t.throws(() => surface.topic('x'), { code: 'SURFACE_CLOSED' })
+  t.throws(() => surface.render(), { code: 'SURFACE_CLOSED' })
+  t.throws(() => surface.share(), { code: 'SURFACE_CLOSED' })
+})
