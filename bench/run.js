@@ -23,7 +23,7 @@
 //   5 topic counters, 2 × 16 partition gauges, 3 × 2 group series; 186,968 samples in all), built
 //   with the same values in a surface and in a prom-client Registry holding the equivalent 15
 //   families. Ours is the Buffer the HTTP server sends (`surface.handler()` on GET /metrics,
-//   without gzip: snapshot + conservation check + render); prom-client is `await registry.metrics()`.
+//   without gzip: snapshot + conservation check + render, in slices when large); prom-client is `await registry.metrics()`.
 //   The scaling table repeats this at 24, 233, 2,326 and 4,348 topics (~1k … ~187k samples).
 // - event-loop blocking: the longest gap between two setImmediate ticks around one 187k render.
 // - memory per sample: a child process per library and size (node --expose-gc): heap + external

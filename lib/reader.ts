@@ -188,11 +188,16 @@ export class SnapshotReader {
       // Σ of the per-thread shares; racing settlements of one message in two threads (a broker
       // bug) could leave it below 0 for a moment — SPEC §5 says it never shows below 0.
       const inFlight = unboxed(Math.max(0, this.#sum(group.slot + G_IN_FLIGHT)))
+      // dlq before dropped: a thread that runs dropped() then deadLettered() between the two
+      // reads must not make a scrape show dlq > dropped (SPEC §4: at all times). Plain loads may
+      // be reordered on weakly ordered CPUs, so the read is also capped at dropped.
+      const dlqRead = this.#count(group.slot + G_DLQ)
+      const droppedRead = this.#count(group.slot + G_DROPPED)
       const snapshot = groupSnapshot(
         group,
         this.#count(group.slot + G_DELIVERED),
-        this.#count(group.slot + G_DROPPED),
-        this.#count(group.slot + G_DLQ),
+        droppedRead,
+        dlqRead > droppedRead ? droppedRead : dlqRead,
         this.#count(group.slot + G_RETRIES),
         inFlight,
         unboxed(lag),
@@ -204,7 +209,7 @@ export class SnapshotReader {
       dlq = addCount(dlq, snapshot.dlq)
       groups[g] = snapshot
     }
-    return topicSnapshot(topic, this.#count(topic.slot), this.#count(topic.slot + 1), delivered, dropped, dlq, lastSeq, depth, groups)
+    return topicSnapshot(topic, this.#count(topic.slot), this.#count(topic.slot + 1), delivered, dropped, dlq, lastSeq, depth, groups, this.#sum(topic.slot + 2) !== 0)
   }
 }
 
@@ -241,13 +246,14 @@ function groupSnapshot(
 
 function topicSnapshot(
   topic: TopicEntity, produced: Count, bytes: Count, delivered: Count, dropped: Count, dlq: Count,
-  lastSeq: readonly number[], depth: readonly number[], groups: GroupSnapshot[],
+  lastSeq: readonly number[], depth: readonly number[], groups: GroupSnapshot[], producing: boolean,
 ): TopicSnapshot {
   return {
     name: topic.name,
     label: topic.label,
     produced,
     bytes,
+    producing,
     delivered,
     dropped,
     dlq,
@@ -263,7 +269,7 @@ function topicSnapshot(
   const tagged = 2n ** 64n as unknown as number
   const entity = new TopicEntity(0, '', '', 0)
   const group = new GroupEntity(entity, 0, '', '', 0, 0)
-  topicSnapshot(entity, tagged, tagged, tagged, tagged, tagged, [], [], [groupSnapshot(group, tagged, tagged, tagged, tagged, tagged, tagged, tagged, [])])
+  topicSnapshot(entity, tagged, tagged, tagged, tagged, tagged, [], [], [groupSnapshot(group, tagged, tagged, tagged, tagged, tagged, tagged, tagged, [])], false)
 }
 
 function byLabelThenName(a: { label: string; name: string }, b: { label: string; name: string }): number {

@@ -92,6 +92,12 @@ export class Recorder {
    */
   readonly rowChunks: Float64Array[] = []
   readonly sharedChunks: Float64Array[] = []
+  /**
+   * By chunk number: every thread row's chunk (index = row), filled in as rows appear — what
+   * dispatch() sums in_flight over. Shared by all the groups of a chunk (an array per group was
+   * 64 B of the ~120 B per sample at 4,348 topics × 16 partitions × 2 groups).
+   */
+  readonly #allRows: (Float64Array | undefined)[][] = []
 
   constructor(registry: Registry, row: number, fault: FaultSink) {
     this.registry = registry
@@ -123,6 +129,18 @@ export class Recorder {
     const c = slot >>> Chunk.Shift
     if (this.rowChunks[c] === undefined) this.rowChunks[c] = this.registry.memory.rowChunk(this.row, c, true)!
     if (this.sharedChunks[c] === undefined) this.sharedChunks[c] = this.registry.memory.rowChunk(SHARED_ROW, c, true)!
+  }
+
+  /** Every thread row's chunk `c` known so far (index = row; see #allRows), this thread's included. */
+  allRowsOf(c: number): (Float64Array | undefined)[] {
+    let rows = this.#allRows[c]
+    if (rows === undefined) {
+      this.resolveChunk(c << Chunk.Shift)
+      rows = new Array(this.row + 1)
+      rows[this.row] = this.rowChunks[c]
+      this.#allRows[c] = rows
+    }
+    return rows
   }
 
   /** This thread's row cells for a block, and the block's index in them. */
@@ -202,14 +220,15 @@ export class Topic {
     // read straight from fields (a plain Int32Array read of the quorum cell: a tier change a
     // moment old is tolerated, as before), and both counters are written only once they are
     // known to stay below 2^53 — else the folding path below. Keep this body under V8's 460
-    // bytes of bytecode (`node --print-bytecode --print-bytecode-filter=produced`; 445 now):
+    // bytes of bytecode (`node --print-bytecode --print-bytecode-filter=produced`; 460 now):
     // past it the caller's loop can no longer inline it and it measured 16 ns instead of 9–10.
     if (!(isCount(seq) && isCount(bytes) && isCount(count))) checkProduced(seq, bytes, count)
-    if (this.#tag[this.#index] !== this.#id) throw new RemovedTopicError(this.name)
+    const index = this.#index
+    if (this.#tag[index] !== this.#id) throw new RemovedTopicError(this.name)
     // A non-number never indexes the cache (a string '3' would find partition 3's cells).
     const known = typeof partition === 'number' ? this.#lastSeqSlots[partition] : undefined
     if (this.#control[C_QUORUM] === 2) return this.#refuseReadOnly(partition, seq, known)
-    const slot = known === undefined ? this.#resolvePartition(partition) : known
+    const slot = known ?? this.#resolvePartition(partition)
     const row = this.#rowChunks[slot >>> Chunk.Shift]
     const hints = this.#sharedChunks[slot >>> Chunk.Shift]
     const at = slot & Chunk.Mask
@@ -217,10 +236,13 @@ export class Topic {
     const hint = hints[at]
     if (seq < own || seq < hint) this.#regression(partition, own, hint, seq)
     const counters = this.#row
-    const index = this.#index
+    // Writing marker (cell 2): a reader that finds it set knows this thread stopped between the
+    // counter and last_seq writes, so it never takes such a torn moment for a quiet one.
+    counters[index + 2] = 1
     const produced = counters[index] + count
     const total = counters[index + 1] + bytes
-    if (produced <= MAX_SAFE && total <= MAX_SAFE) {
+    // Both are ≥ 0, so one test covers both (a sum past 2^53 just takes the exact path).
+    if (produced + total <= MAX_SAFE) {
       counters[index] = produced
       counters[index + 1] = total
     } else {
@@ -228,6 +250,7 @@ export class Topic {
     }
     row[at] = seq
     if (seq > hint) hints[at] = seq
+    counters[index + 2] = 0
     return true
   }
 
@@ -369,7 +392,7 @@ export class Group {
   readonly #topicTagIndex: number
   readonly #topicId: number
   readonly #memory: Memory
-  /** This group's cell block in each thread row (index = row), filled in as rows appear. */
+  /** Each thread row's chunk holding this group's cells (index = row; Recorder.allRowsOf, shared). */
   readonly #rowChunks: (Float64Array | undefined)[]
   readonly #lock: Int32Array
   readonly #lockIndex: number
@@ -385,9 +408,7 @@ export class Group {
     ;[this.#row, this.#index] = recorder.cells(entity.slot)
     ;[this.#topicTag, this.#topicTagIndex, this.#topicId] = topic.liveness()
     this.#memory = recorder.registry.memory
-    // Sized to this thread's row: an empty array grown to it would reserve 17 entries per group.
-    this.#rowChunks = new Array(recorder.row + 1)
-    this.#rowChunks[recorder.row] = this.#row
+    this.#rowChunks = recorder.allRowsOf(entity.slot >>> Chunk.Shift)
     this.#lock = recorder.registry.memory.sharedI32(Math.floor(entity.slot / SLOTS_PER_CHUNK))
     this.#lockIndex = (this.#index + G_LOCK) * 2
   }

@@ -12,7 +12,7 @@ import {
 } from './memory'
 
 // Slot block sizes. Thread rows use the counter cells; the shared row uses the rest.
-export const TOPIC_SLOTS = 2 // rows: produced, bytes · shared: liveness tag (the topic id)
+export const TOPIC_SLOTS = 3 // rows: produced, bytes, writing marker · shared: liveness tag (the topic id)
 export const PARTITION_SLOTS = 1 // rows: last_seq · shared: last_seq hint (max seen by any thread)
 export const GROUP_SLOTS = 6 // rows: delivered, dropped, dlq, retries, in_flight share · shared: +5 dispatch lock (Int32)
 export const FLOOR_SLOTS = 1 // rows: ack_floor · shared: ack_floor hint

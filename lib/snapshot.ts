@@ -63,6 +63,11 @@ export interface TopicSnapshot {
   label: string
   produced: Count
   bytes: Count
+  /**
+   * A thread was inside `produced()` at the moment of the read (between its counter and last_seq
+   * writes): the topic's numbers may be torn, so it is not a quiet moment. Absent means false.
+   */
+  producing?: boolean
   /** Topic totals: the sum over the topic's groups (SPEC §4). */
   delivered: Count
   dropped: Count

@@ -508,3 +508,24 @@ t.test('the report has the SPEC §7 shape', async (t) => {
   })
   t.throws(() => new (require('../dist/conservation.js').ConservationChecker)(), TypeError, 'the callback is required')
 })
+
+t.test('a producer stopped mid-write (its writing marker set) is never taken for a quiet moment', async (t) => {
+  // The torn state a preempted producer leaves looks the same to both reads; only its marker
+  // (TopicSnapshot.producing) tells it apart. Without that check this baseline would be frozen
+  // one message off and raise a false CONSERVATION_BROKEN forever after.
+  const { check, faults } = checker()
+  const topic = model('torn', 1)
+  const g = addGroup(topic, 'g')
+  produce(topic, 0, 5)
+  settle(topic, g, 0, 5)
+  const torn = topicSnapshot(topic, { produced: 6, producing: true }) // counter written, last_seq not yet
+  let report = check(snapshotOf(torn), () => torn)
+  t.same([groupRow(report, 'torn', 'g').residual, groupRow(report, 'torn', 'g').quiet], [null, false], 'no baseline while a producer is mid-write')
+  produce(topic, 0, 1) // the producer finishes its write
+  report = check(snapshotOf(topic))
+  t.same([groupRow(report, 'torn', 'g').residual, groupRow(report, 'torn', 'g').quiet], [0, true], 'the baseline is taken from the finished, consistent state')
+  settle(topic, g, 0, 1)
+  report = check(snapshotOf(topic))
+  t.equal(groupRow(report, 'torn', 'g').residual, 0, 'and honest progress stays at residual 0')
+  t.same(faults, [], 'no false CONSERVATION_BROKEN')
+})

@@ -275,6 +275,32 @@ t.test('a throwing host answers 500 and the server keeps serving', async (t) => 
   t.equal((await request(server.url, { path: '/metrics' })).status, 200, 'the next scrape succeeds: nothing crashed or stalled')
 })
 
+t.test('a /metrics body the host renders in slices (a promise) is served like one given at once', async (t) => {
+  // If this failed, a large scrape (rendered over several event-loop turns) would be lost, sent
+  // without gzip or Content-Length, or a failed render would hang the request instead of a 500.
+  let fail = false
+  const reported = []
+  const later = () => new Promise((resolve, reject) => setImmediate(() => (fail ? reject(new Error('slice exploded')) : resolve(METRICS_BODY))))
+  const server = await serve(t, fakeHost({ metricsBody: later, reportError: (e) => reported.push(e.message) }))
+  const plain = await request(server.url, { path: '/metrics' })
+  t.equal(plain.status, 200)
+  t.equal(plain.headers['content-type'], METRICS_CONTENT_TYPE)
+  t.equal(Number(plain.headers['content-length']), METRICS_BODY.length, 'Content-Length of the whole body')
+  t.ok(plain.body.equals(METRICS_BODY), 'the body as rendered')
+  const gz = await request(server.url, { path: '/metrics', headers: { 'Accept-Encoding': 'gzip' } })
+  t.equal(gz.headers['content-encoding'], 'gzip', 'compressed when accepted')
+  t.ok(zlib.gunzipSync(gz.body).equals(METRICS_BODY), 'and gunzips to the body')
+  const head = await request(server.url, { method: 'HEAD', path: '/metrics' })
+  t.equal(head.headers['content-length'], plain.headers['content-length'], 'HEAD: the same Content-Length, no body')
+  t.equal(head.body.length, 0)
+  fail = true
+  const failed = await request(server.url, { path: '/metrics' })
+  t.equal(failed.status, 500, 'a rejected render answers 500')
+  t.same(reported, ['slice exploded'], 'and is reported to the host')
+  fail = false
+  t.equal((await request(server.url, { path: '/metrics' })).status, 200, 'the next scrape succeeds')
+})
+
 t.test('bad requests never crash or stall the server', async (t) => {
   const server = await serve(t, fakeHost())
   const garbage = await raw(server.port, 'THIS IS NOT HTTP\r\n\r\n')
