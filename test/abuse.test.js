@@ -7,7 +7,7 @@
 const t = require('tap')
 const http = require('node:http')
 const net = require('node:net')
-const { backends, surfaceOn, faultsOf } = require('./helpers')
+const { backends, surfaceOn, faultsOf, prng } = require('./helpers')
 
 const TOKEN = 'abuse-token-0123456789abcdef'
 const AUTH = `Bearer ${TOKEN}`
@@ -75,15 +75,6 @@ function parseRaw(text) {
   return { status: Number(match[1]), headers, json }
 }
 
-/** A deterministic PRNG (mulberry32) so that a failing malformed query can be reproduced. */
-function prng(seed) {
-  return () => {
-    seed = (seed + 0x6d2b79f5) | 0
-    let x = Math.imul(seed ^ (seed >>> 15), 1 | seed)
-    x = (x + Math.imul(x ^ (x >>> 7), 61 | x)) ^ x
-    return ((x ^ (x >>> 14)) >>> 0) / 4294967296
-  }
-}
 
 /**
  * The broker's hot path, running on the main thread in setImmediate batches for as long as the

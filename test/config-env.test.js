@@ -10,15 +10,8 @@ const os = require('node:os')
 const path = require('node:path')
 const http = require('node:http')
 const { spawn } = require('node:child_process')
-const { backends, surfaceOn, lib, dist } = require('./helpers')
+const { backends, surfaceOn, lib, dist, within } = require('./helpers')
 
-function within(ms, what, promise) {
-  let timer
-  return Promise.race([
-    promise,
-    new Promise((resolve, reject) => { timer = setTimeout(() => reject(new Error(`${what}: not done within ${ms} ms`)), ms) }),
-  ]).finally(() => clearTimeout(timer))
-}
 
 /** Runs node with `args` and extra env; resolves { code, signal, stdout, stderr, ms } (killed after 10 s). */
 function node(args, env) {

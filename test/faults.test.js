@@ -9,7 +9,7 @@ const t = require('tap')
 const http = require('node:http')
 const path = require('node:path')
 const { Worker } = require('node:worker_threads')
-const { backends, surfaceOn, faultsOf, topicNumbers, lib } = require('./helpers')
+const { backends, surfaceOn, faultsOf, topicNumbers, lib, within } = require('./helpers')
 
 const TRAFFIC = path.join(__dirname, 'fixtures', 'fault-traffic-worker.js')
 const REGISTERING = path.join(__dirname, 'fixtures', 'registering-worker.js')
@@ -29,13 +29,6 @@ function countByCode(faults) {
   return counts
 }
 
-function within(ms, what, promise) {
-  let timer
-  return Promise.race([
-    promise,
-    new Promise((resolve, reject) => { timer = setTimeout(() => reject(new Error(`${what}: not done within ${ms} ms`)), ms) }),
-  ]).finally(() => clearTimeout(timer))
-}
 
 /** Starts a worker; resolves { messages, exitCode, error } when it exits. */
 function startWorker(file, workerData, onMessage = () => {}) {

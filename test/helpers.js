@@ -48,4 +48,25 @@ function topicNumbers(surface, name) {
   return JSON.parse(JSON.stringify(topic, (k, v) => (k === 'key' ? undefined : typeof v === 'bigint' ? `${v}n` : v)))
 }
 
-module.exports = { lib, dist, backends, surfaceOn, faultsOf, topicNumbers }
+/** A seeded PRNG (mulberry32): the same seed gives the same sequence in [0, 1) on every run. */
+function prng(seed) {
+  let a = seed >>> 0
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0
+    let x = a
+    x = Math.imul(x ^ (x >>> 15), x | 1)
+    x ^= x + Math.imul(x ^ (x >>> 7), x | 61)
+    return ((x ^ (x >>> 14)) >>> 0) / 4294967296
+  }
+}
+
+/** Resolves as `promise` does, or rejects naming `what` after `ms` (keeps every wait bounded). */
+function within(ms, what, promise) {
+  let timer
+  return Promise.race([
+    promise,
+    new Promise((resolve, reject) => { timer = setTimeout(() => reject(new Error(`${what}: not done within ${ms} ms`)), ms) }),
+  ]).finally(() => clearTimeout(timer))
+}
+
+module.exports = { lib, dist, backends, surfaceOn, faultsOf, topicNumbers, prng, within }

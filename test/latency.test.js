@@ -4,6 +4,7 @@
 const t = require('tap')
 const path = require('node:path')
 const { Worker } = require('node:worker_threads')
+const { prng } = require('./helpers')
 const {
   LATENCY_BUCKETS,
   latencyBucketIndex,
@@ -27,17 +28,6 @@ const ONE_MICROSECOND = 0.001
 const ONE_HOUR = 3_600_000
 const QUANTILES = [['p50', 50], ['p90', 90], ['p99', 99]]
 
-// mulberry32: a small seeded PRNG, so that every run sees the same samples.
-function prng(seed) {
-  let a = seed >>> 0
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0
-    let x = a
-    x = Math.imul(x ^ (x >>> 15), x | 1)
-    x ^= x + Math.imul(x ^ (x >>> 7), x | 61)
-    return ((x ^ (x >>> 14)) >>> 0) / 4294967296
-  }
-}
 
 function gaussian(random) {
   return Math.sqrt(-2 * Math.log(1 - random())) * Math.cos(2 * Math.PI * random())

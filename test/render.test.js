@@ -10,6 +10,7 @@ const { spawnSync } = require('node:child_process')
 const { Renderer, formatFloat } = require('../dist/render.js')
 const { METRICS, METRICS_CONTENT_TYPE } = require('../dist/allowlist.js')
 const { sanitizeLabelValue, escapeLabelValue, escapeHelp } = require('../dist/labels.js')
+const { prng } = require('./helpers')
 
 const GOLDEN = path.join(__dirname, 'golden')
 const TWO_53 = 2 ** 53
@@ -414,17 +415,6 @@ function formatFloatReference(v) {
   return Number.isNaN(v) ? 'NaN' : v === Infinity ? '+Inf' : v === -Infinity ? '-Inf' : String(v)
 }
 
-// mulberry32: seeded, so a failure reproduces.
-function prng(seed) {
-  let a = seed >>> 0
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0
-    let x = a
-    x = Math.imul(x ^ (x >>> 15), x | 1)
-    x ^= x + Math.imul(x ^ (x >>> 7), x | 61)
-    return ((x ^ (x >>> 14)) >>> 0) / 4294967296
-  }
-}
 
 t.test('random snapshots render exactly as the naive reference does', async (t) => {
   // Few characters, short names: collisions of topics and of groups are frequent.

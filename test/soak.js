@@ -13,6 +13,7 @@
 // Each backend runs in a child process started with --expose-gc (runSoakInChild), so the
 // measurement sees one surface and nothing else; test/soak.test.js runs the short form.
 const path = require('node:path')
+const { prng } = require('./helpers')
 const { spawn } = require('node:child_process')
 
 /** Bounds, between the end of the first quarter and the end of the last (after GC). */
@@ -31,14 +32,6 @@ const LOG_BYTES_PER_TOPIC = 512
 /** A scrape (render + snapshot) every this many operations. */
 const SCRAPE_EVERY = 50_000
 
-function prng(seed) {
-  return () => {
-    seed = (seed + 0x6d2b79f5) | 0
-    let x = Math.imul(seed ^ (seed >>> 15), 1 | seed)
-    x = (x + Math.imul(x ^ (x >>> 7), 61 | x)) ^ x
-    return ((x ^ (x >>> 14)) >>> 0) / 4294967296
-  }
-}
 
 function newModel() {
   return {
