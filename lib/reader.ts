@@ -115,7 +115,8 @@ export class SnapshotReader {
     const c = slot >>> Chunk.Shift
     const index = slot & Chunk.Mask
     const rows = this.#rows[c] ?? this.#rowsOf(c)
-    let max = (this.#shared[c] ?? this.#sharedOf(c))[index]
+    const hint = (this.#shared[c] ?? this.#sharedOf(c))[index]
+    let max = hint > 0 ? hint : 0 // a last_seq hint may be a NaN (owned) or −0: recording.ts claimLastSeq
     for (let r = 0; r < rows.length; r++) {
       const value = rows[r][index]
       if (value > max) max = value

@@ -80,3 +80,80 @@ t.test('attachSurface refuses anything but a share() result', async (t) => {
   t.throws(() => lib.attachSurface({}), TypeError)
   t.throws(() => lib.attachSurface(null), TypeError)
 })
+
+// SPEC §5 across threads: a partition written by one thread keeps its last_seq hint to itself
+// (no shared write per call); the moment a second thread writes it, both check against the hint.
+const STEPPER = `
+  const { parentPort, workerData } = require('node:worker_threads')
+  const { attachSurface } = require(${JSON.stringify(path.join(__dirname, '..', 'dist'))})
+  const topic = attachSurface(workerData).topic('seqs')
+  parentPort.on('message', ({ partition, seq, exit }) => {
+    if (exit) return process.exit(0)
+    try {
+      topic.produced(partition, seq, 1)
+      parentPort.postMessage({ ok: true })
+    } catch (error) {
+      parentPort.postMessage({ ok: false, code: error.code, previous: error.previous })
+    }
+  })
+`
+
+for (const backend of backends()) {
+  t.test(`${backend}: last_seq regressions are caught across threads, whichever thread wrote first`, async (t) => {
+    const surface = surfaceOn(t, backend)
+    const faults = faultsOf(surface)
+    const worker = new Worker(STEPPER, { eval: true, workerData: surface.share() })
+    t.teardown(() => worker.terminate())
+    const inWorker = (partition, seq) => new Promise((resolve, reject) => {
+      worker.once('message', resolve)
+      worker.once('error', reject)
+      worker.postMessage({ partition, seq })
+    })
+    const topic = surface.topic('seqs')
+    const lastSeqs = () => Object.fromEntries(surface.snapshot().topics.find((x) => x.name === 'seqs').partitions.map((p) => [p.partition, p.lastSeq]))
+
+    // p0: the worker writes alone, then the main thread goes back in time.
+    for (let seq = 1; seq <= 100; seq++) t.same(await inWorker(0, seq), { ok: true })
+    t.same(lastSeqs(), { 0: 100 }, 'a partition with a single writer reads back exactly')
+    t.equal(topic.lastSeqKnown(0), 100, 'and so does lastSeqKnown from another thread')
+    t.throws(() => topic.produced(0, 50, 1), { code: 'SEQ_REGRESSION', previous: 100, attempted: 50 })
+    t.same(await inWorker(0, 101), { ok: true }, 'the rejected write changed nothing')
+    t.throws(() => topic.produced(0, 100, 1), { code: 'SEQ_REGRESSION', previous: 101 }, 'the owner keeps the hint up to date once shared')
+
+    // p1: the main thread writes first, the worker joins, each then regresses against the other.
+    t.equal(topic.produced(1, 10, 1), true)
+    t.same(await inWorker(1, 20), { ok: true })
+    t.throws(() => topic.produced(1, 15, 1), { code: 'SEQ_REGRESSION', previous: 20 })
+    t.same(await inWorker(1, 18), { ok: false, code: 'SEQ_REGRESSION', previous: 20 })
+    t.equal(topic.produced(1, 30, 1), true)
+    t.same(await inWorker(1, 25), { ok: false, code: 'SEQ_REGRESSION', previous: 30 })
+
+    // p2: only seq 0 so far, from both threads; it must read (and render) as 0, and still catch.
+    t.equal(topic.produced(2, 0, 1), true)
+    t.same(await inWorker(2, 0), { ok: true })
+    t.equal(topic.produced(2, 0, 1), true)
+    t.same(await inWorker(2, 5), { ok: true })
+    t.throws(() => topic.produced(2, 3, 1), { code: 'SEQ_REGRESSION', previous: 5 })
+
+    // p3: a reader in the main thread (lastSeqKnown, ackFloor) does not take the partition over.
+    t.same(await inWorker(3, 7), { ok: true })
+    t.equal(topic.lastSeqKnown(3), 7)
+    const group = topic.group('g')
+    t.equal(group.ackFloor(3, 7), true, 'an ack floor up to the worker-written last_seq is accepted')
+    t.equal(group.ackFloor(3, 8), false, 'and one past it is refused')
+    t.same(await inWorker(3, 8), { ok: true })
+    t.throws(() => topic.produced(3, 7, 1), { code: 'SEQ_REGRESSION', previous: 8 })
+
+    t.same(lastSeqs(), { 0: 101, 1: 30, 2: 5, 3: 8 })
+    const text = surface.render().toString()
+    for (const [p, seq] of [[0, 101], [1, 30], [2, 5], [3, 8]]) {
+      t.match(text, `mq_partition_last_seq{topic="seqs",partition="${p}"} ${seq}\n`)
+    }
+    t.notMatch(text, /NaN|-0\n/, 'no hint encoding leaks into the exposition')
+    surface.snapshot() // brings the worker's faults over
+    const counts = {}
+    for (const f of faults) counts[f.code] = (counts[f.code] ?? 0) + 1
+    t.same(counts, { SEQ_REGRESSION: 7, ACK_FLOOR_INVALID: 1 }, 'every refusal, from either thread, is in the fault log')
+    worker.postMessage({ exit: true })
+  })
+}
