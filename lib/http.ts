@@ -17,6 +17,8 @@ export interface HttpHost {
   readonly authToken: string | undefined
   /** The /metrics exposition: at once, or a promise of it (a large scrape renders in slices). */
   metricsBody(): Buffer | Promise<Buffer>
+  /** A metricsBody() result that nothing reads any more (sent, or compressed): its memory may be reused. */
+  metricsSent?(body: Buffer): void
   /** /healthz: status code and a JSON-able body (bigints allowed). */
   healthz(): { statusCode: number; body: unknown }
   /** /stats, including its own 400s (missing or unknown filter). */
@@ -195,12 +197,14 @@ function serve(host: HttpHost, route: Route, query: string, req: IncomingMessage
   let statusCode: number
   let body: Buffer
   let contentType: string
+  let sent: ((body: Buffer) => void) | undefined
   try {
     if (route === '/metrics') {
       const metrics = host.metricsBody()
+      sent = host.metricsSent === undefined ? undefined : (rendered) => host.metricsSent!(rendered)
       if (!Buffer.isBuffer(metrics)) {
         metrics.then(
-          (rendered) => respond(host, req, res, 200, METRICS_CONTENT_TYPE, rendered),
+          (rendered) => respond(host, req, res, 200, METRICS_CONTENT_TYPE, rendered, sent),
           (error: unknown) => internalError(host, req, res, error),
         )
         return
@@ -218,17 +222,30 @@ function serve(host: HttpHost, route: Route, query: string, req: IncomingMessage
     internalError(host, req, res, error)
     return
   }
-  respond(host, req, res, statusCode, contentType, body)
+  respond(host, req, res, statusCode, contentType, body, sent)
 }
 
-function respond(host: HttpHost, req: IncomingMessage, res: ServerResponse, statusCode: number, contentType: string, body: Buffer): void {
+/**
+ * Sends `body`, gzipped when the client accepts it and it is large enough. `done(body)`, when
+ * given, is called once nothing reads `body` any more: after gzip consumed it, or once the
+ * response was handed to the OS ('finish'). A response that never finishes (the client went
+ * away mid-body) never calls it: the buffer is then left to the garbage collector.
+ */
+function respond(
+  host: HttpHost, req: IncomingMessage, res: ServerResponse, statusCode: number, contentType: string, body: Buffer,
+  done?: (body: Buffer) => void,
+): void {
   const headers: Record<string, string | number> = { 'Content-Type': contentType, Vary: 'Accept-Encoding' }
   if (body.length < GZIP_MIN_BYTES || !acceptsGzip(req.headers['accept-encoding'])) {
-    send(req, res, statusCode, headers, body)
+    const written = send(req, res, statusCode, headers, body)
+    if (done === undefined) return
+    if (!written) done(body)
+    else if (typeof res.once === 'function') res.once('finish', () => done(body))
     return
   }
   // Off the event loop: a large scrape compresses on the thread pool while the broker runs on.
   gzip(body, { level: GZIP_LEVEL }, (error, compressed) => {
+    done?.(body)
     if (error) {
       internalError(host, req, res, error)
       return
@@ -312,8 +329,9 @@ function parseQValue(text: string): number {
 
 // --- responses ----------------------------------------------------------------------------------
 
-function send(req: IncomingMessage, res: ServerResponse, statusCode: number, headers: Record<string, string | number>, body: Buffer): void {
-  if (res.headersSent || res.destroyed) return
+/** True when `body` went to `res` (false: the response was already sent or destroyed, or HEAD). */
+function send(req: IncomingMessage, res: ServerResponse, statusCode: number, headers: Record<string, string | number>, body: Buffer): boolean {
+  if (res.headersSent || res.destroyed) return false
   res.statusCode = statusCode
   for (const [name, value] of Object.entries(headers)) res.setHeader(name, value)
   res.setHeader('Content-Length', body.length)
@@ -321,8 +339,12 @@ function send(req: IncomingMessage, res: ServerResponse, statusCode: number, hea
   res.setHeader('X-Content-Type-Options', 'nosniff')
   // A request body is never read: close the connection rather than parse it as the next request.
   if (hasBody(req)) res.setHeader('Connection', 'close')
-  if (req.method === 'HEAD') res.end()
-  else res.end(body)
+  if (req.method === 'HEAD') {
+    res.end()
+    return false
+  }
+  res.end(body)
+  return true
 }
 
 function sendError(

@@ -231,6 +231,8 @@ interface GroupText {
 
 /** Group texts kept for reuse; past this many distinct labels the cache starts over. */
 const MAX_GROUP_TEXTS = 10_000
+/** Bodies below this come from Node's shared Buffer pool (or cost nothing to allocate): never recycled. */
+const MIN_RECYCLED_BYTES = 64 * 1024
 
 /** The cached text still fits: same label, and groups with the same labels in the same order. */
 function fits(text: TopicText, topic: TopicSeries): boolean {
@@ -251,6 +253,12 @@ export class Renderer {
   #lastTexts: readonly TopicText[] = []
   /** Size of the previous body: the next one is usually about as large. */
   #lastSize = 4096
+  /**
+   * One output buffer handed back by `recycle()` once its body was sent. A fresh 12 MB buffer per
+   * scrape (200k samples) was external memory that V8 answered with a full GC every few scrapes:
+   * the tail of /metrics under load.
+   */
+  #spare: Buffer | undefined
 
   /** The /metrics body for one snapshot, in one go. Same snapshot ⇒ byte-identical output. */
   render(snapshot: Snapshot): Buffer {
@@ -266,8 +274,34 @@ export class Renderer {
   begin(snapshot: Snapshot): RenderJob {
     // A fresh buffer per scrape: the body may still be on its way to a client (or in gzip) while
     // the next scrape renders. Sized from the previous body so it rarely grows.
-    const out = Buffer.allocUnsafe(this.#lastSize + (this.#lastSize >> 3) + 4096)
-    return new RenderJob(snapshot, out, (size) => (this.#lastSize = size), (topics) => this.#textsOf(topics))
+    const wanted = this.#lastSize + (this.#lastSize >> 3) + 4096
+    let out = this.#spare
+    this.#spare = undefined
+    // A spare far larger than needed (the surface shrank) is let go rather than kept forever.
+    if (out === undefined || out.length < wanted || out.length > 4 * wanted) out = Buffer.allocUnsafe(wanted)
+    return new RenderJob(snapshot, out, (body) => {
+      this.#lastSize = body.length
+      this.handedOut(body)
+    }, (topics) => this.#textsOf(topics))
+  }
+
+  /**
+   * `body` (from a RenderJob of this renderer) is no longer read by anyone: its buffer may take
+   * the next render. Only whole buffers of the renderer's own come back; small bodies and
+   * anything else are ignored. Call it at most once per body, and only when nothing (a socket
+   * write, a gzip job, a caller) can still read it.
+   */
+  recycle(body: Buffer): void {
+    if (body.byteOffset !== 0 || body.buffer.byteLength < MIN_RECYCLED_BYTES || !this.#handedOut.delete(body.buffer)) return
+    this.#spare = Buffer.from(body.buffer, 0, body.buffer.byteLength)
+  }
+
+  /** The ArrayBuffers of bodies handed out (so recycle() takes back only its own). */
+  readonly #handedOut = new WeakSet<ArrayBufferLike>()
+
+  /** Called by RenderJob.body(). */
+  handedOut(body: Buffer): void {
+    if (body.byteOffset === 0 && body.buffer.byteLength >= MIN_RECYCLED_BYTES) this.#handedOut.add(body.buffer)
   }
 
   /**
@@ -334,7 +368,7 @@ const enum Stage {
 
 export class RenderJob {
   readonly #snapshot: Snapshot
-  readonly #done: (size: number) => void
+  readonly #done: (body: Buffer) => void
   readonly #textsOf: (topics: readonly TopicSeries[]) => TopicText[]
   #out: Buffer
   #pos = 0
@@ -344,7 +378,7 @@ export class RenderJob {
   /** Next topic of the current stage. */
   #next = 0
 
-  constructor(snapshot: Snapshot, out: Buffer, done: (size: number) => void, textsOf: (topics: readonly TopicSeries[]) => TopicText[]) {
+  constructor(snapshot: Snapshot, out: Buffer, done: (body: Buffer) => void, textsOf: (topics: readonly TopicSeries[]) => TopicText[]) {
     this.#snapshot = snapshot
     this.#out = out
     this.#done = done
@@ -407,7 +441,7 @@ export class RenderJob {
     if (this.#stage !== Stage.Done) throw new Error('internal: the render is not complete')
     const body = this.#out.subarray(0, this.#pos)
     this.#out = Buffer.allocUnsafe(0) // the job does not keep the body alive
-    this.#done(body.length)
+    this.#done(body)
     return body
   }
 

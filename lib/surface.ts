@@ -112,6 +112,7 @@ export class Surface extends EventEmitter {
       enabled: this.enabled,
       authToken: this.config.metrics_auth_token,
       metricsBody: () => this.#metricsBody(),
+      metricsSent: (body) => this.#renderer.recycle(body),
       healthz: () => {
         const body = this.#healthz()
         return { statusCode: body.quorum_state === 2 ? 503 : 200, body }
@@ -185,7 +186,10 @@ export class Surface extends EventEmitter {
   }
 
   render(): string {
-    return this.#renderer.render(this.#observe()).toString('utf8')
+    const body = this.#renderer.render(this.#observe())
+    const text = body.toString('utf8')
+    this.#renderer.recycle(body)
+    return text
   }
 
   stats(view: string, filter: { topic?: string; group?: string } = {}): object {

@@ -1,0 +1,144 @@
+'use strict'
+// Issue 8: the /metrics output buffer is reused from one scrape to the next (a fresh 12 MB buffer
+// per scrape cost full GCs under load) — but only once nothing can read the old body any more.
+const t = require('tap')
+const http = require('node:http')
+const net = require('node:net')
+const zlib = require('node:zlib')
+const { listen } = require('../dist/http.js')
+const { Renderer } = require('../dist/render.js')
+const { backends, surfaceOn } = require('./helpers')
+
+/** Resolves once `predicate()` holds, polling every 10 ms; rejects after `ms`. */
+async function until(ms, predicate, what = 'condition') {
+  const deadline = Date.now() + ms
+  while (!predicate()) {
+    if (Date.now() > deadline) throw new Error(`${what}: not true within ${ms} ms`)
+    await new Promise((resolve) => setTimeout(resolve, 10))
+  }
+}
+
+t.test('Renderer.recycle: a body\'s buffer serves the next render only once handed back', async (t) => {
+  const { lib } = require('./helpers')
+  const surface = lib.createSurface()
+  t.teardown(() => surface.close())
+  for (let i = 0; i < 400; i++) surface.topic(`t-${i}`).produced(0, i, i)
+  const snapshot = surface.snapshot()
+  const renderer = new Renderer()
+  renderer.render(snapshot) // sizes the next buffers
+  const a = renderer.render(snapshot)
+  t.ok(a.length >= 64 * 1024, `a body large enough to be recycled (${a.length} B)`)
+  const b = renderer.render(snapshot)
+  t.not(b.buffer, a.buffer, 'without recycle() every render gets a buffer of its own')
+  t.same(b, a, 'same snapshot, same bytes')
+  renderer.recycle(a)
+  renderer.recycle(a) // a second call for the same body is ignored
+  const c = renderer.render(snapshot)
+  t.equal(c.buffer, a.buffer, 'the recycled buffer takes the next render')
+  t.same(c, b)
+  const d = renderer.render(snapshot)
+  t.not(d.buffer, a.buffer, 'and only one render: the second recycle() of a was ignored')
+  renderer.recycle(Buffer.alloc(1 << 20)) // not one of its own
+  t.not(renderer.render(snapshot).buffer.byteLength, 1 << 20, 'a foreign buffer is never taken')
+  const small = new Renderer()
+  const tiny = small.render(lib.createSurface().snapshot())
+  small.recycle(tiny) // from Node's shared pool: must never be written again
+  t.not(small.render(snapshot).buffer, tiny.buffer, 'a small (pooled) body is never recycled')
+})
+
+t.test('metricsSent: each body is handed back once, after gzip or after the socket took it', async (t) => {
+  const big = Buffer.alloc(8 << 20, 'mq_x{topic="a"} 1\n')
+  const sent = []
+  let served = []
+  const host = {
+    enabled: true,
+    authToken: undefined,
+    metricsBody: () => {
+      const body = Buffer.from(big)
+      served.push(body)
+      return body
+    },
+    metricsSent: (body) => sent.push(body),
+    healthz: () => ({ statusCode: 200, body: {} }),
+    stats: () => ({ statusCode: 200, body: {} }),
+  }
+  const server = await listen(host, { port: 0, host: '127.0.0.1' })
+  t.teardown(() => server.close())
+  const get = (headers = {}, method = 'GET') => new Promise((resolve, reject) => {
+    http.request(`${server.url}/metrics`, { method, headers, agent: false }, (res) => {
+      let bytes = 0
+      res.on('data', (chunk) => (bytes += chunk.length))
+      res.on('end', () => resolve(bytes))
+    }).on('error', reject).end()
+  })
+
+  t.equal(await get(), big.length)
+  await until(2000, () => sent.length === 1)
+  t.equal(sent[0], served[0], 'identity: handed back after the response finished')
+  t.ok(await get({ 'Accept-Encoding': 'gzip' }) < big.length)
+  await until(2000, () => sent.length === 2)
+  t.equal(sent[1], served[1], 'gzip: handed back once compressed')
+  await get({}, 'HEAD')
+  await until(2000, () => sent.length === 3)
+  t.equal(sent[2], served[2], 'HEAD: the body was never written, handed back at once')
+
+  // A client that stops reading: its body is still queued in the socket, so it is not handed back.
+  served = []
+  const socket = net.connect(server.port, '127.0.0.1')
+  socket.pause()
+  socket.write('GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n')
+  await until(2000, () => served.length === 1)
+  await new Promise((resolve) => setTimeout(resolve, 300))
+  t.equal(sent.length, 3, 'a body the client has not taken is not handed back')
+  let received = 0
+  socket.on('data', (chunk) => (received += chunk.length))
+  socket.resume()
+  await until(5000, () => sent.length === 4)
+  t.equal(sent[3], served[0], 'handed back once the client took it all')
+  t.ok(received >= big.length)
+  socket.destroy()
+})
+
+for (const backend of backends()) {
+  t.test(`${backend}: a body still on its way to a slow client is never overwritten by later scrapes`, async (t) => {
+    const { EventEmitter } = require('node:events')
+    const surface = surfaceOn(t, backend, { max_in_flight: 1000 })
+    for (let i = 0; i < 1500; i++) {
+      const topic = surface.topic(`topic-${i}`)
+      for (let p = 0; p < 16; p++) topic.produced(p, 1000 + p, 10)
+    }
+    // A response whose socket has not taken the body yet: end() keeps the very Buffer it was
+    // given and 'finish' comes only when the test says so (a real slow client, minus the kernel's
+    // socket buffers, which on loopback absorb tens of MB).
+    const slow = new EventEmitter()
+    Object.assign(slow, { statusCode: 0, headersSent: false, destroyed: false, setHeader() {}, end(chunk) { this.body = chunk } })
+    t.ok(surface.handler({ url: '/metrics', method: 'GET', headers: {} }, slow))
+    await until(5000, () => slow.body !== undefined, 'the slow scrape')
+    const copy = Buffer.from(slow.body)
+    t.ok(copy.length > 64 * 1024, `a ${copy.length}-byte body`)
+
+    // Later scrapes, with other numbers, identity and gzip, over a real server.
+    for (let i = 0; i < 1500; i++) surface.topic(`topic-${i}`).produced(0, 5000, 7)
+    const server = await surface.listen({ port: 0, host: '127.0.0.1' })
+    const fetch = (headers = {}) => new Promise((resolve, reject) => {
+      http.get(`${server.url}/metrics`, { agent: false, headers }, (res) => {
+        const chunks = []
+        res.on('data', (chunk) => chunks.push(chunk))
+        res.on('end', () => {
+          const body = Buffer.concat(chunks)
+          if (res.statusCode !== 200) return reject(new Error(`/metrics answered ${res.statusCode}`))
+          resolve((res.headers['content-encoding'] === 'gzip' ? zlib.gunzipSync(body) : body).toString('latin1'))
+        })
+      }).on('error', reject)
+    })
+    for (let k = 0; k < 4; k++) {
+      t.match(await fetch(k % 2 ? { 'Accept-Encoding': 'gzip' } : {}), 'mq_partition_last_seq{topic="topic-0",partition="0"} 5000\n')
+    }
+    t.ok(slow.body.equals(copy), 'the unsent body is exactly as it was rendered')
+
+    // Once its response finished, the same memory may take a later scrape (and here it does).
+    slow.emit('finish')
+    await fetch()
+    t.notOk(slow.body.equals(copy), 'after finish, the buffer was reused: the check above could fail')
+  })
+}
