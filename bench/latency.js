@@ -7,17 +7,17 @@
 // Method: every candidate runs once per round, rounds interleaved (so drift in CPU frequency or
 // GC pressure hits all of them alike), the first round is a discarded warm-up, and each sample
 // loops for at least 100 ms; the table shows the median ns per operation over the rounds. Every
-// loop feeds a result into `sink`, which is checked at the end, so the JIT cannot drop the work.
+// loop feeds a result into a sink (bench/sampling.js), checked at the end, so the JIT cannot drop the work.
 //
 // Every read-out is taken over the same 100k observations. prom-client's Summary read-out grows
 // with its t-digest: measured here ~0.5 µs empty, ~2 µs after one observation, ~450 µs after 1k and
 // ~600 µs after 100k (issue 6 quotes ~900 ns per series, i.e. a nearly empty digest). Ours and
 // hdr-histogram-js scan fixed-size buckets, so their cost does not depend on the fill.
-const { performance } = require('node:perf_hooks')
 const path = require('node:path')
 const promClient = require('prom-client')
 const hdr = require('hdr-histogram-js')
 const { LATENCY_BUCKETS, recordLatency, LatencyWindow } = require(path.join(__dirname, '../dist/latency.js'))
+const { SAMPLE_MS, checkSink, median, rounds } = require('./sampling')
 
 let native = null
 try {
@@ -25,7 +25,6 @@ try {
 } catch {}
 
 const ROUNDS = 7 // measured rounds, after one warm-up round
-const SAMPLE_MS = 100
 const FILL = 100_000 // observations behind every read-out
 
 // Log-normal latencies around 5 ms (seeded, so runs compare), in ms for us and prom-client and in
@@ -46,8 +45,6 @@ const valuesMicros = new Float64Array(VALUES)
     valuesMicros[i] = Math.max(1, Math.round(valuesMs[i] * 1000))
   }
 }
-
-let sink = 0
 
 function newSummary() {
   return new promClient.Summary({
@@ -151,42 +148,11 @@ function candidates() {
   return list
 }
 
-// Runs batches until SAMPLE_MS have passed; the batch grows to ~1/10 of the sample so that the
-// clock is read rarely. Returns ns per operation.
-async function sample(candidate) {
-  let batch = candidate.batch || 16
-  let operations = 0
-  const start = performance.now()
-  let elapsed = 0
-  while (elapsed < SAMPLE_MS) {
-    const batchStart = performance.now()
-    const result = candidate.run(batch)
-    sink += typeof result === 'number' ? result : await result
-    const now = performance.now()
-    operations += batch
-    elapsed = now - start
-    if (now - batchStart < SAMPLE_MS / 10) batch *= 2
-  }
-  candidate.batch = batch
-  return (elapsed * 1e6) / operations
-}
-
-function median(values) {
-  const sorted = [...values].sort((a, b) => a - b)
-  const middle = sorted.length >> 1
-  return sorted.length % 2 ? sorted[middle] : (sorted[middle - 1] + sorted[middle]) / 2
-}
-
 async function run() {
   const list = candidates()
-  const timings = list.map(() => [])
-  for (let round = 0; round <= ROUNDS; round++) {
-    for (let c = 0; c < list.length; c++) {
-      const ns = await sample(list[c])
-      if (round > 0) timings[c].push(ns)
-    }
-  }
-  if (!Number.isFinite(sink)) throw new Error('bench: a loop produced a non-finite result')
+  for (const candidate of list) candidate.firstBatch ??= 16
+  const timings = await rounds(list, ROUNDS)
+  checkSink()
 
   const rows = []
   for (const operation of [...new Set(list.map((c) => c.operation))]) {

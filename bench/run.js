@@ -40,6 +40,7 @@
 //   workers' throughput inside scrape windows vs inside quiet windows.
 const { isMainThread, Worker, parentPort, workerData } = require('node:worker_threads')
 const { performance } = require('node:perf_hooks')
+const { SAMPLE_MS, checkSink, consume, median, percentile, rounds } = require('./sampling')
 const path = require('node:path')
 const fs = require('node:fs')
 const os = require('node:os')
@@ -310,8 +311,6 @@ function runMemoryChild(library, topics) {
 
 const options = parseOptions(process.argv.slice(2))
 const ROUNDS = options.quick ? 5 : 7
-const SAMPLE_MS = 100
-let sink = 0
 
 function parseOptions(argv) {
   const known = new Set(['hot', 'latency', 'workers', 'render', 'memory', 'load'])
@@ -325,49 +324,6 @@ function parseOptions(argv) {
   }
   for (const section of out.only) if (!known.has(section)) throw new Error(`unknown section ${section} (known: ${[...known].join(', ')})`)
   return out
-}
-
-/** ns per operation over one sample of ≥ SAMPLE_MS (sync or async `run(n)`). */
-async function sample(candidate) {
-  let batch = candidate.batch ?? candidate.firstBatch ?? 1
-  let operations = 0
-  const start = performance.now()
-  let elapsed = 0
-  while (elapsed < SAMPLE_MS) {
-    const batchStart = performance.now()
-    let result = candidate.run(batch)
-    if (result !== null && typeof result === 'object' && typeof result.then === 'function') result = await result
-    sink += typeof result === 'number' ? result : result.length
-    const now = performance.now()
-    operations += batch
-    elapsed = now - start
-    if (now - batchStart < SAMPLE_MS / 10) batch *= 2
-  }
-  candidate.batch = batch
-  return (elapsed * 1e6) / operations
-}
-
-/** Interleaved rounds over `candidates`; returns each one's per-round ns/op (warm-up dropped). */
-async function rounds(candidates, count = ROUNDS) {
-  const timings = candidates.map(() => [])
-  for (let round = 0; round <= count; round++) {
-    for (let c = 0; c < candidates.length; c++) {
-      const ns = await sample(candidates[c])
-      if (round > 0) timings[c].push(ns)
-    }
-  }
-  return timings
-}
-
-function median(values) {
-  const sorted = [...values].sort((a, b) => a - b)
-  const middle = sorted.length >> 1
-  return sorted.length % 2 ? sorted[middle] : (sorted[middle - 1] + sorted[middle]) / 2
-}
-
-function percentile(values, p) {
-  const sorted = [...values].sort((a, b) => a - b)
-  return sorted[Math.min(sorted.length - 1, Math.ceil((p / 100) * sorted.length) - 1)]
 }
 
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms))
@@ -457,7 +413,7 @@ async function hotPath(lib, promClient) {
       },
     },
   ]
-  const timings = await rounds(candidates)
+  const timings = await rounds(candidates, ROUNDS)
   await surface.close()
   return summarise(candidates, timings)
 }
@@ -646,7 +602,7 @@ async function renderSection(lib, promClient, METRICS) {
     },
   })
   log('render: interleaved rounds')
-  const timings = await rounds(candidates)
+  const timings = await rounds(candidates, ROUNDS)
   const summary = summarise(candidates, timings)
 
   log('render: event-loop blocking of one big render')
@@ -698,7 +654,7 @@ async function blockingOf(fn) {
   setImmediate(tick)
   await sleep(2)
   worst = 0
-  sink += (await fn()).length
+  consume(await fn())
   await new Promise((resolve) => setImmediate(resolve))
   await new Promise((resolve) => setImmediate(resolve))
   running = false
@@ -953,7 +909,7 @@ async function main() {
   }
 
   if (render) for (const state of render.states) await state.surface.close() // idempotent
-  if (!Number.isFinite(sink)) throw new Error('bench: a loop produced a non-finite result')
+  checkSink()
   results.machine.loadAverageAtEnd = os.loadavg().map((x) => Math.round(x * 100) / 100)
   results.durationSeconds = Math.round((performance.now() - started) / 100) / 10
   results.table = table.map(([operation, promClientMedian, ours, ratio, target, verdict]) => ({ operation, promClientMedian, ours, ratio, target, verdict }))

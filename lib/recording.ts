@@ -164,14 +164,28 @@ export class Recorder {
         continue
       }
       if (bits === mine || (bits & OWNED) !== OWNED) return // ours, or shared already
-      let highest = 0
-      for (let row = 1; row < memory.rowCount(); row++) {
-        const chunk = memory.rowChunk(row, c, false)
-        if (chunk !== undefined && chunk[at] > highest) highest = chunk[at]
-      }
+      const highest = this.highest(slot)
       bitsView[0] = highest > 0 ? highest : -0
       if (Atomics.compareExchange(cells, at, bits, bitsView64[0]) === bits) return
     }
+  }
+
+  /**
+   * The highest value any thread holds in `slot` (a last_seq, an ack floor): the shared row's
+   * cell and every thread row's. A last_seq hint that is a NaN (owned) or −0 adds nothing.
+   */
+  highest(slot: number): number {
+    this.resolveChunk(slot)
+    const memory = this.registry.memory
+    const c = slot >>> Chunk.Shift
+    const at = slot & Chunk.Mask
+    const hint = this.sharedChunks[c][at]
+    let max = hint > 0 ? hint : 0
+    for (let row = 1; row < memory.rowCount(); row++) {
+      const chunk = memory.rowChunk(row, c, false)
+      if (chunk !== undefined && chunk[at] > max) max = chunk[at]
+    }
+    return max
   }
 
   /** Every thread row's chunk `c` known so far (index = row; see #allRows), this thread's included. */
@@ -309,7 +323,7 @@ export class Topic {
    */
   #refuseReadOnly(partition: number, seq: number, slot: number | undefined): false {
     checkPartition(partition)
-    const previous = slot === undefined ? this.lastSeqKnown(partition) : this.#lastSeq(slot)
+    const previous = slot === undefined ? this.lastSeqKnown(partition) : this.#recorder.highest(slot)
     this.#recorder.fault('WRITE_WHILE_READ_ONLY', 'mq_partition_last_seq', this.#labels(partition), previous, seq)
     return false
   }
@@ -376,20 +390,7 @@ export class Topic {
   /** Highest last_seq of a partition across every thread, without registering it. */
   lastSeqKnown(partition: number): number {
     const slot = this.knownPartition(partition)
-    return slot === undefined ? 0 : this.#lastSeq(slot)
-  }
-
-  #lastSeq(slot: number): number {
-    const memory = this.#recorder.registry.memory
-    const c = slot >>> Chunk.Shift
-    const index = slot & Chunk.Mask
-    const hint = this.#sharedChunks[c][index]
-    let max = hint > 0 ? hint : 0 // a NaN (owned) or −0 hint adds nothing: see claimLastSeq
-    for (let row = 1; row < memory.rowCount(); row++) {
-      const chunk = memory.rowChunk(row, c, false)
-      if (chunk !== undefined && chunk[index] > max) max = chunk[index]
-    }
-    return max
+    return slot === undefined ? 0 : this.#recorder.highest(slot)
   }
 
   /**
@@ -431,7 +432,7 @@ export class Topic {
   }
 
   lastSeqOf(slot: number): number {
-    return this.#lastSeq(slot)
+    return this.#recorder.highest(slot)
   }
 
   #labels(partition: number): Record<string, string> {
@@ -668,14 +669,7 @@ export class Group {
     const slot = this.entity.floorSlot(partition)
     if (slot === undefined) return 0
     this.#resolveFloor(partition)
-    const c = slot >>> Chunk.Shift
-    const index = slot & Chunk.Mask
-    let max = this.#recorder.sharedChunks[c][index]
-    for (let row = 1; row < registry.memory.rowCount(); row++) {
-      const chunk = registry.memory.rowChunk(row, c, false)
-      if (chunk !== undefined && chunk[index] > max) max = chunk[index]
-    }
-    return max
+    return this.#recorder.highest(slot)
   }
 
   /** The slot of this group's ack floor on a partition, registering it if it is new. */

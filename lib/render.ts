@@ -231,7 +231,7 @@ interface GroupText {
 
 /** Group texts kept for reuse; past this many distinct labels the cache starts over. */
 const MAX_GROUP_TEXTS = 10_000
-/** Bodies below this come from Node's shared Buffer pool (or cost nothing to allocate): never recycled. */
+/** Output buffers below this cost next to nothing to allocate: they are never kept for reuse. */
 const MIN_RECYCLED_BYTES = 64 * 1024
 
 /** The cached text still fits: same label, and groups with the same labels in the same order. */
@@ -272,36 +272,30 @@ export class Renderer {
    * (lib/reader.ts never touches a snapshot it handed out).
    */
   begin(snapshot: Snapshot): RenderJob {
-    // A fresh buffer per scrape: the body may still be on its way to a client (or in gzip) while
-    // the next scrape renders. Sized from the previous body so it rarely grows.
+    // The spare buffer if one was handed back (recycle), else a fresh one: a body may still be on
+    // its way to a client (or in gzip) while the next scrape renders. Sized from the previous
+    // body so it rarely grows; a spare far larger than that (the surface shrank) is let go.
     const wanted = this.#lastSize + (this.#lastSize >> 3) + 4096
     let out = this.#spare
     this.#spare = undefined
-    // A spare far larger than needed (the surface shrank) is let go rather than kept forever.
     if (out === undefined || out.length < wanted || out.length > 4 * wanted) out = Buffer.allocUnsafe(wanted)
     return new RenderJob(snapshot, out, (body) => {
       this.#lastSize = body.length
-      this.handedOut(body)
+      if (body.buffer.byteLength >= MIN_RECYCLED_BYTES) this.#handedOut.add(body.buffer)
     }, (topics) => this.#textsOf(topics))
   }
 
-  /**
-   * `body` (from a RenderJob of this renderer) is no longer read by anyone: its buffer may take
-   * the next render. Only whole buffers of the renderer's own come back; small bodies and
-   * anything else are ignored. Call it at most once per body, and only when nothing (a socket
-   * write, a gzip job, a caller) can still read it.
-   */
-  recycle(body: Buffer): void {
-    if (body.byteOffset !== 0 || body.buffer.byteLength < MIN_RECYCLED_BYTES || !this.#handedOut.delete(body.buffer)) return
-    this.#spare = Buffer.from(body.buffer, 0, body.buffer.byteLength)
-  }
-
-  /** The ArrayBuffers of bodies handed out (so recycle() takes back only its own). */
+  /** The buffers of large bodies handed out and not yet recycled: recycle() takes back only these. */
   readonly #handedOut = new WeakSet<ArrayBufferLike>()
 
-  /** Called by RenderJob.body(). */
-  handedOut(body: Buffer): void {
-    if (body.byteOffset === 0 && body.buffer.byteLength >= MIN_RECYCLED_BYTES) this.#handedOut.add(body.buffer)
+  /**
+   * `body` (from a RenderJob of this renderer) is no longer read by anyone: its buffer may take
+   * the next render. Anything that is not one of this renderer's large bodies, or was already
+   * recycled, is ignored. Call it only when nothing (a socket write, a gzip job, a caller) can
+   * still read the body.
+   */
+  recycle(body: Buffer): void {
+    if (this.#handedOut.delete(body.buffer)) this.#spare = Buffer.from(body.buffer, 0, body.buffer.byteLength)
   }
 
   /**
