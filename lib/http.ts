@@ -6,6 +6,7 @@ import type { Socket } from 'node:net'
 import type { Duplex } from 'node:stream'
 import { createHash, timingSafeEqual } from 'node:crypto'
 import { gzip } from 'node:zlib'
+import { GZIP_LEVEL } from './gzip'
 import { METRICS_CONTENT_TYPE } from './allowlist'
 import { toJSON } from './json'
 import { describe } from './labels'
@@ -17,6 +18,11 @@ export interface HttpHost {
   readonly authToken: string | undefined
   /** The /metrics exposition: at once, or a promise of it (a large scrape renders in slices). */
   metricsBody(): Buffer | Promise<Buffer>
+  /**
+   * The /metrics exposition as one gzip member (its gunzipped bytes are what metricsBody() gives),
+   * for clients that accept gzip; without it, metricsBody() is compressed here.
+   */
+  metricsGzip?(): Buffer | Promise<Buffer>
   /** A metricsBody() result that nothing reads any more (sent, or compressed): its memory may be reused. */
   metricsSent?(body: Buffer): void
   /** /healthz: status code and a JSON-able body (bigints allowed). */
@@ -58,8 +64,6 @@ const KEEP_ALIVE_TIMEOUT_MS = 5_000
 const SOCKET_IDLE_TIMEOUT_MS = 30_000
 /** How often Node checks the header and request timeouts (its default, 30 s, would stretch 10 s to 40 s). */
 const TIMEOUT_CHECK_INTERVAL_MS = 1_000
-/** zlib level 1: measured 5× faster than level 6 for 5% more bytes on a 17 MB scrape. */
-const GZIP_LEVEL = 1
 /** Smaller bodies go out as they are: gzip would save a few bytes and cost a thread-pool trip. */
 const GZIP_MIN_BYTES = 1024
 
@@ -199,7 +203,19 @@ function serve(host: HttpHost, route: Route, query: string, req: IncomingMessage
   let contentType: string
   let sent: ((body: Buffer) => void) | undefined
   try {
-    if (route === '/metrics') {
+    if (route === '/metrics' && host.metricsGzip !== undefined && acceptsGzip(req.headers['accept-encoding'])) {
+      const headers = { 'Content-Type': METRICS_CONTENT_TYPE, Vary: 'Accept-Encoding', 'Content-Encoding': 'gzip' }
+      const compressed = host.metricsGzip()
+      if (Buffer.isBuffer(compressed)) {
+        send(req, res, 200, headers, compressed)
+      } else {
+        compressed.then(
+          (gzipped) => send(req, res, 200, headers, gzipped),
+          (error: unknown) => internalError(host, req, res, error),
+        )
+      }
+      return
+    } else if (route === '/metrics') {
       const metrics = host.metricsBody()
       sent = host.metricsSent === undefined ? undefined : (rendered) => host.metricsSent!(rendered)
       if (!Buffer.isBuffer(metrics)) {

@@ -10,6 +10,7 @@
 import { METRICS, MetricDefinition } from './allowlist'
 import { escapeHelp, escapeLabelValue } from './labels'
 import { Count, Snapshot, TopicSnapshot, addCount } from './snapshot'
+import { EMPTY_FRAGMENT, Fragment, MemberBuilder, fragment } from './gzip'
 
 /** SPEC §2: floats in the shortest round-trip form; NaN and ±Inf as Prometheus spells them. */
 export function formatFloat(value: number): string {
@@ -285,6 +286,54 @@ export class Renderer {
     }, (topics) => this.#textsOf(topics))
   }
 
+  /**
+   * The /metrics body for one snapshot, gzipped, in slices like `begin()`. Its gunzipped bytes are
+   * exactly `render(snapshot)`. Topics go in chunks of CHUNK_TOPICS, each family's lines of a chunk
+   * compressed on their own (lib/gzip.ts): a chunk whose numbers and labels are the same as at the
+   * previous gzip render is not rendered or compressed again, its fragments are reused.
+   */
+  beginGzip(snapshot: Snapshot): GzipJob {
+    return new GzipJob(snapshot, (topics) => this.#textsOf(topics), (c, topics, texts) => this.#chunk(c, topics, texts), (count) => {
+      if (this.#chunks.length > count) this.#chunks.length = count
+    })
+  }
+
+  /** The gzip render in one go. */
+  renderGzip(snapshot: Snapshot): Buffer {
+    const job = this.beginGzip(snapshot)
+    while (!job.step(Infinity));
+    return job.body()
+  }
+
+  /** Per chunk of topics (by index in the render order): what its fragments were made from. */
+  readonly #chunks: (Chunk | undefined)[] = []
+  /** Renders one family of one chunk at a time, for compression (no yield while it is in use). */
+  readonly #scratch = new Writer(Buffer.allocUnsafe(64 * 1024))
+
+  /** Chunk `c` of `topics`: the cached one if its numbers and texts are unchanged, else a new one. */
+  #chunk(c: number, topics: readonly TopicSeries[], texts: readonly TopicText[]): Chunk {
+    const from = c * CHUNK_TOPICS
+    const to = Math.min(topics.length, from + CHUNK_TOPICS)
+    const cached = this.#chunks[c]
+    if (cached !== undefined && isCurrent(cached, topics, texts, from, to)) return cached
+    const w = this.#scratch
+    const fragments: Fragment[] = new Array(TOPIC_STAGES)
+    for (let s = 0; s < TOPIC_STAGES; s++) {
+      w.pos = 0
+      writeTopics(w, FIRST_TOPIC_STAGE + s, topics, texts, from, to)
+      fragments[s] = fragment(w.out.subarray(0, w.pos))
+    }
+    if (w.out.length > 1024 * 1024) w.out = Buffer.allocUnsafe(64 * 1024) // one huge chunk is not kept
+    const chunk: Chunk = {
+      texts: texts.slice(from, to),
+      partitions: topics.slice(from, to).map((topic) => topic.partitionNumbers),
+      values: valuesOf(topics, from, to),
+      fragments,
+    }
+    this.#chunks[c] = chunk
+    return chunk
+  }
+
   /** The buffers of large bodies handed out and not yet recycled: recycle() takes back only these. */
   readonly #handedOut = new WeakSet<ArrayBufferLike>()
 
@@ -359,13 +408,63 @@ const enum Stage {
   Latency = 11,
   Done = 12,
 }
+/** The stages that have a line (or lines) per topic: TopicFamilies … the last group family. */
+const FIRST_TOPIC_STAGE = Stage.TopicFamilies
+const TOPIC_STAGES = Stage.Latency - Stage.TopicFamilies
+
+/** The family header of a per-topic stage. */
+function headerOf(stage: number): Uint8Array {
+  return RENDER_ORDER[stage + 3].header
+}
+
+/** Everything up to the per-topic families: four unlabelled gauges. */
+function writePreamble(w: Writer, snapshot: Snapshot): void {
+  w.bytes(UPTIME.header)
+  w.unlabelled(UPTIME, formatFloat(snapshot.uptimeSeconds))
+  w.bytes(CONNECTIONS.header)
+  w.unlabelled(CONNECTIONS, snapshot.connections)
+  w.bytes(LEADER_EPOCH.header)
+  w.unlabelled(LEADER_EPOCH, snapshot.leaderEpoch)
+  w.bytes(QUORUM_STATE.header)
+  w.unlabelled(QUORUM_STATE, snapshot.quorumState)
+}
+
+function writeLatency(w: Writer, snapshot: Snapshot): void {
+  w.bytes(LATENCY.header)
+  const latency = snapshot.latency
+  if (latency !== null) {
+    for (const [quantile, prefix] of LATENCY_LINES) {
+      w.bytes(prefix)
+      w.ascii(formatFloat(latency[quantile]))
+      w.newline()
+    }
+  }
+}
+
+/** The lines of one per-topic `stage` for topics [from, to) (not the family header). */
+function writeTopics(w: Writer, stage: number, topics: readonly TopicSeries[], texts: readonly TopicText[], from: number, to: number): void {
+  if (stage < Stage.PartitionDepth) {
+    const [name, valueOf] = TOPIC_FAMILIES[stage - Stage.TopicFamilies]
+    for (let t = from; t < to; t++) w.line(name, texts[t].labels, LABELS_END, valueOf(topics[t]))
+  } else if (stage === Stage.PartitionDepth) {
+    for (let t = from; t < to; t++) w.partitionLines(texts[t].depthPrefix, topics[t].partitionNumbers, topics[t].depth)
+  } else if (stage === Stage.PartitionLastSeq) {
+    for (let t = from; t < to; t++) w.partitionLines(texts[t].lastSeqPrefix, topics[t].partitionNumbers, topics[t].lastSeq)
+  } else {
+    const [name, valueOf] = GROUP_FAMILIES[stage - Stage.GroupFamilies]
+    for (let t = from; t < to; t++) {
+      const text = texts[t]
+      const groups = topics[t].groups
+      for (let g = 0; g < groups.length; g++) w.line(name, text.labels, text.groups[g].suffix, valueOf(groups[g]))
+    }
+  }
+}
 
 export class RenderJob {
   readonly #snapshot: Snapshot
   readonly #done: (body: Buffer) => void
   readonly #textsOf: (topics: readonly TopicSeries[]) => TopicText[]
-  #out: Buffer
-  #pos = 0
+  readonly #w: Writer
   #topics: readonly TopicSeries[] = []
   #texts: TopicText[] = []
   #stage: number = Stage.Preamble
@@ -374,7 +473,7 @@ export class RenderJob {
 
   constructor(snapshot: Snapshot, out: Buffer, done: (body: Buffer) => void, textsOf: (topics: readonly TopicSeries[]) => TopicText[]) {
     this.#snapshot = snapshot
-    this.#out = out
+    this.#w = new Writer(out)
     this.#done = done
     this.#textsOf = textsOf
   }
@@ -384,45 +483,25 @@ export class RenderJob {
    * true once it is. The clock is read every few dozen topics, so a slice may overrun slightly.
    */
   step(deadline: number): boolean {
-    let checks = 0
-    const due = (): boolean => ++checks % TOPICS_PER_CLOCK_CHECK === 0 && performance.now() >= deadline
+    const w = this.#w
     while (this.#stage !== Stage.Done) {
       const stage = this.#stage
-      const topics = this.#topics
       if (stage === Stage.Preamble) {
-        this.#preamble()
-      } else if (stage < Stage.PartitionDepth) {
-        const [name, valueOf] = TOPIC_FAMILIES[stage - Stage.TopicFamilies]
-        if (this.#next === 0) this.#bytes(RENDER_ORDER[stage + 3].header)
-        for (; this.#next < topics.length; ) {
-          const t = this.#next++
-          const text = this.#texts[t]
-          this.#line(name, text.labels, LABELS_END, valueOf(topics[t]))
-          if (due()) return false
-        }
-      } else if (stage < Stage.GroupFamilies) {
-        const depth = stage === Stage.PartitionDepth
-        if (this.#next === 0) this.#bytes(depth ? PARTITION_DEPTH.header : PARTITION_LAST_SEQ.header)
-        for (; this.#next < topics.length; ) {
-          const t = this.#next++
-          const text = this.#texts[t]
-          const topic = topics[t]
-          if (depth) this.#partitionLines(text.depthPrefix, topic.partitionNumbers, topic.depth)
-          else this.#partitionLines(text.lastSeqPrefix, topic.partitionNumbers, topic.lastSeq)
-          if (due()) return false
-        }
+        writePreamble(w, this.#snapshot)
+        this.#topics = mergeCollisions(this.#snapshot.topics)
+        this.#texts = this.#textsOf(this.#topics)
       } else if (stage < Stage.Latency) {
-        const [name, valueOf] = GROUP_FAMILIES[stage - Stage.GroupFamilies]
-        if (this.#next === 0) this.#bytes(RENDER_ORDER[stage + 3].header)
-        for (; this.#next < topics.length; ) {
-          const t = this.#next++
-          const text = this.#texts[t]
-          const groups = topics[t].groups
-          for (let g = 0; g < groups.length; g++) this.#line(name, text.labels, text.groups[g].suffix, valueOf(groups[g]))
-          if (due()) return false
+        const topics = this.#topics
+        if (this.#next === 0) w.bytes(headerOf(stage))
+        while (this.#next < topics.length) {
+          const from = this.#next
+          const to = Math.min(topics.length, from + TOPICS_PER_CLOCK_CHECK)
+          writeTopics(w, stage, topics, this.#texts, from, to)
+          this.#next = to
+          if (performance.now() >= deadline && to < topics.length) return false
         }
       } else {
-        this.#latency()
+        writeLatency(w, this.#snapshot)
       }
       this.#stage++
       this.#next = 0
@@ -433,51 +512,193 @@ export class RenderJob {
   /** The complete body (after `step()` returned true). */
   body(): Buffer {
     if (this.#stage !== Stage.Done) throw new Error('internal: the render is not complete')
-    const body = this.#out.subarray(0, this.#pos)
-    this.#out = Buffer.allocUnsafe(0) // the job does not keep the body alive
+    const body = this.#w.take()
     this.#done(body)
     return body
   }
+}
 
-  #preamble(): void {
-    const snapshot = this.#snapshot
-    this.#bytes(UPTIME.header)
-    this.#unlabelled(UPTIME, formatFloat(snapshot.uptimeSeconds))
-    this.#bytes(CONNECTIONS.header)
-    this.#unlabelled(CONNECTIONS, snapshot.connections)
-    this.#bytes(LEADER_EPOCH.header)
-    this.#unlabelled(LEADER_EPOCH, snapshot.leaderEpoch)
-    this.#bytes(QUORUM_STATE.header)
-    this.#unlabelled(QUORUM_STATE, snapshot.quorumState)
-    this.#topics = mergeCollisions(snapshot.topics)
-    this.#texts = this.#textsOf(this.#topics)
-  }
+// ---------------------------------------------------------------------------------------------
+// The gzip render: per-chunk fragments, reused while a chunk does not change.
 
-  #latency(): void {
-    this.#bytes(LATENCY.header)
-    const latency = this.#snapshot.latency
-    if (latency !== null) {
-      for (const [quantile, prefix] of LATENCY_LINES) {
-        this.#bytes(prefix)
-        this.#ascii(formatFloat(latency[quantile]))
-        this.#newline()
-      }
+/** Topics per chunk: ~1,400 samples at 16 partitions × 2 groups; ~80 KB of text. */
+export const CHUNK_TOPICS = 32
+
+/**
+ * What one chunk's fragments were rendered from: the topics' texts (same object ⇒ same topic key,
+ * label and group labels), partition numbers and every number a line shows.
+ */
+interface Chunk {
+  readonly texts: readonly TopicText[]
+  readonly partitions: readonly (readonly number[])[]
+  readonly values: Float64Array
+  /** One per per-topic stage, in render order. */
+  readonly fragments: readonly Fragment[]
+}
+
+/** Every number the lines of topics [from, to) show, in a fixed order; NaN for a bigint. */
+function valuesOf(topics: readonly TopicSeries[], from: number, to: number): Float64Array {
+  let count = 0
+  for (let t = from; t < to; t++) count += 5 + 2 * topics[t].partitionNumbers.length + 3 * topics[t].groups.length
+  const values = new Float64Array(count)
+  let i = 0
+  for (let t = from; t < to; t++) {
+    const topic = topics[t]
+    values[i++] = numeric(topic.produced)
+    values[i++] = numeric(topic.delivered)
+    values[i++] = numeric(topic.dropped)
+    values[i++] = numeric(topic.dlq)
+    values[i++] = numeric(topic.bytes)
+    const { lastSeq, depth, groups } = topic
+    for (let p = 0; p < lastSeq.length; p++) values[i++] = numeric(lastSeq[p])
+    for (let p = 0; p < depth.length; p++) values[i++] = numeric(depth[p])
+    for (let g = 0; g < groups.length; g++) {
+      values[i++] = numeric(groups[g].lag)
+      values[i++] = numeric(groups[g].inFlight)
+      values[i++] = numeric(groups[g].retries)
     }
   }
+  return values
+}
 
-  #unlabelled(metric: { nameBytes: Uint8Array }, value: number | string): void {
-    this.#bytes(metric.nameBytes)
-    this.#room(1)
-    this.#out[this.#pos++] = SPACE
-    if (typeof value === 'string') this.#ascii(value)
-    else this.#value(value)
-    this.#newline()
+/** NaN never equals anything: a bigint value makes its chunk render afresh every time. */
+function numeric(value: Count): number {
+  return typeof value === 'number' ? value : NaN
+}
+
+/** The chunk was made from exactly these texts, partitions and numbers. */
+function isCurrent(chunk: Chunk, topics: readonly TopicSeries[], texts: readonly TopicText[], from: number, to: number): boolean {
+  if (chunk.texts.length !== to - from) return false
+  const values = chunk.values
+  let i = 0
+  for (let t = from; t < to; t++) {
+    const topic = topics[t]
+    if (chunk.texts[t - from] !== texts[t] || !samePartitions(chunk.partitions[t - from], topic.partitionNumbers)) return false
+    // The partition and group counts match (same partitions, same text ⇒ same group labels).
+    if (values[i] !== topic.produced || values[i + 1] !== topic.delivered || values[i + 2] !== topic.dropped ||
+      values[i + 3] !== topic.dlq || values[i + 4] !== topic.bytes) return false
+    i += 5
+    const { lastSeq, depth, groups } = topic
+    for (let p = 0; p < lastSeq.length; p++) if (values[i++] !== lastSeq[p]) return false
+    for (let p = 0; p < depth.length; p++) if (values[i++] !== depth[p]) return false
+    for (let g = 0; g < groups.length; g++) {
+      const group = groups[g]
+      if (values[i] !== group.lag || values[i + 1] !== group.inFlight || values[i + 2] !== group.retries) return false
+      i += 3
+    }
+  }
+  return true
+}
+
+function samePartitions(a: readonly number[], b: readonly number[]): boolean {
+  if (a === b) return true
+  if (a.length !== b.length) return false
+  for (let p = 0; p < a.length; p++) if (a[p] !== b[p]) return false
+  return true
+}
+
+/** Family headers never change: compressed once. */
+let headerFragments: Fragment[] | undefined
+function headerFragment(s: number): Fragment {
+  headerFragments ??= Array.from({ length: TOPIC_STAGES }, (_, k) => fragment(headerOf(FIRST_TOPIC_STAGE + k)))
+  return headerFragments[s]
+}
+
+export class GzipJob {
+  readonly #snapshot: Snapshot
+  readonly #textsOf: (topics: readonly TopicSeries[]) => TopicText[]
+  readonly #chunkOf: (c: number, topics: readonly TopicSeries[], texts: readonly TopicText[]) => Chunk
+  readonly #finished: (chunkCount: number) => void
+  #topics: readonly TopicSeries[] = []
+  #texts: TopicText[] = []
+  #preamble: Fragment = EMPTY_FRAGMENT
+  #chunks: Chunk[] | undefined
+  #next = 0
+  #body: Buffer | undefined
+
+  constructor(
+    snapshot: Snapshot,
+    textsOf: (topics: readonly TopicSeries[]) => TopicText[],
+    chunkOf: (c: number, topics: readonly TopicSeries[], texts: readonly TopicText[]) => Chunk,
+    finished: (chunkCount: number) => void,
+  ) {
+    this.#snapshot = snapshot
+    this.#textsOf = textsOf
+    this.#chunkOf = chunkOf
+    this.#finished = finished
+  }
+
+  /** Like RenderJob.step: works until `deadline` or until the body is complete (true). */
+  step(deadline: number): boolean {
+    if (this.#body !== undefined) return true
+    if (this.#chunks === undefined) {
+      const w = new Writer(Buffer.allocUnsafe(1024))
+      writePreamble(w, this.#snapshot)
+      this.#preamble = fragment(w.take())
+      this.#topics = mergeCollisions(this.#snapshot.topics)
+      this.#texts = this.#textsOf(this.#topics)
+      this.#chunks = new Array(Math.ceil(this.#topics.length / CHUNK_TOPICS))
+    }
+    const chunks = this.#chunks
+    while (this.#next < chunks.length) {
+      chunks[this.#next] = this.#chunkOf(this.#next, this.#topics, this.#texts)
+      this.#next++
+      if (this.#next < chunks.length && performance.now() >= deadline) return false
+    }
+    const latency = new Writer(Buffer.allocUnsafe(256))
+    writeLatency(latency, this.#snapshot)
+    const member = new MemberBuilder()
+    member.add(this.#preamble)
+    for (let s = 0; s < TOPIC_STAGES; s++) {
+      member.add(headerFragment(s))
+      for (let c = 0; c < chunks.length; c++) member.add(chunks[c].fragments[s])
+    }
+    member.add(fragment(latency.take()))
+    this.#body = member.finish()
+    this.#finished(chunks.length)
+    this.#chunks = []
+    this.#topics = []
+    this.#texts = []
+    return true
+  }
+
+  /** The complete gzip body (after `step()` returned true). */
+  body(): Buffer {
+    if (this.#body === undefined) throw new Error('internal: the gzip render is not complete')
+    return this.#body
+  }
+}
+
+/** Bytes into a Buffer that grows as needed. */
+class Writer {
+  out: Buffer
+  pos = 0
+
+  constructor(out: Buffer) {
+    this.out = out
+  }
+
+  /** The bytes written; the writer lets go of its buffer (a body is never kept alive by it). */
+  take(): Buffer {
+    const body = this.out.subarray(0, this.pos)
+    this.out = Buffer.allocUnsafe(0)
+    this.pos = 0
+    return body
+  }
+
+  unlabelled(metric: { nameBytes: Uint8Array }, value: number | string): void {
+    this.bytes(metric.nameBytes)
+    this.room(1)
+    this.out[this.pos++] = SPACE
+    if (typeof value === 'string') this.ascii(value)
+    else this.value(value)
+    this.newline()
   }
 
   /** `name` + `labels` + `end` (which ends with `} `) + value + newline. */
-  #line(name: Uint8Array, labels: Uint8Array, end: Uint8Array, value: Count): void {
-    const out = this.#room(name.length + labels.length + end.length + VALUE_ROOM)
-    let pos = this.#pos
+  line(name: Uint8Array, labels: Uint8Array, end: Uint8Array, value: Count): void {
+    const out = this.room(name.length + labels.length + end.length + VALUE_ROOM)
+    let pos = this.pos
     out.set(name, pos)
     pos += name.length
     out.set(labels, pos)
@@ -492,11 +713,11 @@ export class RenderJob {
     if (typeof value === 'number' && isSafeCount(value)) {
       pos = writeDigits(out, pos, value)
       out[pos++] = NEWLINE
-      this.#pos = pos
+      this.pos = pos
     } else {
-      this.#pos = pos
-      this.#value(value)
-      this.#newline()
+      this.pos = pos
+      this.value(value)
+      this.newline()
     }
   }
 
@@ -505,11 +726,11 @@ export class RenderJob {
    * a scrape (2 × 16 of the 43 lines per topic at the issue's workload): room for all of them is
    * made at once, and the buffer and position stay in locals.
    */
-  #partitionLines(prefix: Uint8Array, partitions: readonly number[], values: readonly Count[]): void {
+  partitionLines(prefix: Uint8Array, partitions: readonly number[], values: readonly Count[]): void {
     const length = prefix.length
     const lineRoom = length + SAFE_INTEGER_DIGITS + PARTITION_END + VALUE_ROOM
-    let out = this.#room(partitions.length * lineRoom)
-    let pos = this.#pos
+    let out = this.room(partitions.length * lineRoom)
+    let pos = this.pos
     for (let p = 0; p < partitions.length; p++) {
       const partition = partitions[p]
       const value = values[p]
@@ -524,52 +745,50 @@ export class RenderJob {
         out[pos++] = NEWLINE
       } else {
         // A bigint (a merged depth past 2^53) or a value that is not a count: the general writer.
-        this.#pos = pos
-        this.#value(partition)
-        this.#bytes(PARTITION_END_BYTES)
-        this.#value(value)
-        this.#newline()
-        out = this.#room((partitions.length - p - 1) * lineRoom)
-        pos = this.#pos
+        this.pos = pos
+        this.value(partition)
+        this.bytes(PARTITION_END_BYTES)
+        this.value(value)
+        this.newline()
+        out = this.room((partitions.length - p - 1) * lineRoom)
+        pos = this.pos
       }
     }
-    this.#pos = pos
+    this.pos = pos
   }
 
-  // --- the byte writer ---
-
   /** The buffer, with room for `n` more bytes (writes past a Buffer's end would be dropped silently). */
-  #room(n: number): Buffer {
-    if (this.#pos + n <= this.#out.length) return this.#out
-    const grown = Buffer.allocUnsafe(Math.max(this.#out.length * 2, this.#pos + n))
-    this.#out.copy(grown, 0, 0, this.#pos)
-    this.#out = grown
+  room(n: number): Buffer {
+    if (this.pos + n <= this.out.length) return this.out
+    const grown = Buffer.allocUnsafe(Math.max(this.out.length * 2, this.pos + n, 256))
+    this.out.copy(grown, 0, 0, this.pos)
+    this.out = grown
     return grown
   }
 
-  #bytes(bytes: Uint8Array): void {
-    this.#room(bytes.length).set(bytes, this.#pos)
-    this.#pos += bytes.length
+  bytes(bytes: Uint8Array): void {
+    this.room(bytes.length).set(bytes, this.pos)
+    this.pos += bytes.length
   }
 
-  #newline(): void {
-    this.#room(1)[this.#pos++] = NEWLINE
+  newline(): void {
+    this.room(1)[this.pos++] = NEWLINE
   }
 
   /** An ASCII string (digits of a bigint, a float). */
-  #ascii(text: string): void {
-    this.#pos += this.#room(text.length).write(text, this.#pos, 'latin1')
+  ascii(text: string): void {
+    this.pos += this.room(text.length).write(text, this.pos, 'latin1')
   }
 
   /** SPEC §2: integers print exactly — bigints above 2^53 included. */
-  #value(value: Count): void {
+  value(value: Count): void {
     if (typeof value === 'bigint') {
-      this.#ascii(value.toString())
+      this.ascii(value.toString())
     } else if (isSafeCount(value)) {
-      this.#pos = writeDigits(this.#room(VALUE_ROOM), this.#pos, value)
+      this.pos = writeDigits(this.room(VALUE_ROOM), this.pos, value)
     } else {
       // Not a count (negative, fractional, NaN): still print it faithfully rather than lie.
-      this.#ascii(formatFloat(value))
+      this.ascii(formatFloat(value))
     }
   }
 }

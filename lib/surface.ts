@@ -111,7 +111,8 @@ export class Surface extends EventEmitter {
     this.#host = {
       enabled: this.enabled,
       authToken: this.config.metrics_auth_token,
-      metricsBody: () => this.#metricsBody(),
+      metricsBody: () => this.#metricsBody(false),
+      metricsGzip: () => this.#metricsBody(true),
       metricsSent: (body) => this.#renderer.recycle(body),
       healthz: () => {
         const body = this.#healthz()
@@ -279,10 +280,12 @@ export class Surface extends EventEmitter {
    * GET /metrics: the snapshot in one go (under the lock, which is never held across a yield),
    * then the body in slices with setImmediate between them. The snapshot is immutable, so the
    * body is exactly that one moment's numbers however many slices it takes: never a torn scrape.
+   * `gzip`: the body as a gzip member, only the chunks of topics that changed compressed anew.
    */
-  #metricsBody(): Buffer | Promise<Buffer> {
+  #metricsBody(gzip: boolean): Buffer | Promise<Buffer> {
     const started = performance.now()
-    const job = this.#renderer.begin(this.#observe())
+    const snapshot = this.#observe()
+    const job = gzip ? this.#renderer.beginGzip(snapshot) : this.#renderer.begin(snapshot)
     if (job.step(started + RENDER_SLICE_MS)) return job.body()
     return new Promise((resolve, reject) => {
       const slice = (): void => {
