@@ -305,6 +305,9 @@ export class Renderer {
     return job.body()
   }
 
+  /** Chunks of gzip renders so far: reused as they were, or rendered and compressed (diagnostics, tests). */
+  readonly gzipChunks = { reused: 0, rendered: 0 }
+
   /** Per chunk of topics (by index in the render order): what its fragments were made from. */
   readonly #chunks: (Chunk | undefined)[] = []
   /** Renders one family of one chunk at a time, for compression (no yield while it is in use). */
@@ -315,7 +318,11 @@ export class Renderer {
     const from = c * CHUNK_TOPICS
     const to = Math.min(topics.length, from + CHUNK_TOPICS)
     const cached = this.#chunks[c]
-    if (cached !== undefined && isCurrent(cached, topics, texts, from, to)) return cached
+    if (cached !== undefined && isCurrent(cached, topics, texts, from, to)) {
+      this.gzipChunks.reused++
+      return cached
+    }
+    this.gzipChunks.rendered++
     const w = this.#scratch
     const fragments: Fragment[] = new Array(TOPIC_STAGES)
     for (let s = 0; s < TOPIC_STAGES; s++) {

@@ -577,3 +577,187 @@ t.test('GET /metrics rendered in slices is one moment\'s numbers, never a torn s
   t.equal(withoutUptime(text), withoutUptime(before), 'the body is the state at the start of the scrape, byte for byte')
   t.not(withoutUptime(surface.render()), withoutUptime(before), 'while the state itself did move on')
 })
+
+// --- the gzip render (Renderer.beginGzip / renderGzip) ------------------------------------------
+const zlib = require('node:zlib')
+const { CHUNK_TOPICS } = require('../dist/render.js')
+
+t.test('the gzip render of every golden case gunzips to the golden bytes', async (t) => {
+  for (const [name, build] of Object.entries(cases)) {
+    const renderer = new Renderer()
+    const snapshot = build()
+    const first = zlib.gunzipSync(renderer.renderGzip(snapshot))
+    const again = zlib.gunzipSync(renderer.renderGzip(snapshot)) // every chunk reused
+    const expected = fs.readFileSync(golden(name))
+    if (!first.equals(expected)) t.equal(first.toString('utf8'), expected.toString('utf8'), `${name}: gzip render differs from ${name}.prom`)
+    else t.pass(`${name}: gunzipped, byte for byte ${name}.prom`)
+    t.ok(again.equals(expected), `${name}: and again from reused chunks`)
+  }
+})
+
+t.test('gzip chunks are reused exactly while every number and label in them is unchanged', async (t) => {
+  // If this failed, a scrape could show a number from an earlier scrape: a chunk reused although
+  // one of its values, labels, partitions or groups changed. Every kind of change is made in turn
+  // on a random topic, alone, and the gzip body must then equal a fresh plain render.
+  const random = prng(6060)
+  const pickIndex = (n) => Math.floor(random() * n)
+  const keys = new Map()
+  const keyOf = (name) => {
+    if (!keys.has(name)) keys.set(name, {})
+    return keys.get(name)
+  }
+  // Topic specs, mutated in place; the snapshot is rebuilt from them each round with stable keys.
+  const specs = []
+  for (let i = 0; i < 5 * CHUNK_TOPICS + 7; i++) {
+    specs.push({
+      name: `chunky.${String(i).padStart(3, '0')}`,
+      produced: 1000 + i,
+      bytes: 9000 + i,
+      partitions: { 0: 100 + i, 1: 200 + i, 3: 50 },
+      groups: [
+        { name: 'alpha', floors: { 0: 90, 1: 150 }, delivered: 500, dropped: 4, dlq: 1, retries: 3, inFlight: 2 },
+        { name: 'beta', floors: { 0: 100, 1: 200, 3: 50 }, delivered: 600 },
+      ],
+    })
+  }
+  const build = () => snapshotOf({
+    uptimeSeconds: 12,
+    latency: { p50: 1, p90: 2, p99: 3, count: 3 },
+    topics: specs.map((spec) => ({ ...topicOf(spec.name, spec), key: keyOf(spec.name) })),
+  })
+  const bump = (object, field) => {
+    const step = 1 + pickIndex(5)
+    object[field] = typeof object[field] === 'bigint' ? object[field] + BigInt(step) : (object[field] ?? 0) + step
+  }
+  const changes = {
+    produced: (s) => bump(s, 'produced'),
+    bytes: (s) => bump(s, 'bytes'),
+    'a group\'s delivered (the topic total)': (s) => bump(s.groups[pickIndex(s.groups.length)], 'delivered'),
+    'a group\'s dropped': (s) => bump(s.groups[pickIndex(s.groups.length)], 'dropped'),
+    'a group\'s dlq': (s) => bump(s.groups[pickIndex(s.groups.length)], 'dlq'),
+    'a group\'s retries': (s) => bump(s.groups[pickIndex(s.groups.length)], 'retries'),
+    'a group\'s in_flight': (s) => bump(s.groups[pickIndex(s.groups.length)], 'inFlight'),
+    'a partition\'s last_seq': (s) => bump(s.partitions, Object.keys(s.partitions)[pickIndex(Object.keys(s.partitions).length)]),
+    'an ack floor (depth and lag)': (s) => { s.groups[0].floors[0] = (s.groups[0].floors[0] ?? 0) + 1 },
+    'a new partition': (s) => { s.partitions[4 + pickIndex(20)] = 7 },
+    'a new group': (s) => { s.groups.push({ name: `gamma${pickIndex(1000)}`, floors: {} }) },
+    'the same numbers under another name': (s) => { s.name = `${s.name}~` },
+    'a new topic in the middle': () => { specs.splice(pickIndex(specs.length), 0, { name: `chunky.${pickIndex(300)}.new${pickIndex(1e6)}`, produced: 1 }) },
+    'a topic removed': () => { specs.splice(pickIndex(specs.length), 1) },
+    'a topic whose name collides with another\'s label': (s) => { specs.push({ ...s, name: s.name.replace('.', ' '), groups: [] }) },
+    // Last: a chunk with a bigint renders afresh at every scrape (see numeric() in lib/render.ts).
+    'a counter above 2^53 (a bigint)': (s) => { s.produced = 2n ** 53n + BigInt(pickIndex(1000)) },
+  }
+  const renderer = new Renderer()
+  let mismatches = 0
+  let rounds = 0
+  const check = (what) => {
+    rounds++
+    const snapshot = build()
+    const got = zlib.gunzipSync(renderer.renderGzip(snapshot))
+    const expected = new Renderer().render(snapshot)
+    if (!got.equals(expected)) {
+      mismatches++
+      if (mismatches <= 3) t.equal(got.toString('utf8'), expected.toString('utf8'), `after ${what}: the gzip body is the fresh render`)
+    }
+  }
+  check('the first render')
+  const before = { ...renderer.gzipChunks }
+  check('nothing')
+  const chunkCount = Math.ceil(specs.length / CHUNK_TOPICS)
+  t.same(renderer.gzipChunks, { reused: before.reused + chunkCount, rendered: before.rendered }, 'an unchanged snapshot reuses every chunk')
+  for (let round = 0; round < 12; round++) {
+    for (const [what, change] of Object.entries(changes)) {
+      const counts = { ...renderer.gzipChunks }
+      // A topic that has groups and partitions to change (added and colliding ones may not).
+      const full = specs.filter((spec) => spec.groups?.length > 0 && Object.keys(spec.partitions ?? {}).length > 0)
+      change(full[pickIndex(full.length)])
+      check(what)
+      if (round === 0 && !/topic|bigint/.test(what)) {
+        // One topic changed: its chunk is rendered again, all the others are reused.
+        t.equal(renderer.gzipChunks.rendered - counts.rendered, 1, `${what}: exactly one chunk rendered again`)
+      }
+    }
+  }
+  t.equal(mismatches, 0, `${rounds} gzip renders after single changes of every kind equal fresh plain renders`)
+})
+
+t.test('gzip renders advanced in slices, interleaved across snapshots, each give their own moment', async (t) => {
+  const topics = (produced) => Array.from({ length: 4 * CHUNK_TOPICS }, (_, i) => ({
+    ...topicOf(`slices.${i}`, { produced: produced + i, partitions: { 0: i, 1: 2 * i }, groups: [{ name: 'g', floors: { 0: i } }] }),
+    key: sliceKeys[i],
+  }))
+  const sliceKeys = Array.from({ length: 4 * CHUNK_TOPICS }, () => ({}))
+  const a = snapshotOf({ topics: topics(100) })
+  const b = snapshotOf({ topics: topics(200) })
+  const renderer = new Renderer()
+  renderer.renderGzip(a) // the cache holds a's chunks
+  const jobA = renderer.beginGzip(a)
+  const jobB = renderer.beginGzip(b)
+  let steps = 0
+  let doneA = false
+  let doneB = false
+  while (!(doneA && doneB)) {
+    if (!doneB) doneB = jobB.step(0) // b replaces the cached chunks one by one …
+    if (!doneA) doneA = jobA.step(0) // … while a, started earlier, still looks them up
+    steps++
+  }
+  t.ok(steps > 2, `both jobs yielded between chunks (${steps} steps)`)
+  t.ok(zlib.gunzipSync(jobA.body()).equals(new Renderer().render(a)), 'the first job\'s body is its own snapshot')
+  t.ok(zlib.gunzipSync(jobB.body()).equals(new Renderer().render(b)), 'the second job\'s body is its own snapshot')
+  t.throws(() => renderer.beginGzip(a).body(), /not complete/, 'an unfinished gzip job has no body to hand out')
+})
+
+t.test('GET /metrics with gzip, rendered in slices, is one moment\'s numbers', async (t) => {
+  // The gzip twin of the torn-scrape test above: recording and removing topics between the slices
+  // of a gzip scrape (while chunks are being reused) never leaks into its body.
+  const { lib } = require('./helpers.js')
+  const surface = lib.createSurface({ max_in_flight: 1_000_000 })
+  t.teardown(() => surface.close())
+  const handles = []
+  for (let i = 0; i < 10 * CHUNK_TOPICS; i++) {
+    const topic = surface.topic(`gz-${i}`)
+    for (let p = 0; p < 4; p++) topic.produced(p, 10, 100)
+    handles.push(topic)
+  }
+  const get = (headers) => new Promise((resolve, reject) => {
+    const seen = {}
+    const res = {
+      statusCode: 0, headersSent: false, destroyed: false,
+      setHeader(name, value) { seen[name.toLowerCase()] = value },
+      end: (chunk) => resolve({ headers: seen, body: chunk }),
+    }
+    if (!surface.handler({ url: '/metrics', method: 'GET', headers }, res)) reject(new Error('not handled'))
+  })
+  const withoutUptime = (s) => s.replace(/^mq_broker_uptime_seconds .*$/m, '')
+  const warm = await get({ 'accept-encoding': 'gzip' })
+  t.equal(warm.headers['content-encoding'], 'gzip', 'a client that accepts gzip gets gzip')
+  t.equal(warm.headers['content-length'], warm.body.length, 'Content-Length is the compressed length')
+  t.equal(withoutUptime(zlib.gunzipSync(warm.body).toString('utf8')), withoutUptime(surface.render()), 'it gunzips to the exposition')
+  handles[5].produced(0, 11, 100) // one chunk changes; the rest is reused below
+  const before = surface.render()
+  const realNow = performance.now
+  let fake = realNow.call(performance)
+  performance.now = () => (fake += 50)
+  t.teardown(() => { performance.now = realNow })
+  let slicesSeen = 0
+  let seq = 11
+  let done = false
+  const scrape = get({ 'accept-encoding': 'gzip' }).then((answer) => { done = true; return answer })
+  const meddle = () => {
+    if (done) return
+    slicesSeen++
+    seq++
+    for (const topic of handles) for (let p = 0; p < 4; p++) topic.produced(p, seq, 100)
+    surface.removeTopic(handles.pop().name)
+    setImmediate(meddle)
+  }
+  setImmediate(meddle)
+  const answer = await scrape
+  performance.now = realNow
+  t.ok(slicesSeen > 3, `the state changed between slices (${slicesSeen} times before the body was complete)`)
+  t.equal(withoutUptime(zlib.gunzipSync(answer.body).toString('utf8')), withoutUptime(before), 'the gzip body is the state at the start of the scrape')
+  const plain = await get({})
+  t.equal(plain.headers['content-encoding'], undefined, 'without Accept-Encoding: the plain body')
+  t.equal(withoutUptime(plain.body.toString('utf8')), withoutUptime(surface.render()), 'which is the exposition')
+})

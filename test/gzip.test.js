@@ -1,0 +1,64 @@
+'use strict'
+// lib/gzip.ts: CRC-32 and its combination, and gzip members laid out from deflate fragments, all
+// checked against zlib itself. Run `npx tsc -p tsconfig.json` first.
+const t = require('tap')
+const zlib = require('node:zlib')
+const { crc32, crc32Combine, crc32Shift, fragment, MemberBuilder, EMPTY_FRAGMENT } = require('../dist/gzip.js')
+const { prng } = require('./helpers')
+
+const random = prng(1952)
+function bytes(length) {
+  const out = Buffer.allocUnsafe(length)
+  // Text-like, so that deflate finds matches; a few random bytes too.
+  for (let i = 0; i < length; i++) out[i] = random() < 0.9 ? 0x61 + ((i * 7) % 13) : Math.floor(random() * 256)
+  return out
+}
+/** The CRC zlib writes into a gzip trailer. */
+const zlibCrc = (buffer) => zlib.gzipSync(buffer).readUInt32LE(zlib.gzipSync(buffer).length - 8)
+
+t.test('crc32 matches zlib at every alignment and length', async (t) => {
+  const lengths = [0, 1, 2, 7, 8, 9, 15, 16, 17, 255, 1000, 65_537]
+  let mismatches = 0
+  for (const length of lengths) {
+    const buffer = bytes(length)
+    if (crc32(buffer) !== zlibCrc(buffer)) mismatches++
+    // A slice that starts at an odd offset and continues from a running CRC.
+    const cut = Math.floor(length / 3)
+    if (crc32(buffer, cut, length, crc32(buffer, 0, cut)) !== zlibCrc(buffer)) mismatches++
+  }
+  t.equal(mismatches, 0, `${lengths.length} lengths, whole and continued`)
+  t.equal(crc32(Buffer.from('123456789')), 0xcbf43926, 'the standard check value')
+})
+
+t.test('crc32Combine(crc A, crc B, shift |B|) is the CRC of A followed by B', async (t) => {
+  let mismatches = 0
+  for (let i = 0; i < 200; i++) {
+    const a = bytes(Math.floor(random() * 3000))
+    const b = bytes(i % 10 === 0 ? 0 : Math.floor(random() * 70_000))
+    const combined = crc32Combine(crc32(a), crc32(b), crc32Shift(b.length))
+    if (combined !== crc32(Buffer.concat([a, b]))) mismatches++
+  }
+  t.equal(mismatches, 0, '200 random pairs, empty second parts included')
+  t.equal(crc32Combine(0x12345678, 0, crc32Shift(0)), 0x12345678, 'appending nothing changes nothing')
+})
+
+t.test('a member of fragments gunzips to the texts in order, and is one well-formed member', async (t) => {
+  const texts = [bytes(10), Buffer.alloc(0), bytes(100_000), bytes(1), bytes(3000)]
+  const member = new MemberBuilder()
+  for (const text of texts) member.add(fragment(text))
+  const body = member.finish()
+  const whole = Buffer.concat(texts)
+  t.ok(zlib.gunzipSync(body).equals(whole), 'gunzip gives the concatenated texts')
+  // One member exactly: header, one deflate stream that ends in a final block, CRC, ISIZE.
+  t.same([...body.subarray(0, 3)], [0x1f, 0x8b, 8], 'gzip magic and deflate')
+  t.ok(zlib.inflateRawSync(body.subarray(10, body.length - 8)).equals(whole), 'the deflate stream is complete on its own (a missing final block fails here)')
+  t.equal(body.readUInt32LE(body.length - 8), zlibCrc(whole), 'the trailer CRC is the CRC of the whole text')
+  t.equal(body.readUInt32LE(body.length - 4), whole.length, 'ISIZE is the text length')
+  // Fragments are independent: reused in another order and another member, still exact.
+  const parts = texts.map((text) => fragment(text))
+  const again = new MemberBuilder()
+  for (const k of [2, 0, 4]) again.add(parts[k])
+  t.ok(zlib.gunzipSync(again.finish()).equals(Buffer.concat([texts[2], texts[0], texts[4]])), 'fragments combine in any order')
+  t.ok(zlib.gunzipSync(new MemberBuilder().finish()).equals(Buffer.alloc(0)), 'a member of no fragments is an empty gzip')
+  t.equal(fragment(Buffer.alloc(0)), EMPTY_FRAGMENT, 'an empty text is the empty fragment')
+})
