@@ -145,9 +145,9 @@ function buildPromClient(promClient, METRICS, topics) {
  * GET `path` through the surface's own handler: the Buffer the HTTP server sends (no gzip). A
  * large /metrics body is rendered in slices, so the answer may come a few event-loop turns later.
  */
-function handled(surface, path) {
+function handled(surface, path, headers = {}) {
   return new Promise((resolve, reject) => {
-    const req = { url: path, method: 'GET', headers: {} }
+    const req = { url: path, method: 'GET', headers }
     const res = {
       statusCode: 0, headersSent: false, destroyed: false,
       setHeader() {},
@@ -162,6 +162,11 @@ function handled(surface, path) {
 
 function scrapeBuffer(surface) {
   return handled(surface, '/metrics')
+}
+
+/** GET /metrics as Prometheus asks for it (Accept-Encoding: gzip): the gzip body. */
+function scrapeGzip(surface) {
+  return handled(surface, '/metrics', { 'accept-encoding': 'gzip' })
 }
 
 function countSamples(text) {
@@ -256,7 +261,7 @@ async function memoryChild(library, topics) {
     const lib = require(path.join(DIST, 'index.js'))
     // Load the code and allocate the fixed parts (an empty surface) before the baseline.
     warm = lib.createSurface()
-    await scrapeBuffer(warm)
+    await scrapeGzip(warm)
   } else {
     const promClient = require('prom-client')
     const { METRICS } = require(path.join(DIST, 'allowlist.js'))
@@ -271,7 +276,8 @@ async function memoryChild(library, topics) {
     const shared = surface.share()
     if (shared.arena.backend !== 'js') throw new Error('memory child must run the JS backend (exact arena size)')
     arenaBytes = () => shared.arena.buffer.byteLength
-    scrape = async () => (await scrapeBuffer(surface)).toString('latin1')
+    // A scrape as Prometheus makes it: gzip, so the gzip chunk cache is counted too.
+    scrape = async () => zlib.gunzipSync(await scrapeGzip(surface)).toString('latin1')
     global.keep = surface
   } else {
     const promClient = require('prom-client')

@@ -95,7 +95,25 @@ export interface Fragment {
 
 export const EMPTY_FRAGMENT: Fragment = { bytes: new Uint8Array(0), length: 0, crc: 0, shift: 0x80000000 }
 
-/** `text` as a fragment (synchronous: fragments are small). */
+/**
+ * The same fragments with their bytes copied into one buffer of exactly their total size. zlib
+ * hands out views of its 16 KB output buffers: a fragment kept as it comes keeps 16 KB alive.
+ */
+export function compacted(fragments: readonly Fragment[]): Fragment[] {
+  let total = 0
+  for (const f of fragments) total += f.bytes.length
+  const buffer = new Uint8Array(total)
+  let pos = 0
+  return fragments.map((f) => {
+    if (f.length === 0) return EMPTY_FRAGMENT
+    buffer.set(f.bytes, pos)
+    const bytes = buffer.subarray(pos, pos + f.bytes.length)
+    pos += f.bytes.length
+    return { bytes, length: f.length, crc: f.crc, shift: f.shift }
+  })
+}
+
+/** `text` as a fragment (synchronous: fragments are small). Its bytes may be a view of a larger buffer. */
 export function fragment(text: Uint8Array): Fragment {
   if (text.length === 0) return EMPTY_FRAGMENT
   return { bytes: deflateRawSync(text, DEFLATE_OPTIONS), length: text.length, crc: crc32(text), shift: crc32Shift(text.length) }

@@ -10,7 +10,7 @@
 import { METRICS, MetricDefinition } from './allowlist'
 import { escapeHelp, escapeLabelValue } from './labels'
 import { Count, Snapshot, TopicSnapshot, addCount } from './snapshot'
-import { EMPTY_FRAGMENT, Fragment, MemberBuilder, fragment } from './gzip'
+import { EMPTY_FRAGMENT, Fragment, MemberBuilder, compacted, fragment } from './gzip'
 
 /** SPEC §2: floats in the shortest round-trip form; NaN and ±Inf as Prometheus spells them. */
 export function formatFloat(value: number): string {
@@ -335,7 +335,7 @@ export class Renderer {
       texts: texts.slice(from, to),
       partitions: topics.slice(from, to).map((topic) => topic.partitionNumbers),
       values: valuesOf(topics, from, to),
-      fragments,
+      fragments: compacted(fragments),
     }
     this.#chunks[c] = chunk
     return chunk
@@ -538,13 +538,14 @@ export const CHUNK_TOPICS = 32
 interface Chunk {
   readonly texts: readonly TopicText[]
   readonly partitions: readonly (readonly number[])[]
-  readonly values: Float64Array
+  /** Int32Array when every value is an int32 (the common case: half the memory), else Float64Array. */
+  readonly values: Int32Array | Float64Array
   /** One per per-topic stage, in render order. */
   readonly fragments: readonly Fragment[]
 }
 
 /** Every number the lines of topics [from, to) show, in a fixed order; NaN for a bigint. */
-function valuesOf(topics: readonly TopicSeries[], from: number, to: number): Float64Array {
+function valuesOf(topics: readonly TopicSeries[], from: number, to: number): Int32Array | Float64Array {
   let count = 0
   for (let t = from; t < to; t++) count += 5 + 2 * topics[t].partitionNumbers.length + 3 * topics[t].groups.length
   const values = new Float64Array(count)
@@ -565,7 +566,8 @@ function valuesOf(topics: readonly TopicSeries[], from: number, to: number): Flo
       values[i++] = numeric(groups[g].retries)
     }
   }
-  return values
+  for (let k = 0; k < values.length; k++) if ((values[k] | 0) !== values[k] || Object.is(values[k], -0)) return values
+  return Int32Array.from(values)
 }
 
 /** NaN never equals anything: a bigint value makes its chunk render afresh every time. */
@@ -607,7 +609,7 @@ function samePartitions(a: readonly number[], b: readonly number[]): boolean {
 /** Family headers never change: compressed once. */
 let headerFragments: Fragment[] | undefined
 function headerFragment(s: number): Fragment {
-  headerFragments ??= Array.from({ length: TOPIC_STAGES }, (_, k) => fragment(headerOf(FIRST_TOPIC_STAGE + k)))
+  headerFragments ??= compacted(Array.from({ length: TOPIC_STAGES }, (_, k) => fragment(headerOf(FIRST_TOPIC_STAGE + k))))
   return headerFragments[s]
 }
 

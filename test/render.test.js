@@ -632,6 +632,7 @@ t.test('gzip chunks are reused exactly while every number and label in them is u
   const changes = {
     produced: (s) => bump(s, 'produced'),
     bytes: (s) => bump(s, 'bytes'),
+    'bytes past 2^31 (no longer an int32)': (s) => { s.bytes = 2 ** 31 + pickIndex(3) },
     'a group\'s delivered (the topic total)': (s) => bump(s.groups[pickIndex(s.groups.length)], 'delivered'),
     'a group\'s dropped': (s) => bump(s.groups[pickIndex(s.groups.length)], 'dropped'),
     'a group\'s dlq': (s) => bump(s.groups[pickIndex(s.groups.length)], 'dlq'),
