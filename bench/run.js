@@ -696,6 +696,8 @@ async function loadSection(surface) {
   const partitions = [PARTITIONS, PARTITIONS + 1]
   const shared = surface.share()
   const workers = await startWorkers(shared, topicNames, GROUPS[0], partitions)
+  // The workers' topics are left out (their totals are checked at the end).
+  const bigTopics = surface.snapshot().topics.filter((t) => !topicNames.includes(t.name)).map((t) => surface.topic(t.name))
   const before = surface.snapshot()
   const base = new Map(topicNames.map((name) => {
     const t = before.topics.find((x) => x.name === name)
@@ -731,18 +733,18 @@ async function loadSection(surface) {
     const quiet = { messages: 0, ms: 0, rates: [] }
     const busy = { messages: 0, ms: 0, rates: [] }
     let windowMs = 1000
+    const measure = async (into, body) => {
+      const m0 = recorded()
+      const t0 = performance.now()
+      await body()
+      const ms = performance.now() - t0
+      const messages = recorded() - m0
+      into.messages += messages
+      into.ms += ms
+      into.rates.push(messages / (ms / 1000))
+      return ms
+    }
     for (let b = 0; b < blocks; b++) {
-      const measure = async (into, body) => {
-        const m0 = recorded()
-        const t0 = performance.now()
-        await body()
-        const ms = performance.now() - t0
-        const messages = recorded() - m0
-        into.messages += messages
-        into.ms += ms
-        into.rates.push(messages / (ms / 1000))
-        return ms
-      }
       const order = b % 2 ? ['scrapes', 'quiet'] : ['quiet', 'scrapes']
       for (const which of order) {
         if (which === 'quiet') {
@@ -755,11 +757,50 @@ async function loadSection(surface) {
       }
       log(`load: block ${b + 1}/${blocks}, p50 so far ${median(latencies).toFixed(1)} ms`)
     }
+    // Control: the same back-to-back loop of requests, against a path that does no work at all
+    // (the standalone server's 404). What this loses is the cost of a busy third thread on two
+    // cores, whatever the requests do.
+    const control = { messages: 0, ms: 0, rates: [] }
+    const controlQuiet = { messages: 0, ms: 0, rates: [] }
+    let controlRequests = 0
+    for (let b = 0; b < (options.quick ? 2 : 4); b++) {
+      await measure(controlQuiet, () => sleep(windowMs))
+      await measure(control, async () => {
+        for (const end = performance.now() + windowMs; performance.now() < end; controlRequests++) {
+          await scrape(listening.port, agent, false, '/no-such-path', 404)
+        }
+      })
+    }
+    // Scrapes at an interval: every 250 ms (Prometheus's default interval is 15 s), 4 s windows.
+    const spaced = { messages: 0, ms: 0, rates: [] }
+    const spacedQuiet = { messages: 0, ms: 0, rates: [] }
+    const spacedLatencies = []
+    for (let b = 0; b < (options.quick ? 1 : 3); b++) {
+      await measure(spacedQuiet, () => sleep(4000))
+      await measure(spaced, async () => {
+        const start = performance.now()
+        for (let k = 0; k < 16; k++) {
+          const due = start + k * 250
+          if (performance.now() < due) await sleep(due - performance.now())
+          spacedLatencies.push((await scrape(listening.port, agent, false)).ms)
+        }
+        await sleep(Math.max(0, start + 4000 - performance.now()))
+      })
+    }
+    // Every topic changed since the previous scrape (no chunk reusable), workers paused.
+    Atomics.store(progress, 0, 2)
+    await sleep(50)
+    const allChanged = []
+    for (let i = 0; i < (options.quick ? 3 : 10); i++) {
+      for (const topic of bigTopics) topic.produced(PARTITIONS - 1, 1_000_000 + i, 1) // above every seqOf()
+      allChanged.push((await scrape(listening.port, agent, false)).ms)
+    }
     Atomics.store(progress, 0, 1)
     await Promise.all(finished)
     const totals = await checkTotals(surface, workers, topicNames, GROUPS[0], partitions, base)
-    const quietRate = quiet.messages / (quiet.ms / 1000)
-    const busyRate = busy.messages / (busy.ms / 1000)
+    const rate = (window) => window.messages / (window.ms / 1000)
+    const quietRate = rate(quiet)
+    const busyRate = rate(busy)
     return {
       scrapes: latencies.length,
       samples,
@@ -773,6 +814,23 @@ async function loadSection(surface) {
       quietMessagesPerSecond: quietRate,
       scrapingMessagesPerSecond: busyRate,
       throughputDrop: 1 - busyRate / quietRate,
+      control: {
+        requests: controlRequests,
+        quietMessagesPerSecond: rate(controlQuiet),
+        busyMessagesPerSecond: rate(control),
+        throughputDrop: 1 - rate(control) / rate(controlQuiet),
+      },
+      spaced: {
+        intervalMs: 250,
+        scrapes: spacedLatencies.length,
+        p50Ms: percentile(spacedLatencies, 50),
+        p99Ms: percentile(spacedLatencies, 99),
+        quietMessagesPerSecond: rate(spacedQuiet),
+        scrapingMessagesPerSecond: rate(spaced),
+        throughputDrop: 1 - rate(spaced) / rate(spacedQuiet),
+      },
+      allTopicsChangedP50Ms: percentile(allChanged, 50),
+      allTopicsChangedLatenciesMs: allChanged,
       quietRates: quiet.rates,
       scrapingRates: busy.rates,
       latenciesMs: latencies,
@@ -786,10 +844,10 @@ async function loadSection(surface) {
   }
 }
 
-function scrape(port, agent, keepBody) {
+function scrape(port, agent, keepBody, path = '/metrics', status = 200) {
   return new Promise((resolve, reject) => {
     const t0 = performance.now()
-    const req = http.get({ host: '127.0.0.1', port, path: '/metrics', agent, headers: { 'Accept-Encoding': 'gzip' }, timeout: 10_000 }, (res) => {
+    const req = http.get({ host: '127.0.0.1', port, path, agent, headers: { 'Accept-Encoding': 'gzip' }, timeout: 10_000 }, (res) => {
       const chunks = []
       let bytes = 0
       res.on('data', (chunk) => {
@@ -797,7 +855,7 @@ function scrape(port, agent, keepBody) {
         if (keepBody) chunks.push(chunk)
       })
       res.on('end', () => {
-        if (res.statusCode !== 200) reject(new Error(`bench: /metrics answered ${res.statusCode}`))
+        if (res.statusCode !== status) reject(new Error(`bench: ${path} answered ${res.statusCode}`))
         else resolve({ ms: performance.now() - t0, bytes, encoding: res.headers['content-encoding'], body: keepBody ? Buffer.concat(chunks) : undefined })
       })
       res.on('error', reject)
@@ -912,6 +970,9 @@ async function main() {
     results.load = load
     table.push([`\`/metrics\` at ${load.samples.toLocaleString('en-US')} samples, gzip (${(load.gzipBytes / 1e6).toFixed(1)} MB), 2 workers recording flat out: p99 of ${load.scrapes} scrapes (p50 ${formatMs(load.p50Ms)}; workers paused: p50 ${formatMs(load.unloadedP50Ms)}, max ${formatMs(load.unloadedMaxMs)})`, '—', formatMs(load.p99Ms), '—', '≤ 100 ms', pass(load.p99Ms <= 100)])
     table.push([`recording throughput during those scrapes vs quiet windows (${formatRate(load.scrapingMessagesPerSecond)} vs ${formatRate(load.quietMessagesPerSecond)})`, '—', `−${(load.throughputDrop * 100).toFixed(0)}%`, '—', '< 20% drop', pass(load.throughputDrop < 0.2)])
+    table.push([`control: the same back-to-back loop against a 404 path that does no work (${load.control.requests.toLocaleString('en-US')} requests; ${formatRate(load.control.busyMessagesPerSecond)} vs ${formatRate(load.control.quietMessagesPerSecond)})`, '—', `−${(load.control.throughputDrop * 100).toFixed(0)}%`, '—', '—', 'info'])
+    table.push([`scrapes every ${load.spaced.intervalMs} ms instead (${load.spaced.scrapes}; p50 ${formatMs(load.spaced.p50Ms)}, p99 ${formatMs(load.spaced.p99Ms)}): throughput vs quiet windows (${formatRate(load.spaced.scrapingMessagesPerSecond)} vs ${formatRate(load.spaced.quietMessagesPerSecond)})`, '—', `−${(load.spaced.throughputDrop * 100).toFixed(0)}%`, '—', '—', 'info'])
+    table.push([`gzip scrape at ${load.samples.toLocaleString('en-US')} samples with every topic changed since the last one (no chunk reusable), workers paused: p50`, '—', formatMs(load.allTopicsChangedP50Ms), '—', '—', 'info'])
   }
 
   if (render) for (const state of render.states) await state.surface.close() // idempotent

@@ -10,7 +10,8 @@
 import { METRICS, MetricDefinition } from './allowlist'
 import { escapeHelp, escapeLabelValue } from './labels'
 import { Count, Snapshot, TopicSnapshot, addCount } from './snapshot'
-import { EMPTY_FRAGMENT, Fragment, MemberBuilder, compacted, fragment } from './gzip'
+import { gzipSync } from 'node:zlib'
+import { EMPTY_FRAGMENT, Fragment, GZIP_LEVEL, MemberBuilder, compacted, fragment } from './gzip'
 
 /** SPEC §2: floats in the shortest round-trip form; NaN and ±Inf as Prometheus spells them. */
 export function formatFloat(value: number): string {
@@ -287,42 +288,63 @@ export class Renderer {
   }
 
   /**
-   * The /metrics body for one snapshot, gzipped, in slices like `begin()`. Its gunzipped bytes are
-   * exactly `render(snapshot)`. Topics go in chunks of CHUNK_TOPICS, each family's lines of a chunk
-   * compressed on their own (lib/gzip.ts): a chunk whose numbers and labels are the same as at the
-   * previous gzip render is not rendered or compressed again, its fragments are reused.
+   * The /metrics body for one snapshot, gzipped, in slices like `begin()`; its gunzipped bytes are
+   * exactly `render(snapshot)`. Topics go in chunks of CHUNK_TOPICS, each family's lines of a
+   * chunk compressed on their own (lib/gzip.ts): a chunk whose numbers and labels are what they
+   * were at the previous gzip render is neither rendered nor compressed again. When most chunks
+   * changed, fragments would cost more than one pass of zlib over the whole text: the job then
+   * renders the plain body for the caller to compress (`GzipJob.result()`).
    */
   beginGzip(snapshot: Snapshot): GzipJob {
-    return new GzipJob(snapshot, (topics) => this.#textsOf(topics), (c, topics, texts) => this.#chunk(c, topics, texts), (count) => {
-      if (this.#chunks.length > count) this.#chunks.length = count
+    return new GzipJob(snapshot, this, {
+      textsOf: (topics) => this.#textsOf(topics),
+      scan: (c, topics, texts) => this.#scan(c, topics, texts),
+      chunk: (c, topics, texts, found) => this.#chunk(c, topics, texts, found),
+      seen: (c, topics, texts) => this.#seen(c, topics, texts),
+      finished: (count) => {
+        if (this.#chunks.length > count) this.#chunks.length = count
+      },
     })
   }
 
-  /** The gzip render in one go. */
+  /** The gzip render in one go (a plain result compressed here, synchronously). */
   renderGzip(snapshot: Snapshot): Buffer {
     const job = this.beginGzip(snapshot)
     while (!job.step(Infinity));
-    return job.body()
+    const result = job.result()
+    if (result.gzip !== undefined) return result.gzip
+    const compressed = gzipSync(result.plain, { level: GZIP_LEVEL })
+    this.recycle(result.plain)
+    return compressed
   }
 
   /** Chunks of gzip renders so far: reused as they were, or rendered and compressed (diagnostics, tests). */
-  readonly gzipChunks = { reused: 0, rendered: 0 }
+  readonly gzipChunks = { reused: 0, rendered: 0, bulk: 0 }
 
   /** Per chunk of topics (by index in the render order): what its fragments were made from. */
   readonly #chunks: (Chunk | undefined)[] = []
   /** Renders one family of one chunk at a time, for compression (no yield while it is in use). */
   readonly #scratch = new Writer(Buffer.allocUnsafe(64 * 1024))
 
-  /** Chunk `c` of `topics`: the cached one if its numbers and texts are unchanged, else a new one. */
-  #chunk(c: number, topics: readonly TopicSeries[], texts: readonly TopicText[]): Chunk {
-    const from = c * CHUNK_TOPICS
-    const to = Math.min(topics.length, from + CHUNK_TOPICS)
+  /** The cached chunk `c` if it holds these topics' numbers and texts (with fragments or not yet). */
+  #scan(c: number, topics: readonly TopicSeries[], texts: readonly TopicText[]): Chunk | undefined {
     const cached = this.#chunks[c]
-    if (cached !== undefined && isCurrent(cached, topics, texts, from, to)) {
+    const from = c * CHUNK_TOPICS
+    return cached !== undefined && isCurrent(cached, topics, texts, from, Math.min(topics.length, from + CHUNK_TOPICS)) ? cached : undefined
+  }
+
+  /**
+   * Chunk `c` with fragments: `found` (what #scan found, held by the job: the cache itself may
+   * have moved on since, to another job's snapshot) if it has them, else compressed now.
+   */
+  #chunk(c: number, topics: readonly TopicSeries[], texts: readonly TopicText[], found: Chunk | undefined): Chunk {
+    if (found?.fragments !== undefined) {
       this.gzipChunks.reused++
-      return cached
+      return found
     }
     this.gzipChunks.rendered++
+    const from = c * CHUNK_TOPICS
+    const to = Math.min(topics.length, from + CHUNK_TOPICS)
     const w = this.#scratch
     const fragments: Fragment[] = new Array(TOPIC_STAGES)
     for (let s = 0; s < TOPIC_STAGES; s++) {
@@ -331,14 +353,25 @@ export class Renderer {
       fragments[s] = fragment(w.out.subarray(0, w.pos))
     }
     if (w.out.length > 1024 * 1024) w.out = Buffer.allocUnsafe(64 * 1024) // one huge chunk is not kept
-    const chunk: Chunk = {
+    const chunk = { ...(found ?? this.#seenChunk(topics, texts, from, to)), fragments: compacted(fragments) }
+    this.#chunks[c] = chunk
+    return chunk
+  }
+
+  /** Chunk `c` was rendered in a bulk (plain) body: its numbers are kept, without fragments. */
+  #seen(c: number, topics: readonly TopicSeries[], texts: readonly TopicText[]): void {
+    this.gzipChunks.bulk++
+    const from = c * CHUNK_TOPICS
+    this.#chunks[c] = this.#seenChunk(topics, texts, from, Math.min(topics.length, from + CHUNK_TOPICS))
+  }
+
+  #seenChunk(topics: readonly TopicSeries[], texts: readonly TopicText[], from: number, to: number): Chunk {
+    return {
       texts: texts.slice(from, to),
       partitions: topics.slice(from, to).map((topic) => topic.partitionNumbers),
       values: valuesOf(topics, from, to),
-      fragments: compacted(fragments),
+      fragments: undefined,
     }
-    this.#chunks[c] = chunk
-    return chunk
   }
 
   /** The buffers of large bodies handed out and not yet recycled: recycle() takes back only these. */
@@ -540,8 +573,8 @@ interface Chunk {
   readonly partitions: readonly (readonly number[])[]
   /** Int32Array when every value is an int32 (the common case: half the memory), else Float64Array. */
   readonly values: Int32Array | Float64Array
-  /** One per per-topic stage, in render order. */
-  readonly fragments: readonly Fragment[]
+  /** One per per-topic stage, in render order; none yet for a chunk last seen in a bulk render. */
+  readonly fragments: readonly Fragment[] | undefined
 }
 
 /** Every number the lines of topics [from, to) show, in a fixed order; NaN for a bigint. */
@@ -613,45 +646,76 @@ function headerFragment(s: number): Fragment {
   return headerFragments[s]
 }
 
+/** Past this share of changed chunks, a gzip render is one plain body compressed whole. */
+const BULK_SHARE = 0.25
+
+interface GzipHooks {
+  textsOf(topics: readonly TopicSeries[]): TopicText[]
+  scan(c: number, topics: readonly TopicSeries[], texts: readonly TopicText[]): Chunk | undefined
+  chunk(c: number, topics: readonly TopicSeries[], texts: readonly TopicText[], found: Chunk | undefined): Chunk
+  seen(c: number, topics: readonly TopicSeries[], texts: readonly TopicText[]): void
+  finished(chunkCount: number): void
+}
+
+/** A finished gzip render: the gzip member, or the plain body when it is cheaper to compress whole. */
+export type GzipResult = { gzip: Buffer; plain?: undefined } | { gzip?: undefined; plain: Buffer }
+
 export class GzipJob {
   readonly #snapshot: Snapshot
-  readonly #textsOf: (topics: readonly TopicSeries[]) => TopicText[]
-  readonly #chunkOf: (c: number, topics: readonly TopicSeries[], texts: readonly TopicText[]) => Chunk
-  readonly #finished: (chunkCount: number) => void
+  readonly #renderer: Renderer
+  readonly #hooks: GzipHooks
   #topics: readonly TopicSeries[] = []
   #texts: TopicText[] = []
   #preamble: Fragment = EMPTY_FRAGMENT
-  #chunks: Chunk[] | undefined
+  /** Per chunk: the cached chunk whose numbers are current, found by the first step (or undefined). */
+  #found: (Chunk | undefined)[] | undefined
+  #chunks: Chunk[] = []
   #next = 0
-  #body: Buffer | undefined
+  /** Bulk mode: the plain render. */
+  #plain: RenderJob | undefined
+  #result: GzipResult | undefined
 
-  constructor(
-    snapshot: Snapshot,
-    textsOf: (topics: readonly TopicSeries[]) => TopicText[],
-    chunkOf: (c: number, topics: readonly TopicSeries[], texts: readonly TopicText[]) => Chunk,
-    finished: (chunkCount: number) => void,
-  ) {
+  constructor(snapshot: Snapshot, renderer: Renderer, hooks: GzipHooks) {
     this.#snapshot = snapshot
-    this.#textsOf = textsOf
-    this.#chunkOf = chunkOf
-    this.#finished = finished
+    this.#renderer = renderer
+    this.#hooks = hooks
   }
 
-  /** Like RenderJob.step: works until `deadline` or until the body is complete (true). */
+  /** Like RenderJob.step: works until `deadline` or until the result is ready (true). */
   step(deadline: number): boolean {
-    if (this.#body !== undefined) return true
-    if (this.#chunks === undefined) {
-      const w = new Writer(Buffer.allocUnsafe(1024))
-      writePreamble(w, this.#snapshot)
-      this.#preamble = fragment(w.take())
+    if (this.#result !== undefined) return true
+    if (this.#found === undefined && this.#plain === undefined) {
       this.#topics = mergeCollisions(this.#snapshot.topics)
-      this.#texts = this.#textsOf(this.#topics)
-      this.#chunks = new Array(Math.ceil(this.#topics.length / CHUNK_TOPICS))
+      this.#texts = this.#hooks.textsOf(this.#topics)
+      const count = Math.ceil(this.#topics.length / CHUNK_TOPICS)
+      const found: (Chunk | undefined)[] = new Array(count)
+      let changed = 0
+      for (let c = 0; c < count; c++) if ((found[c] = this.#hooks.scan(c, this.#topics, this.#texts)) === undefined) changed++
+      if (changed > count * BULK_SHARE) {
+        // The changed chunks' numbers are kept: once they stop changing they are compressed.
+        for (let c = 0; c < count; c++) if (found[c] === undefined) this.#hooks.seen(c, this.#topics, this.#texts)
+        this.#hooks.finished(count)
+        this.#plain = this.#renderer.begin(this.#snapshot)
+        this.#topics = []
+        this.#texts = []
+      } else {
+        this.#found = found
+        this.#chunks = new Array(count)
+        const w = new Writer(Buffer.allocUnsafe(1024))
+        writePreamble(w, this.#snapshot)
+        this.#preamble = fragment(w.take())
+      }
     }
+    if (this.#plain !== undefined) {
+      if (!this.#plain.step(deadline)) return false
+      this.#result = { plain: this.#plain.body() }
+      return true
+    }
+    const found = this.#found!
     const chunks = this.#chunks
     while (this.#next < chunks.length) {
-      chunks[this.#next] = this.#chunkOf(this.#next, this.#topics, this.#texts)
-      this.#next++
+      const c = this.#next++
+      chunks[c] = this.#hooks.chunk(c, this.#topics, this.#texts, found[c])
       if (this.#next < chunks.length && performance.now() >= deadline) return false
     }
     const latency = new Writer(Buffer.allocUnsafe(256))
@@ -660,21 +724,25 @@ export class GzipJob {
     member.add(this.#preamble)
     for (let s = 0; s < TOPIC_STAGES; s++) {
       member.add(headerFragment(s))
-      for (let c = 0; c < chunks.length; c++) member.add(chunks[c].fragments[s])
+      for (let c = 0; c < chunks.length; c++) member.add(chunks[c].fragments![s])
     }
     member.add(fragment(latency.take()))
-    this.#body = member.finish()
-    this.#finished(chunks.length)
+    this.#result = { gzip: member.finish() }
+    this.#hooks.finished(chunks.length)
     this.#chunks = []
+    this.#found = []
     this.#topics = []
     this.#texts = []
     return true
   }
 
-  /** The complete gzip body (after `step()` returned true). */
-  body(): Buffer {
-    if (this.#body === undefined) throw new Error('internal: the gzip render is not complete')
-    return this.#body
+  /**
+   * After `step()` returned true: `gzip`, the complete gzip member; or `plain`, the plain body
+   * (a body of this renderer: recycle() it once compressed).
+   */
+  result(): GzipResult {
+    if (this.#result === undefined) throw new Error('internal: the gzip render is not complete')
+    return this.#result
   }
 }
 

@@ -2,11 +2,13 @@
 // It composes the parts; each part lives in the file its name says (STYLE: layout).
 import { EventEmitter } from 'node:events'
 import type { IncomingMessage, ServerResponse } from 'node:http'
+import { gzip as zlibGzip } from 'node:zlib'
 import { Arena, BackendName, SharedArena, attachArena, chooseBackend, createArena, loadAddon } from './backend'
 import { Config, ResolvedConfig, resolveConfig } from './config'
 import { ConservationChecker, ConservationReport } from './conservation'
 import { ClosedError } from './errors'
 import { FaultLog, FaultRecord } from './faults'
+import { GZIP_LEVEL } from './gzip'
 import { HttpHost, createHandler, listen as listenHttp } from './http'
 import { describe } from './labels'
 import { LATENCY_BUCKETS, LatencyWindow, QuantilesFromCounts, recordLatency } from './latency'
@@ -15,7 +17,7 @@ import { Quorum, QuorumEvent, RUNBOOK_LEVELS, TIER_NAMES, WriteAnswer } from './
 import { SnapshotReader } from './reader'
 import { Recorder, Topic } from './recording'
 import { MAX_WORKER_FAULT_ENTRIES, Registry, TopicEntity } from './registry'
-import { Renderer } from './render'
+import { RenderJob, Renderer } from './render'
 import { LatencyQuantiles, QuorumState, Snapshot, SnapshotWithPartitions, TopicSnapshot, withPartitions } from './snapshot'
 import { StatsContext, statsFromQuery, statsView } from './stats'
 
@@ -285,12 +287,26 @@ export class Surface extends EventEmitter {
   #metricsBody(gzip: boolean): Buffer | Promise<Buffer> {
     const started = performance.now()
     const snapshot = this.#observe()
-    const job = gzip ? this.#renderer.beginGzip(snapshot) : this.#renderer.begin(snapshot)
-    if (job.step(started + RENDER_SLICE_MS)) return job.body()
+    const renderer = this.#renderer
+    const job = gzip ? renderer.beginGzip(snapshot) : renderer.begin(snapshot)
+    const finish = (): Buffer | Promise<Buffer> => {
+      if (job instanceof RenderJob) return job.body()
+      const result = job.result()
+      if (result.gzip !== undefined) return result.gzip
+      // Most topics changed: one pass of zlib over the plain body, on the thread pool.
+      return new Promise((resolve, reject) => {
+        zlibGzip(result.plain, { level: GZIP_LEVEL }, (error, compressed) => {
+          renderer.recycle(result.plain)
+          if (error) reject(error)
+          else resolve(compressed)
+        })
+      })
+    }
+    if (job.step(started + RENDER_SLICE_MS)) return finish()
     return new Promise((resolve, reject) => {
       const slice = (): void => {
         try {
-          if (job.step(performance.now() + RENDER_SLICE_MS)) resolve(job.body())
+          if (job.step(performance.now() + RENDER_SLICE_MS)) resolve(finish())
           else setImmediate(slice)
         } catch (error) {
           reject(error)

@@ -643,6 +643,7 @@ t.test('gzip chunks are reused exactly while every number and label in them is u
     'a new partition': (s) => { s.partitions[4 + pickIndex(20)] = 7 },
     'a new group': (s) => { s.groups.push({ name: `gamma${pickIndex(1000)}`, floors: {} }) },
     'the same numbers under another name': (s) => { s.name = `${s.name}~` },
+    'most topics at once (a bulk render)': () => { for (const spec of specs) if (random() < 0.6) spec.produced = (typeof spec.produced === 'bigint' ? 0 : spec.produced ?? 0) + 1 },
     'a new topic in the middle': () => { specs.splice(pickIndex(specs.length), 0, { name: `chunky.${pickIndex(300)}.new${pickIndex(1e6)}`, produced: 1 }) },
     'a topic removed': () => { specs.splice(pickIndex(specs.length), 1) },
     'a topic whose name collides with another\'s label': (s) => { specs.push({ ...s, name: s.name.replace('.', ' '), groups: [] }) },
@@ -655,18 +656,20 @@ t.test('gzip chunks are reused exactly while every number and label in them is u
   const check = (what) => {
     rounds++
     const snapshot = build()
-    const got = zlib.gunzipSync(renderer.renderGzip(snapshot))
+    const got = zlib.gunzipSync(renderer.renderGzip(snapshot)) // bulk or chunks: either way exact
     const expected = new Renderer().render(snapshot)
     if (!got.equals(expected)) {
       mismatches++
       if (mismatches <= 3) t.equal(got.toString('utf8'), expected.toString('utf8'), `after ${what}: the gzip body is the fresh render`)
     }
   }
-  check('the first render')
-  const before = { ...renderer.gzipChunks }
-  check('nothing')
   const chunkCount = Math.ceil(specs.length / CHUNK_TOPICS)
-  t.same(renderer.gzipChunks, { reused: before.reused + chunkCount, rendered: before.rendered }, 'an unchanged snapshot reuses every chunk')
+  check('the first render')
+  t.same(renderer.gzipChunks, { reused: 0, rendered: 0, bulk: chunkCount }, 'the first render: every chunk new, so one plain body (bulk), numbers kept')
+  check('nothing')
+  t.same(renderer.gzipChunks, { reused: 0, rendered: chunkCount, bulk: chunkCount }, 'unchanged since: every chunk compressed')
+  check('nothing, again')
+  t.same(renderer.gzipChunks, { reused: chunkCount, rendered: chunkCount, bulk: chunkCount }, 'unchanged again: every chunk reused')
   for (let round = 0; round < 12; round++) {
     for (const [what, change] of Object.entries(changes)) {
       const counts = { ...renderer.gzipChunks }
@@ -684,29 +687,51 @@ t.test('gzip chunks are reused exactly while every number and label in them is u
 })
 
 t.test('gzip renders advanced in slices, interleaved across snapshots, each give their own moment', async (t) => {
-  const topics = (produced) => Array.from({ length: 4 * CHUNK_TOPICS }, (_, i) => ({
-    ...topicOf(`slices.${i}`, { produced: produced + i, partitions: { 0: i, 1: 2 * i }, groups: [{ name: 'g', floors: { 0: i } }] }),
-    key: sliceKeys[i],
-  }))
+  // If this failed, a job could pick up a chunk another job had just put in the cache (from a
+  // newer snapshot) instead of the one it had found current: a body mixing two moments.
   const sliceKeys = Array.from({ length: 4 * CHUNK_TOPICS }, () => ({}))
+  const topics = (last) => sliceKeys.map((key, i) => ({
+    ...topicOf(`slices.${String(i).padStart(3, '0')}`, { produced: i === sliceKeys.length - 1 ? last : i, partitions: { 0: i, 1: 2 * i }, groups: [{ name: 'g', floors: { 0: i } }] }),
+    key,
+  }))
   const a = snapshotOf({ topics: topics(100) })
-  const b = snapshotOf({ topics: topics(200) })
+  const b = snapshotOf({ topics: topics(200) }) // differs from a in the last chunk only
   const renderer = new Renderer()
-  renderer.renderGzip(a) // the cache holds a's chunks
+  renderer.renderGzip(a) // bulk: numbers kept
+  renderer.renderGzip(a) // compressed: the cache holds a's chunks
   const jobA = renderer.beginGzip(a)
   const jobB = renderer.beginGzip(b)
   let steps = 0
   let doneA = false
   let doneB = false
   while (!(doneA && doneB)) {
-    if (!doneB) doneB = jobB.step(0) // b replaces the cached chunks one by one …
-    if (!doneA) doneA = jobA.step(0) // … while a, started earlier, still looks them up
+    if (!doneB) doneB = jobB.step(0) // b replaces the last chunk in the cache before …
+    if (!doneA) doneA = jobA.step(0) // … a, which found a's version of it current, gets there
     steps++
   }
   t.ok(steps > 2, `both jobs yielded between chunks (${steps} steps)`)
-  t.ok(zlib.gunzipSync(jobA.body()).equals(new Renderer().render(a)), 'the first job\'s body is its own snapshot')
-  t.ok(zlib.gunzipSync(jobB.body()).equals(new Renderer().render(b)), 'the second job\'s body is its own snapshot')
-  t.throws(() => renderer.beginGzip(a).body(), /not complete/, 'an unfinished gzip job has no body to hand out')
+  t.ok(jobA.result().gzip !== undefined && jobB.result().gzip !== undefined, 'both jobs built from chunks (no bulk render)')
+  t.ok(zlib.gunzipSync(jobA.result().gzip).equals(new Renderer().render(a)), 'the first job\'s body is its own snapshot')
+  t.ok(zlib.gunzipSync(jobB.result().gzip).equals(new Renderer().render(b)), 'the second job\'s body is its own snapshot')
+  t.throws(() => renderer.beginGzip(a).result(), /not complete/, 'an unfinished gzip job has no result to hand out')
+})
+
+t.test('a gzip render where most chunks changed is one plain body, exact, and its chunks are compressed once they settle', async (t) => {
+  const keys = Array.from({ length: 8 * CHUNK_TOPICS }, () => ({}))
+  const build = (bump) => snapshotOf({
+    topics: keys.map((key, i) => ({ ...topicOf(`bulk.${String(i).padStart(3, '0')}`, { produced: i + (i % 2 ? bump : 0), partitions: { 0: i } }), key })),
+  })
+  const renderer = new Renderer()
+  renderer.renderGzip(build(0))
+  renderer.renderGzip(build(0))
+  const job = renderer.beginGzip(build(1)) // every chunk has a changed topic
+  while (!job.step(Infinity));
+  const { plain, gzip } = job.result()
+  t.equal(gzip, undefined, 'no gzip member built from chunks')
+  t.ok(plain.equals(new Renderer().render(build(1))), 'the plain body is exactly the render, for the caller to compress')
+  const counts = { ...renderer.gzipChunks }
+  t.ok(zlib.gunzipSync(renderer.renderGzip(build(1))).equals(new Renderer().render(build(1))), 'the same numbers again: exact')
+  t.equal(renderer.gzipChunks.rendered - counts.rendered, 8, 'and every chunk is compressed, now that it held still')
 })
 
 t.test('GET /metrics with gzip, rendered in slices, is one moment\'s numbers', async (t) => {
