@@ -301,8 +301,11 @@ export class Renderer {
       scan: (c, topics, texts) => this.#scan(c, topics, texts),
       chunk: (c, topics, texts, found) => this.#chunk(c, topics, texts, found),
       seen: (c, topics, texts) => this.#seen(c, topics, texts),
-      finished: (count) => {
+      finished: (count, bulk) => {
         if (this.#chunks.length > count) this.#chunks.length = count
+        // Plain bodies went out of use (gzip scrapes built from chunks): a spare buffer would only
+        // hold ~60 B per sample of memory. Bulk renders and plain scrapes keep it in use.
+        if (!bulk) this.#spare = undefined
       },
     })
   }
@@ -654,7 +657,7 @@ interface GzipHooks {
   scan(c: number, topics: readonly TopicSeries[], texts: readonly TopicText[]): Chunk | undefined
   chunk(c: number, topics: readonly TopicSeries[], texts: readonly TopicText[], found: Chunk | undefined): Chunk
   seen(c: number, topics: readonly TopicSeries[], texts: readonly TopicText[]): void
-  finished(chunkCount: number): void
+  finished(chunkCount: number, bulk: boolean): void
 }
 
 /** A finished gzip render: the gzip member, or the plain body when it is cheaper to compress whole. */
@@ -694,7 +697,7 @@ export class GzipJob {
       if (changed > count * BULK_SHARE) {
         // The changed chunks' numbers are kept: once they stop changing they are compressed.
         for (let c = 0; c < count; c++) if (found[c] === undefined) this.#hooks.seen(c, this.#topics, this.#texts)
-        this.#hooks.finished(count)
+        this.#hooks.finished(count, true)
         this.#plain = this.#renderer.begin(this.#snapshot)
         this.#topics = []
         this.#texts = []
@@ -728,7 +731,7 @@ export class GzipJob {
     }
     member.add(fragment(latency.take()))
     this.#result = { gzip: member.finish() }
-    this.#hooks.finished(chunks.length)
+    this.#hooks.finished(chunks.length, false)
     this.#chunks = []
     this.#found = []
     this.#topics = []
