@@ -44,16 +44,15 @@ export interface ConservationReport {
   topics: ConservationTopic[]
 }
 
-/** The numbers of one group at the moment the checker first saw it, and its episode. */
+/**
+ * One group's baseline and its episode. The identity is linear, so the baseline is one number:
+ * `balance` = produced − delivered − dropped − depth at the moment it was taken, and the residual
+ * is today's balance minus it (two fields instead of five: ~1 B per sample at 200k samples).
+ */
 class Baseline {
   /** A quiet non-zero residual was reported and has not gone back to zero since. */
   broken = false
-  constructor(
-    readonly produced: Count,
-    readonly delivered: Count,
-    readonly dropped: Count,
-    readonly depth: number,
-  ) {}
+  constructor(readonly balance: number | bigint) {}
 }
 
 const BROKEN_METRIC = 'mq_topic_messages_produced_total'
@@ -145,7 +144,7 @@ export class ConservationChecker {
         this.#quiet = false
         return fresh
       }
-      baseline = new Baseline(topic.produced, group.delivered, group.dropped, group.depth)
+      baseline = new Baseline(balanceOf(topic.produced, group))
       this.#baselines.set(group.key, baseline)
     }
     const residual = residualOf(baseline, topic.produced, group)
@@ -168,22 +167,25 @@ export class ConservationChecker {
   }
 }
 
-/** Δproduced − Δdelivered − Δdropped − Δdepth, exact; a number unless it leaves the safe range. */
-function residualOf(baseline: Baseline, produced: Count, group: GroupSnapshot): number | bigint {
+/** produced − delivered − dropped − depth, exact; a number unless it leaves the safe range. */
+function balanceOf(produced: Count, group: GroupSnapshot): number | bigint {
   const { delivered, dropped, depth } = group
-  if (
-    isSmall(produced) && isSmall(delivered) && isSmall(dropped) && isSmall(depth) &&
-    isSmall(baseline.produced) && isSmall(baseline.delivered) && isSmall(baseline.dropped) && isSmall(baseline.depth)
-  ) {
-    return produced - baseline.produced - (delivered - baseline.delivered) - (dropped - baseline.dropped) - (depth - baseline.depth)
-  }
-  const residual =
-    BigInt(produced) - BigInt(baseline.produced) -
-    (BigInt(delivered) - BigInt(baseline.delivered)) -
-    (BigInt(dropped) - BigInt(baseline.dropped)) -
-    (BigInt(depth) - BigInt(baseline.depth))
-  const safe = BigInt(Number.MAX_SAFE_INTEGER)
-  return residual <= safe && residual >= -safe ? Number(residual) : residual
+  if (isSmall(produced) && isSmall(delivered) && isSmall(dropped) && isSmall(depth)) return produced - delivered - dropped - depth
+  return safe(BigInt(produced) - BigInt(delivered) - BigInt(dropped) - BigInt(depth))
+}
+
+/** Δproduced − Δdelivered − Δdropped − Δdepth since the baseline, exact. */
+function residualOf(baseline: Baseline, produced: Count, group: GroupSnapshot): number | bigint {
+  const balance = balanceOf(produced, group)
+  const base = baseline.balance
+  // Each balance of four terms below 2^50 is below 2^52 in size: their difference is exact.
+  if (typeof balance === 'number' && typeof base === 'number' && Math.abs(balance) < 2 ** 52 && Math.abs(base) < 2 ** 52) return balance - base
+  return safe(BigInt(balance) - BigInt(base))
+}
+
+function safe(value: bigint): number | bigint {
+  const limit = BigInt(Number.MAX_SAFE_INTEGER)
+  return value <= limit && value >= -limit ? Number(value) : value
 }
 
 function isSmall(value: Count): value is number {

@@ -96,21 +96,30 @@ export interface Fragment {
 export const EMPTY_FRAGMENT: Fragment = { bytes: new Uint8Array(0), length: 0, crc: 0, shift: 0x80000000 }
 
 /**
- * The same fragments with their bytes copied into one buffer of exactly their total size. zlib
- * hands out views of its 16 KB output buffers: a fragment kept as it comes keeps 16 KB alive.
+ * Fragments kept for later: their bytes copied into one buffer of exactly their total size (zlib
+ * hands out views of its 16 KB output buffers: a fragment kept as it comes keeps 16 KB alive),
+ * and per fragment four numbers in `meta`: end of its bytes, text length, CRC, shift.
  */
-export function compacted(fragments: readonly Fragment[]): Fragment[] {
+export interface PackedFragments {
+  readonly bytes: Uint8Array
+  readonly meta: Uint32Array
+}
+
+export function pack(fragments: readonly Fragment[]): PackedFragments {
   let total = 0
   for (const f of fragments) total += f.bytes.length
-  const buffer = new Uint8Array(total)
+  const bytes = new Uint8Array(total)
+  const meta = new Uint32Array(4 * fragments.length)
   let pos = 0
-  return fragments.map((f) => {
-    if (f.length === 0) return EMPTY_FRAGMENT
-    buffer.set(f.bytes, pos)
-    const bytes = buffer.subarray(pos, pos + f.bytes.length)
+  fragments.forEach((f, k) => {
+    bytes.set(f.bytes, pos)
     pos += f.bytes.length
-    return { bytes, length: f.length, crc: f.crc, shift: f.shift }
+    meta[4 * k] = pos
+    meta[4 * k + 1] = f.length
+    meta[4 * k + 2] = f.crc
+    meta[4 * k + 3] = f.shift
   })
+  return { bytes, meta }
 }
 
 /** `text` as a fragment (synchronous: fragments are small). Its bytes may be a view of a larger buffer. */
@@ -129,32 +138,50 @@ const FINAL_BLOCK = Uint8Array.of(0x03, 0x00)
  * unchanged until `finish()` (they are copied there).
  */
 export class MemberBuilder {
-  readonly #fragments: Uint8Array[] = []
+  readonly #sources: Uint8Array[] = []
+  readonly #ranges: number[] = []
   #compressed = 0
   #length = 0
   #crc = 0
 
   add(fragment: Fragment): void {
-    if (fragment.length === 0) return
-    this.#fragments.push(fragment.bytes)
-    this.#compressed += fragment.bytes.length
-    this.#length += fragment.length
-    this.#crc = crc32Combine(this.#crc, fragment.crc, fragment.shift)
+    this.#add(fragment.bytes, 0, fragment.bytes.length, fragment.length, fragment.crc, fragment.shift)
+  }
+
+  /** Fragment `k` of `packed`. */
+  addPacked(packed: PackedFragments, k: number): void {
+    const meta = packed.meta
+    this.#add(packed.bytes, k === 0 ? 0 : meta[4 * k - 4], meta[4 * k], meta[4 * k + 1], meta[4 * k + 2], meta[4 * k + 3])
+  }
+
+  #add(bytes: Uint8Array, start: number, end: number, length: number, crc: number, shift: number): void {
+    if (length === 0) return
+    this.#sources.push(bytes)
+    this.#ranges.push(start, end)
+    this.#compressed += end - start
+    this.#length += length
+    this.#crc = crc32Combine(this.#crc, crc, shift)
   }
 
   finish(): Buffer {
     const out = Buffer.allocUnsafe(MEMBER_HEADER.length + this.#compressed + FINAL_BLOCK.length + 8)
     out.set(MEMBER_HEADER, 0)
     let pos = MEMBER_HEADER.length
-    for (const bytes of this.#fragments) {
-      out.set(bytes, pos)
-      pos += bytes.length
+    const sources = this.#sources
+    const ranges = this.#ranges
+    for (let k = 0; k < sources.length; k++) {
+      const start = ranges[2 * k]
+      const end = ranges[2 * k + 1]
+      const source = sources[k]
+      out.set(start === 0 && end === source.length ? source : source.subarray(start, end), pos)
+      pos += end - start
     }
     out.set(FINAL_BLOCK, pos)
     pos += FINAL_BLOCK.length
     out.writeUInt32LE(this.#crc, pos)
     out.writeUInt32LE(this.#length % 2 ** 32, pos + 4) // ISIZE: the length modulo 2^32
-    this.#fragments.length = 0
+    sources.length = 0
+    ranges.length = 0
     return out
   }
 }

@@ -11,7 +11,7 @@ import { METRICS, MetricDefinition } from './allowlist'
 import { escapeHelp, escapeLabelValue } from './labels'
 import { Count, Snapshot, TopicSnapshot, addCount } from './snapshot'
 import { gzipSync } from 'node:zlib'
-import { EMPTY_FRAGMENT, Fragment, GZIP_LEVEL, MemberBuilder, compacted, fragment } from './gzip'
+import { EMPTY_FRAGMENT, Fragment, GZIP_LEVEL, MemberBuilder, PackedFragments, fragment, pack } from './gzip'
 
 /** SPEC §2: floats in the shortest round-trip form; NaN and ±Inf as Prometheus spells them. */
 export function formatFloat(value: number): string {
@@ -211,16 +211,22 @@ const INT32_MAX = 0x7fffffff
 const TOPICS_PER_CLOCK_CHECK = 32
 
 // Label text of one topic's series, escaped and encoded once (SPEC §3.2: the escape runs); metric
-// names are copied from the constants above. Each piece is an array of its own, copied whole with
-// one .set() per line (~15 ns; a byte loop, or a view per line, measured slower). A group's part
-// of its label set depends only on the group's label value, so it is shared by every topic.
+// names are copied from the constants above. A partition line's prefix is an array of its own,
+// copied whole with one .set() (~15 ns; a byte loop or a view per line measured slower there). The
+// short `{topic="<t>"` of topic and group lines is copied byte by byte out of the depth prefix: one
+// array object less per topic (~100 B: 2 B per sample), at no measurable cost. A group's part of
+// its label set depends only on the group's label value, so it is shared by every topic, and so is
+// a list of groups (most topics of a broker have the same ones).
 interface TopicText {
   readonly label: string
-  /** `{topic="<t>"` (a topic line adds `} `, a group line its group's `,group="<g>"} `). */
-  readonly labels: Uint8Array
   /** `mq_partition_depth{topic="<t>",partition="` and the same for last_seq. */
   readonly depthPrefix: Uint8Array
   readonly lastSeqPrefix: Uint8Array
+  /**
+   * Length of `{topic="<t>"`, which is depthPrefix[LABELS_AT, LABELS_AT + labelsLength) (a topic
+   * line adds `} `, a group line its group's `,group="<g>"} `).
+   */
+  readonly labelsLength: number
   /** The group texts of the topic's groups, in order (re-checked against the labels every render). */
   readonly groups: readonly GroupText[]
 }
@@ -231,10 +237,14 @@ interface GroupText {
   readonly suffix: Uint8Array
 }
 
+/** Where `{topic="` starts in a depth prefix. */
+const LABELS_AT = PARTITION_DEPTH.name.length
+
 /** Group texts kept for reuse; past this many distinct labels the cache starts over. */
 const MAX_GROUP_TEXTS = 10_000
 /** Output buffers below this cost next to nothing to allocate: they are never kept for reuse. */
 const MIN_RECYCLED_BYTES = 64 * 1024
+const NO_GROUPS: readonly GroupText[] = Object.freeze([])
 
 /** The cached text still fits: same label, and groups with the same labels in the same order. */
 function fits(text: TopicText, topic: TopicSeries): boolean {
@@ -250,6 +260,8 @@ export class Renderer {
   readonly #topicTexts = new WeakMap<object, TopicText>()
   /** By group label value. */
   readonly #groupTexts = new Map<string, GroupText>()
+  /** By the JSON of a list of group label values. */
+  readonly #groupLists = new Map<string, readonly GroupText[]>()
   /** The previous render's topic keys and texts (see #textsOf). */
   #lastKeys: readonly object[] = []
   #lastTexts: readonly TopicText[] = []
@@ -356,7 +368,7 @@ export class Renderer {
       fragments[s] = fragment(w.out.subarray(0, w.pos))
     }
     if (w.out.length > 1024 * 1024) w.out = Buffer.allocUnsafe(64 * 1024) // one huge chunk is not kept
-    const chunk = { ...(found ?? this.#seenChunk(topics, texts, from, to)), fragments: compacted(fragments) }
+    const chunk = { ...(found ?? this.#seenChunk(topics, texts, from, to)), fragments: pack(fragments) }
     this.#chunks[c] = chunk
     return chunk
   }
@@ -416,18 +428,29 @@ export class Renderer {
     if (text === undefined || !fits(text, topic)) {
       // A new object, never an update in place: a sliced render still holds the old one.
       const escaped = escapeLabelValue(topic.label)
-      const groups: GroupText[] = new Array(topic.groups.length)
-      for (let g = 0; g < groups.length; g++) groups[g] = this.#groupText(topic.groups[g].label)
       text = {
         label: topic.label,
-        labels: encode(`{topic="${escaped}"`),
         depthPrefix: encode(`${PARTITION_DEPTH.name}{topic="${escaped}",partition="`),
         lastSeqPrefix: encode(`${PARTITION_LAST_SEQ.name}{topic="${escaped}",partition="`),
-        groups,
+        labelsLength: Buffer.byteLength(`{topic="${escaped}"`, 'utf8'),
+        groups: this.#groupList(topic.groups),
       }
       if (cacheable) this.#topicTexts.set(key, text)
     }
     return text
+  }
+
+  /** The group texts of `groups`, in order: one shared array per distinct list of labels. */
+  #groupList(groups: readonly GroupSeries[]): readonly GroupText[] {
+    if (groups.length === 0) return NO_GROUPS
+    const key = JSON.stringify(groups.map((group) => group.label))
+    let list = this.#groupLists.get(key)
+    if (list === undefined) {
+      if (this.#groupLists.size >= MAX_GROUP_TEXTS) this.#groupLists.clear()
+      list = Object.freeze(groups.map((group) => this.#groupText(group.label)))
+      this.#groupLists.set(key, list)
+    }
+    return list
   }
 
   #groupText(label: string): GroupText {
@@ -488,7 +511,7 @@ function writeLatency(w: Writer, snapshot: Snapshot): void {
 function writeTopics(w: Writer, stage: number, topics: readonly TopicSeries[], texts: readonly TopicText[], from: number, to: number): void {
   if (stage < Stage.PartitionDepth) {
     const [name, valueOf] = TOPIC_FAMILIES[stage - Stage.TopicFamilies]
-    for (let t = from; t < to; t++) w.line(name, texts[t].labels, LABELS_END, valueOf(topics[t]))
+    for (let t = from; t < to; t++) w.line(name, texts[t], LABELS_END, valueOf(topics[t]))
   } else if (stage === Stage.PartitionDepth) {
     for (let t = from; t < to; t++) w.partitionLines(texts[t].depthPrefix, topics[t].partitionNumbers, topics[t].depth)
   } else if (stage === Stage.PartitionLastSeq) {
@@ -498,7 +521,7 @@ function writeTopics(w: Writer, stage: number, topics: readonly TopicSeries[], t
     for (let t = from; t < to; t++) {
       const text = texts[t]
       const groups = topics[t].groups
-      for (let g = 0; g < groups.length; g++) w.line(name, text.labels, text.groups[g].suffix, valueOf(groups[g]))
+      for (let g = 0; g < groups.length; g++) w.line(name, text, text.groups[g].suffix, valueOf(groups[g]))
     }
   }
 }
@@ -577,7 +600,7 @@ interface Chunk {
   /** Int32Array when every value is an int32 (the common case: half the memory), else Float64Array. */
   readonly values: Int32Array | Float64Array
   /** One per per-topic stage, in render order; none yet for a chunk last seen in a bulk render. */
-  readonly fragments: readonly Fragment[] | undefined
+  readonly fragments: PackedFragments | undefined
 }
 
 /** Every number the lines of topics [from, to) show, in a fixed order; NaN for a bigint. */
@@ -643,10 +666,10 @@ function samePartitions(a: readonly number[], b: readonly number[]): boolean {
 }
 
 /** Family headers never change: compressed once. */
-let headerFragments: Fragment[] | undefined
-function headerFragment(s: number): Fragment {
-  headerFragments ??= compacted(Array.from({ length: TOPIC_STAGES }, (_, k) => fragment(headerOf(FIRST_TOPIC_STAGE + k))))
-  return headerFragments[s]
+let headerFragments: PackedFragments | undefined
+function familyHeaders(): PackedFragments {
+  headerFragments ??= pack(Array.from({ length: TOPIC_STAGES }, (_, k) => fragment(headerOf(FIRST_TOPIC_STAGE + k))))
+  return headerFragments
 }
 
 /** Past this share of changed chunks, a gzip render is one plain body compressed whole. */
@@ -725,9 +748,10 @@ export class GzipJob {
     writeLatency(latency, this.#snapshot)
     const member = new MemberBuilder()
     member.add(this.#preamble)
+    const headers = familyHeaders()
     for (let s = 0; s < TOPIC_STAGES; s++) {
-      member.add(headerFragment(s))
-      for (let c = 0; c < chunks.length; c++) member.add(chunks[c].fragments![s])
+      member.addPacked(headers, s)
+      for (let c = 0; c < chunks.length; c++) member.addPacked(chunks[c].fragments!, s)
     }
     member.add(fragment(latency.take()))
     this.#result = { gzip: member.finish() }
@@ -775,14 +799,15 @@ class Writer {
     this.newline()
   }
 
-  /** `name` + `labels` + `end` (which ends with `} `) + value + newline. */
-  line(name: Uint8Array, labels: Uint8Array, end: Uint8Array, value: Count): void {
-    const out = this.room(name.length + labels.length + end.length + VALUE_ROOM)
+  /** `name` + the topic's `{topic="<t>"` + `end` (which ends with `} `) + value + newline. */
+  line(name: Uint8Array, text: TopicText, end: Uint8Array, value: Count): void {
+    const labelsLength = text.labelsLength
+    const out = this.room(name.length + labelsLength + end.length + VALUE_ROOM)
     let pos = this.pos
     out.set(name, pos)
     pos += name.length
-    out.set(labels, pos)
-    pos += labels.length
+    const source = text.depthPrefix
+    for (let i = LABELS_AT, stop = LABELS_AT + labelsLength; i < stop; i++) out[pos++] = source[i]
     if (end.length === 2) {
       out[pos] = end[0]
       out[pos + 1] = end[1]

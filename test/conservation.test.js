@@ -529,3 +529,35 @@ t.test('a producer stopped mid-write (its writing marker set) is never taken for
   t.equal(groupRow(report, 'torn', 'g').residual, 0, 'and honest progress stays at residual 0')
   t.same(faults, [], 'no false CONSERVATION_BROKEN')
 })
+
+t.test('the residual is exact across the number/bigint boundaries (against a BigInt reference)', async (t) => {
+  // The baseline is kept as one balance (produced − delivered − dropped − depth): this checks that
+  // its fast path (plain numbers) and its bigint path agree with exact arithmetic everywhere.
+  const { prng } = require('./helpers')
+  const random = prng(4242)
+  const near = [0n, 2n ** 50n - 3n, 2n ** 50n, 2n ** 52n, 2n ** 53n - 1n, 2n ** 53n + 1n, 2n ** 63n]
+  const pick = () => near[Math.floor(random() * near.length)] + BigInt(Math.floor(random() * 1000))
+  const asCount = (v) => (v <= BigInt(Number.MAX_SAFE_INTEGER) ? Number(v) : v)
+  let wrong = 0
+  for (let i = 0; i < 300; i++) {
+    const { check } = checker()
+    const key = {}
+    const gkey = {}
+    const at = (produced, delivered, dropped, depth) => snapshotOf({
+      name: 'edge', label: 'edge', key, produced: asCount(produced), bytes: 0, delivered: asCount(delivered), dropped: asCount(dropped), dlq: 0,
+      partitionNumbers: [0], lastSeq: [Number(depth)], depth: [Number(depth)],
+      groups: [{ name: 'g', label: 'g', key: gkey, delivered: asCount(delivered), dropped: asCount(dropped), dlq: 0, retries: 0, inFlight: 0, maxInFlight: 1, lag: Number(depth), depth: Number(depth), ackFloors: [0] }],
+    })
+    const first = [pick(), pick(), pick(), BigInt(Math.floor(random() * 1e6))]
+    const second = [pick(), pick(), pick(), BigInt(Math.floor(random() * 1e6))]
+    check(at(...first))
+    const got = check(at(...second)).topics[0].groups[0].residual
+    const expected = (second[0] - first[0]) - (second[1] - first[1]) - (second[2] - first[2]) - (second[3] - first[3])
+    const exact = expected <= BigInt(Number.MAX_SAFE_INTEGER) && expected >= -BigInt(Number.MAX_SAFE_INTEGER) ? Number(expected) : expected
+    if (got !== exact) {
+      wrong++
+      if (wrong <= 3) t.equal(got, exact, `case ${i}: ${first} → ${second}`)
+    }
+  }
+  t.equal(wrong, 0, '300 random pairs of moments around 2^50, 2^52, 2^53 and 2^63: every residual exact')
+})

@@ -3,7 +3,7 @@
 // checked against zlib itself. Run `npx tsc -p tsconfig.json` first.
 const t = require('tap')
 const zlib = require('node:zlib')
-const { crc32, crc32Combine, crc32Shift, fragment, MemberBuilder, EMPTY_FRAGMENT } = require('../dist/gzip.js')
+const { crc32, crc32Combine, crc32Shift, fragment, pack, MemberBuilder, EMPTY_FRAGMENT } = require('../dist/gzip.js')
 const { prng } = require('./helpers')
 
 const random = prng(1952)
@@ -61,4 +61,16 @@ t.test('a member of fragments gunzips to the texts in order, and is one well-for
   t.ok(zlib.gunzipSync(again.finish()).equals(Buffer.concat([texts[2], texts[0], texts[4]])), 'fragments combine in any order')
   t.ok(zlib.gunzipSync(new MemberBuilder().finish()).equals(Buffer.alloc(0)), 'a member of no fragments is an empty gzip')
   t.equal(fragment(Buffer.alloc(0)), EMPTY_FRAGMENT, 'an empty text is the empty fragment')
+})
+
+t.test('packed fragments: one exact buffer, each fragment still usable on its own', async (t) => {
+  const texts = [bytes(500), Buffer.alloc(0), bytes(40_000), bytes(3)]
+  const fragments = texts.map((text) => fragment(text))
+  t.ok(fragments[0].bytes.buffer.byteLength > fragments[0].bytes.length, 'zlib hands out a view of a larger buffer (why packing copies)')
+  const packed = pack(fragments)
+  t.equal(packed.bytes.buffer.byteLength, packed.bytes.length, 'packed: one buffer of exactly the compressed size')
+  t.equal(packed.bytes.length, fragments.reduce((n, f) => n + f.bytes.length, 0), 'holding every fragment\'s bytes')
+  const member = new MemberBuilder()
+  for (const k of [3, 2, 0, 1]) member.addPacked(packed, k)
+  t.ok(zlib.gunzipSync(member.finish()).equals(Buffer.concat([texts[3], texts[2], texts[0], texts[1]])), 'fragments taken out of the pack in any order gunzip exactly')
 })
