@@ -211,17 +211,20 @@ const INT32_MAX = 0x7fffffff
 const TOPICS_PER_CLOCK_CHECK = 32
 
 // Label text of one topic's series, escaped and encoded once (SPEC §3.2: the escape runs); metric
-// names are copied from the constants above. A partition line's prefix is an array of its own,
-// copied whole with one .set() (~15 ns; a byte loop or a view per line measured slower there). The
-// short `{topic="<t>"` of topic and group lines is copied byte by byte out of the depth prefix: one
-// array object less per topic (~100 B: 2 B per sample), at no measurable cost. A group's part of
-// its label set depends only on the group's label value, so it is shared by every topic, and so is
-// a list of groups (most topics of a broker have the same ones).
+// names are copied from the constants above. One array per topic holds its text, the depth
+// prefix: a depth line copies it whole with one .set(); a last_seq line takes its part from
+// `{topic="` on; topic and group lines copy the short `{topic="<t>"` byte by byte. Each array
+// object more per topic would cost ~100 B (2 B per sample at the issue's workload), and these
+// copies measured as fast as arrays of their own. A group's part of its label set depends only on
+// the group's label value, so it is shared by every topic, and so is a list of groups (most topics
+// of a broker have the same ones).
 interface TopicText {
   readonly label: string
-  /** `mq_partition_depth{topic="<t>",partition="` and the same for last_seq. */
+  /**
+   * `mq_partition_depth{topic="<t>",partition="`; a last_seq line's prefix is the last_seq name and
+   * the same from LABELS_AT on.
+   */
   readonly depthPrefix: Uint8Array
-  readonly lastSeqPrefix: Uint8Array
   /**
    * Length of `{topic="<t>"`, which is depthPrefix[LABELS_AT, LABELS_AT + labelsLength) (a topic
    * line adds `} `, a group line its group's `,group="<g>"} `).
@@ -431,7 +434,6 @@ export class Renderer {
       text = {
         label: topic.label,
         depthPrefix: encode(`${PARTITION_DEPTH.name}{topic="${escaped}",partition="`),
-        lastSeqPrefix: encode(`${PARTITION_LAST_SEQ.name}{topic="${escaped}",partition="`),
         labelsLength: Buffer.byteLength(`{topic="${escaped}"`, 'utf8'),
         groups: this.#groupList(topic.groups),
       }
@@ -513,9 +515,9 @@ function writeTopics(w: Writer, stage: number, topics: readonly TopicSeries[], t
     const [name, valueOf] = TOPIC_FAMILIES[stage - Stage.TopicFamilies]
     for (let t = from; t < to; t++) w.line(name, texts[t], LABELS_END, valueOf(topics[t]))
   } else if (stage === Stage.PartitionDepth) {
-    for (let t = from; t < to; t++) w.partitionLines(texts[t].depthPrefix, topics[t].partitionNumbers, topics[t].depth)
+    for (let t = from; t < to; t++) w.partitionLines(undefined, texts[t].depthPrefix, 0, topics[t].partitionNumbers, topics[t].depth)
   } else if (stage === Stage.PartitionLastSeq) {
-    for (let t = from; t < to; t++) w.partitionLines(texts[t].lastSeqPrefix, topics[t].partitionNumbers, topics[t].lastSeq)
+    for (let t = from; t < to; t++) w.partitionLines(PARTITION_LAST_SEQ.nameBytes, texts[t].depthPrefix, LABELS_AT, topics[t].partitionNumbers, topics[t].lastSeq)
   } else {
     const [name, valueOf] = GROUP_FAMILIES[stage - Stage.GroupFamilies]
     for (let t = from; t < to; t++) {
@@ -827,19 +829,33 @@ class Writer {
   }
 
   /**
-   * One line per partition: `prefix` (which ends in `partition="`) N `"} ` value. The hot loop of
-   * a scrape (2 × 16 of the 43 lines per topic at the issue's workload): room for all of them is
-   * made at once, and the buffer and position stay in locals.
+   * One line per partition: prefix N `"} ` value, where the prefix (ending in `partition="`) is
+   * `name` (if given) followed by `source[from…]`. The hot loop of a scrape (2 × 16 of the 43 lines
+   * per topic at the issue's workload): room for all of them is made at once, the buffer and
+   * position stay in locals, and the first line's prefix is copied to the others (copyWithin: one
+   * memmove, as fast as a .set of a prefix array — so last_seq needs no prefix array of its own).
    */
-  partitionLines(prefix: Uint8Array, partitions: readonly number[], values: readonly Count[]): void {
-    const length = prefix.length
+  partitionLines(name: Uint8Array | undefined, source: Uint8Array, from: number, partitions: readonly number[], values: readonly Count[]): void {
+    const length = (name === undefined ? 0 : name.length) + source.length - from
     const lineRoom = length + SAFE_INTEGER_DIGITS + PARTITION_END + VALUE_ROOM
     let out = this.room(partitions.length * lineRoom)
     let pos = this.pos
+    let prefixAt = -1
     for (let p = 0; p < partitions.length; p++) {
       const partition = partitions[p]
       const value = values[p]
-      out.set(prefix, pos)
+      if (prefixAt >= 0) {
+        out.copyWithin(pos, prefixAt, prefixAt + length)
+      } else {
+        prefixAt = pos
+        let at = pos
+        if (name !== undefined) {
+          out.set(name, at)
+          at += name.length
+        }
+        if (from === 0) out.set(source, at)
+        else for (let i = from; i < source.length; i++) out[at++] = source[i]
+      }
       pos += length
       if (typeof value === 'number' && isSafeCount(value) && isSafeCount(partition)) {
         pos = writeDigits(out, pos, partition)
