@@ -38,7 +38,10 @@
 // - /metrics under load: the 200k-sample surface served on 127.0.0.1 (port 0), 2 workers recording
 //   flat out; blocks of sequential gzip scrapes (one in flight, 10 s timeout each: "bounded")
 //   alternate with quiet windows of the same length; p99 latency over all scrapes, and the
-//   workers' throughput inside scrape windows vs inside quiet windows.
+//   workers' throughput inside scrape windows vs inside quiet windows. Then, as information: the
+//   same back-to-back loop against a 404 path that does no work (the control: what any busy third
+//   thread costs two saturated cores), scrapes paced every 250 ms, and the gzip scrape with every
+//   topic changed since the previous one (the chunk cache's worst case; workers paused).
 const { isMainThread, Worker, parentPort, workerData } = require('node:worker_threads')
 const { performance } = require('node:perf_hooks')
 const { SAMPLE_MS, checkSink, consume, median, percentile, rounds } = require('./sampling')
