@@ -964,7 +964,7 @@ async function main() {
     const memory = memorySection()
     results.memory = memory
     const big = memory.find((m) => m.topics === BIG)
-    table.push([`memory per sample at ${big.oursSamples.toLocaleString('en-US')} samples (heap + external + arena, after one scrape)`, `${big.promClientBytesPerSample.toFixed(0)} B`, `${big.oursBytesPerSample.toFixed(0)} B`, formatRatio(big.promClientBytesPerSample / big.oursBytesPerSample), '≤ 120 B', pass(big.oursBytesPerSample <= 120)])
+    table.push([`memory per sample at ${big.oursSamples.toLocaleString('en-US')} samples (heap + external + arena, after two gzip scrapes)`, `${big.promClientBytesPerSample.toFixed(0)} B`, `${big.oursBytesPerSample.toFixed(0)} B`, formatRatio(big.promClientBytesPerSample / big.oursBytesPerSample), '≤ 120 B', pass(big.oursBytesPerSample <= 120)])
   }
 
   if (only.has('load')) {
