@@ -531,30 +531,27 @@ t.test('a render advanced in slices writes exactly what a render in one go write
   t.throws(() => renderer.begin(snapshot).body(), /not complete/, 'an unfinished job has no body to hand out')
 })
 
-t.test('GET /metrics rendered in slices is one moment\'s numbers, never a torn scrape', async (t) => {
-  // If this failed, recording or removing topics while a large scrape renders could mix numbers
-  // from before and after into one body (SPEC §2: same state ⇒ byte-identical output).
-  const { lib } = require('./helpers.js')
-  const surface = lib.createSurface({ max_in_flight: 1_000_000 })
-  t.teardown(() => surface.close())
-  const handles = []
-  for (let i = 0; i < 400; i++) {
-    const topic = surface.topic(`torn-${i}`)
-    for (let p = 0; p < 4; p++) topic.produced(p, 10, 100)
-    handles.push(topic)
-  }
+/**
+ * GET /metrics (with `headers`) on a clock that runs fast — every look at it is past the slice's
+ * deadline, so the render yields every few dozen topics — while each turn of the event loop in
+ * between records a new seq on every handle and removes one topic. Returns the answer (headers,
+ * body), the exposition just before, and how many times the state moved during the scrape.
+ */
+async function scrapeWhileMeddling(t, surface, handles, headers, seq) {
   const before = surface.render()
-  // A clock that runs fast: every look at it is past the slice's deadline, so the render yields
-  // every few dozen topics and the loop below gets to record between slices.
   const realNow = performance.now
   let fake = realNow.call(performance)
   performance.now = () => (fake += 50)
   t.teardown(() => { performance.now = realNow })
   let slicesSeen = 0
-  let seq = 10
   let done = false
-  const body = await new Promise((resolve, reject) => {
-    const res = { statusCode: 0, headersSent: false, destroyed: false, setHeader() {}, end: (chunk) => { done = true; resolve(chunk) } }
+  const answer = await new Promise((resolve, reject) => {
+    const seen = {}
+    const res = {
+      statusCode: 0, headersSent: false, destroyed: false,
+      setHeader(name, value) { seen[name.toLowerCase()] = value },
+      end: (chunk) => { done = true; resolve({ headers: seen, body: chunk }) },
+    }
     const meddle = () => {
       if (done) return
       slicesSeen++
@@ -564,17 +561,39 @@ t.test('GET /metrics rendered in slices is one moment\'s numbers, never a torn s
       setImmediate(meddle)
     }
     try {
-      if (!surface.handler({ url: '/metrics', method: 'GET', headers: {} }, res)) reject(new Error('not handled'))
+      if (!surface.handler({ url: '/metrics', method: 'GET', headers }, res)) reject(new Error('not handled'))
       setImmediate(meddle)
     } catch (error) {
       reject(error)
     }
   })
   performance.now = realNow
-  const text = body.toString('utf8')
-  const withoutUptime = (s) => s.replace(/^mq_broker_uptime_seconds .*$/m, '')
+  return { answer, before, slicesSeen }
+}
+
+const withoutUptime = (s) => s.replace(/^mq_broker_uptime_seconds .*$/m, '')
+
+/** A surface with `count` topics of 4 partitions at seq 10, and their handles. */
+function tornSurface(t, prefix, count) {
+  const { lib } = require('./helpers.js')
+  const surface = lib.createSurface({ max_in_flight: 1_000_000 })
+  t.teardown(() => surface.close())
+  const handles = []
+  for (let i = 0; i < count; i++) {
+    const topic = surface.topic(`${prefix}-${i}`)
+    for (let p = 0; p < 4; p++) topic.produced(p, 10, 100)
+    handles.push(topic)
+  }
+  return { surface, handles }
+}
+
+t.test('GET /metrics rendered in slices is one moment\'s numbers, never a torn scrape', async (t) => {
+  // If this failed, recording or removing topics while a large scrape renders could mix numbers
+  // from before and after into one body (SPEC §2: same state ⇒ byte-identical output).
+  const { surface, handles } = tornSurface(t, 'torn', 400)
+  const { answer, before, slicesSeen } = await scrapeWhileMeddling(t, surface, handles, {}, 10)
   t.ok(slicesSeen > 3, `the state changed between slices (${slicesSeen} times before the body was complete)`)
-  t.equal(withoutUptime(text), withoutUptime(before), 'the body is the state at the start of the scrape, byte for byte')
+  t.equal(withoutUptime(answer.body.toString('utf8')), withoutUptime(before), 'the body is the state at the start of the scrape, byte for byte')
   t.not(withoutUptime(surface.render()), withoutUptime(before), 'while the state itself did move on')
 })
 
@@ -737,15 +756,7 @@ t.test('a gzip render where most chunks changed is one plain body, exact, and it
 t.test('GET /metrics with gzip, rendered in slices, is one moment\'s numbers', async (t) => {
   // The gzip twin of the torn-scrape test above: recording and removing topics between the slices
   // of a gzip scrape (while chunks are being reused) never leaks into its body.
-  const { lib } = require('./helpers.js')
-  const surface = lib.createSurface({ max_in_flight: 1_000_000 })
-  t.teardown(() => surface.close())
-  const handles = []
-  for (let i = 0; i < 10 * CHUNK_TOPICS; i++) {
-    const topic = surface.topic(`gz-${i}`)
-    for (let p = 0; p < 4; p++) topic.produced(p, 10, 100)
-    handles.push(topic)
-  }
+  const { surface, handles } = tornSurface(t, 'gz', 10 * CHUNK_TOPICS)
   const get = (headers) => new Promise((resolve, reject) => {
     const seen = {}
     const res = {
@@ -755,33 +766,15 @@ t.test('GET /metrics with gzip, rendered in slices, is one moment\'s numbers', a
     }
     if (!surface.handler({ url: '/metrics', method: 'GET', headers }, res)) reject(new Error('not handled'))
   })
-  const withoutUptime = (s) => s.replace(/^mq_broker_uptime_seconds .*$/m, '')
   const warm = await get({ 'accept-encoding': 'gzip' })
   t.equal(warm.headers['content-encoding'], 'gzip', 'a client that accepts gzip gets gzip')
   t.equal(warm.headers['content-length'], warm.body.length, 'Content-Length is the compressed length')
   t.equal(withoutUptime(zlib.gunzipSync(warm.body).toString('utf8')), withoutUptime(surface.render()), 'it gunzips to the exposition')
-  handles[5].produced(0, 11, 100) // one chunk changes; the rest is reused below
-  const before = surface.render()
-  const realNow = performance.now
-  let fake = realNow.call(performance)
-  performance.now = () => (fake += 50)
-  t.teardown(() => { performance.now = realNow })
-  let slicesSeen = 0
-  let seq = 11
-  let done = false
-  const scrape = get({ 'accept-encoding': 'gzip' }).then((answer) => { done = true; return answer })
-  const meddle = () => {
-    if (done) return
-    slicesSeen++
-    seq++
-    for (const topic of handles) for (let p = 0; p < 4; p++) topic.produced(p, seq, 100)
-    surface.removeTopic(handles.pop().name)
-    setImmediate(meddle)
-  }
-  setImmediate(meddle)
-  const answer = await scrape
-  performance.now = realNow
+  await get({ 'accept-encoding': 'gzip' }) // every chunk compressed: the scrape below reuses them
+  handles[5].produced(0, 11, 100) // one chunk changes
+  const { answer, before, slicesSeen } = await scrapeWhileMeddling(t, surface, handles, { 'accept-encoding': 'gzip' }, 11)
   t.ok(slicesSeen > 3, `the state changed between slices (${slicesSeen} times before the body was complete)`)
+  t.equal(answer.headers['content-encoding'], 'gzip', 'gzip again')
   t.equal(withoutUptime(zlib.gunzipSync(answer.body).toString('utf8')), withoutUptime(before), 'the gzip body is the state at the start of the scrape')
   const plain = await get({})
   t.equal(plain.headers['content-encoding'], undefined, 'without Accept-Encoding: the plain body')
