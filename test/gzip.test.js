@@ -17,6 +17,7 @@ function bytes(length) {
 const zlibCrc = (buffer) => zlib.gzipSync(buffer).readUInt32LE(zlib.gzipSync(buffer).length - 8)
 
 t.test('crc32 matches zlib at every alignment and length', async (t) => {
+  // If this failed, every gzip scrape would end in a wrong CRC: clients reject the body.
   const lengths = [0, 1, 2, 7, 8, 9, 15, 16, 17, 255, 1000, 65_537]
   let mismatches = 0
   for (const length of lengths) {
@@ -31,6 +32,7 @@ t.test('crc32 matches zlib at every alignment and length', async (t) => {
 })
 
 t.test('crc32Combine(crc A, crc B, shift |B|) is the CRC of A followed by B', async (t) => {
+  // If this failed, a member laid out from reused fragments would carry a wrong CRC.
   let mismatches = 0
   for (let i = 0; i < 200; i++) {
     const a = bytes(Math.floor(random() * 3000))
@@ -43,6 +45,8 @@ t.test('crc32Combine(crc A, crc B, shift |B|) is the CRC of A followed by B', as
 })
 
 t.test('a member of fragments gunzips to the texts in order, and is one well-formed member', async (t) => {
+  // If this failed, a /metrics gzip body would not decompress, or only with lenient decoders
+  // (several members, no final block) — Prometheus and curl expect one well-formed member.
   const texts = [bytes(10), Buffer.alloc(0), bytes(100_000), bytes(1), bytes(3000)]
   const member = new MemberBuilder()
   for (const text of texts) member.add(fragment(text))
@@ -64,6 +68,8 @@ t.test('a member of fragments gunzips to the texts in order, and is one well-for
 })
 
 t.test('packed fragments: one exact buffer, each fragment still usable on its own', async (t) => {
+  // If this failed, the chunk cache would keep 16 KB per fragment alive (~20 MB at 200k samples),
+  // or hand out the wrong bytes for a fragment.
   const texts = [bytes(500), Buffer.alloc(0), bytes(40_000), bytes(3)]
   const fragments = texts.map((text) => fragment(text))
   t.ok(fragments[0].bytes.buffer.byteLength > fragments[0].bytes.length, 'zlib hands out a view of a larger buffer (why packing copies)')

@@ -602,6 +602,8 @@ const zlib = require('node:zlib')
 const { CHUNK_TOPICS } = require('../dist/render.js')
 
 t.test('the gzip render of every golden case gunzips to the golden bytes', async (t) => {
+  // If this failed, a client asking for gzip (Prometheus always does) would see another exposition
+  // than the reviewed golden one.
   for (const [name, build] of Object.entries(cases)) {
     const renderer = new Renderer()
     const snapshot = build()
@@ -736,6 +738,8 @@ t.test('gzip renders advanced in slices, interleaved across snapshots, each give
 })
 
 t.test('a gzip render where most chunks changed is one plain body, exact, and its chunks are compressed once they settle', async (t) => {
+  // If this failed, a busy broker (most topics moving between scrapes) would get a wrong body from
+  // the bulk path, or never get back to reusing chunks once it calms down.
   const keys = Array.from({ length: 8 * CHUNK_TOPICS }, () => ({}))
   const build = (bump) => snapshotOf({
     topics: keys.map((key, i) => ({ ...topicOf(`bulk.${String(i).padStart(3, '0')}`, { produced: i + (i % 2 ? bump : 0), partitions: { 0: i } }), key })),
