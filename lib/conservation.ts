@@ -57,7 +57,7 @@ class Baseline {
 
 const BROKEN_METRIC = 'mq_topic_messages_produced_total'
 
-// Below 2^50 each, a sum of the eight terms stays under 2^53: plain numbers are exact.
+// Below 2^50 each, a balance of four terms stays under 2^52: plain numbers are exact (see residualOf).
 const NUMBER_FAST_PATH_LIMIT = 2 ** 50
 
 export class ConservationChecker {

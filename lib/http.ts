@@ -6,7 +6,7 @@ import type { Socket } from 'node:net'
 import type { Duplex } from 'node:stream'
 import { createHash, timingSafeEqual } from 'node:crypto'
 import { gzip } from 'node:zlib'
-import { GZIP_LEVEL } from './gzip'
+import { GZIP_LEVEL, GzipBody } from './gzip'
 import { METRICS_CONTENT_TYPE } from './allowlist'
 import { toJSON } from './json'
 import { describe } from './labels'
@@ -19,10 +19,11 @@ export interface HttpHost {
   /** The /metrics exposition: at once, or a promise of it (a large scrape renders in slices). */
   metricsBody(): Buffer | Promise<Buffer>
   /**
-   * The /metrics exposition as one gzip member (its gunzipped bytes are what metricsBody() gives),
-   * for clients that accept gzip; without it, metricsBody() is compressed here.
+   * For a client that accepts gzip: the exposition as one gzip member (its gunzipped bytes are
+   * what metricsBody() gives), or the plain body when it is cheaper to compress whole — compressed
+   * here as metricsBody() is, and then handed to metricsSent(). Without it, metricsBody() serves.
    */
-  metricsGzip?(): Buffer | Promise<Buffer>
+  metricsGzip?(): GzipBody | Promise<GzipBody>
   /** A metricsBody() result that nothing reads any more (sent, or compressed): its memory may be reused. */
   metricsSent?(body: Buffer): void
   /** /healthz: status code and a JSON-able body (bigints allowed). */
@@ -198,47 +199,24 @@ function closer(server: Server): () => Promise<void> {
 // --- endpoints ----------------------------------------------------------------------------------
 
 function serve(host: HttpHost, route: Route, query: string, req: IncomingMessage, res: ServerResponse): void {
-  let statusCode: number
-  let body: Buffer
-  let contentType: string
-  let sent: ((body: Buffer) => void) | undefined
   try {
-    if (route === '/metrics' && host.metricsGzip !== undefined && acceptsGzip(req.headers['accept-encoding'])) {
-      const headers = { 'Content-Type': METRICS_CONTENT_TYPE, Vary: 'Accept-Encoding', 'Content-Encoding': 'gzip' }
-      const compressed = host.metricsGzip()
-      if (Buffer.isBuffer(compressed)) {
-        send(req, res, 200, headers, compressed)
-      } else {
-        compressed.then(
-          (gzipped) => send(req, res, 200, headers, gzipped),
-          (error: unknown) => internalError(host, req, res, error),
-        )
+    if (route === '/metrics') {
+      const sent = host.metricsSent === undefined ? undefined : (rendered: Buffer) => host.metricsSent!(rendered)
+      const answer = (metrics: Buffer | GzipBody): void => {
+        if (Buffer.isBuffer(metrics)) respond(host, req, res, 200, METRICS_CONTENT_TYPE, metrics, sent)
+        else if (metrics.gzip === undefined) respond(host, req, res, 200, METRICS_CONTENT_TYPE, metrics.plain, sent)
+        else send(req, res, 200, { 'Content-Type': METRICS_CONTENT_TYPE, Vary: 'Accept-Encoding', 'Content-Encoding': 'gzip' }, metrics.gzip)
       }
+      const metrics = host.metricsGzip !== undefined && acceptsGzip(req.headers['accept-encoding']) ? host.metricsGzip() : host.metricsBody()
+      if ('then' in metrics) metrics.then(answer, (error: unknown) => internalError(host, req, res, error))
+      else answer(metrics)
       return
-    } else if (route === '/metrics') {
-      const metrics = host.metricsBody()
-      sent = host.metricsSent === undefined ? undefined : (rendered) => host.metricsSent!(rendered)
-      if (!Buffer.isBuffer(metrics)) {
-        metrics.then(
-          (rendered) => respond(host, req, res, 200, METRICS_CONTENT_TYPE, rendered, sent),
-          (error: unknown) => internalError(host, req, res, error),
-        )
-        return
-      }
-      statusCode = 200
-      body = metrics
-      contentType = METRICS_CONTENT_TYPE
-    } else {
-      const answer = route === '/healthz' ? host.healthz() : host.stats(new URLSearchParams(query))
-      statusCode = answer.statusCode
-      body = Buffer.from(toJSON(answer.body), 'utf8')
-      contentType = JSON_CONTENT_TYPE
     }
+    const answer = route === '/healthz' ? host.healthz() : host.stats(new URLSearchParams(query))
+    respond(host, req, res, answer.statusCode, JSON_CONTENT_TYPE, Buffer.from(toJSON(answer.body), 'utf8'))
   } catch (error) {
     internalError(host, req, res, error)
-    return
   }
-  respond(host, req, res, statusCode, contentType, body, sent)
 }
 
 /**

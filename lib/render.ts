@@ -11,7 +11,7 @@ import { METRICS, MetricDefinition } from './allowlist'
 import { escapeHelp, escapeLabelValue } from './labels'
 import { Count, Snapshot, TopicSnapshot, addCount } from './snapshot'
 import { gzipSync } from 'node:zlib'
-import { EMPTY_FRAGMENT, Fragment, GZIP_LEVEL, MemberBuilder, PackedFragments, fragment, pack } from './gzip'
+import { EMPTY_FRAGMENT, Fragment, GZIP_LEVEL, GzipBody, MemberBuilder, PackedFragments, fragment, pack } from './gzip'
 
 /** SPEC §2: floats in the shortest round-trip form; NaN and ±Inf as Prometheus spells them. */
 export function formatFloat(value: number): string {
@@ -311,17 +311,10 @@ export class Renderer {
    * renders the plain body for the caller to compress (`GzipJob.result()`).
    */
   beginGzip(snapshot: Snapshot): GzipJob {
-    return new GzipJob(snapshot, this, {
-      textsOf: (topics) => this.#textsOf(topics),
-      scan: (c, topics, texts) => this.#scan(c, topics, texts),
-      chunk: (c, topics, texts, found) => this.#chunk(c, topics, texts, found),
-      seen: (c, topics, texts) => this.#seen(c, topics, texts),
-      finished: (count, bulk) => {
-        if (this.#chunks.length > count) this.#chunks.length = count
-        // Plain bodies went out of use (gzip scrapes built from chunks): a spare buffer would only
-        // hold ~60 B per sample of memory. Bulk renders and plain scrapes keep it in use.
-        if (!bulk) this.#spare = undefined
-      },
+    return new GzipJob(snapshot, this, this.#chunks, (topics) => this.#textsOf(topics), (bulk) => {
+      // Plain bodies went out of use (gzip scrapes built from chunks): a spare buffer would only
+      // hold ~60 B per sample of memory. Bulk renders and plain scrapes keep it in use.
+      if (!bulk) this.#spare = undefined
     })
   }
 
@@ -336,60 +329,11 @@ export class Renderer {
     return compressed
   }
 
-  /** Chunks of gzip renders so far: reused as they were, or rendered and compressed (diagnostics, tests). */
-  readonly gzipChunks = { reused: 0, rendered: 0, bulk: 0 }
+  readonly #chunks = new ChunkCache()
 
-  /** Per chunk of topics (by index in the render order): what its fragments were made from. */
-  readonly #chunks: (Chunk | undefined)[] = []
-  /** Renders one family of one chunk at a time, for compression (no yield while it is in use). */
-  readonly #scratch = new Writer(Buffer.allocUnsafe(64 * 1024))
-
-  /** The cached chunk `c` if it holds these topics' numbers and texts (with fragments or not yet). */
-  #scan(c: number, topics: readonly TopicSeries[], texts: readonly TopicText[]): Chunk | undefined {
-    const cached = this.#chunks[c]
-    const from = c * CHUNK_TOPICS
-    return cached !== undefined && isCurrent(cached, topics, texts, from, Math.min(topics.length, from + CHUNK_TOPICS)) ? cached : undefined
-  }
-
-  /**
-   * Chunk `c` with fragments: `found` (what #scan found, held by the job: the cache itself may
-   * have moved on since, to another job's snapshot) if it has them, else compressed now.
-   */
-  #chunk(c: number, topics: readonly TopicSeries[], texts: readonly TopicText[], found: Chunk | undefined): Chunk {
-    if (found?.fragments !== undefined) {
-      this.gzipChunks.reused++
-      return found
-    }
-    this.gzipChunks.rendered++
-    const from = c * CHUNK_TOPICS
-    const to = Math.min(topics.length, from + CHUNK_TOPICS)
-    const w = this.#scratch
-    const fragments: Fragment[] = new Array(TOPIC_STAGES)
-    for (let s = 0; s < TOPIC_STAGES; s++) {
-      w.pos = 0
-      writeTopics(w, FIRST_TOPIC_STAGE + s, topics, texts, from, to)
-      fragments[s] = fragment(w.out.subarray(0, w.pos))
-    }
-    if (w.out.length > 1024 * 1024) w.out = Buffer.allocUnsafe(64 * 1024) // one huge chunk is not kept
-    const chunk = { ...(found ?? this.#seenChunk(topics, texts, from, to)), fragments: pack(fragments) }
-    this.#chunks[c] = chunk
-    return chunk
-  }
-
-  /** Chunk `c` was rendered in a bulk (plain) body: its numbers are kept, without fragments. */
-  #seen(c: number, topics: readonly TopicSeries[], texts: readonly TopicText[]): void {
-    this.gzipChunks.bulk++
-    const from = c * CHUNK_TOPICS
-    this.#chunks[c] = this.#seenChunk(topics, texts, from, Math.min(topics.length, from + CHUNK_TOPICS))
-  }
-
-  #seenChunk(topics: readonly TopicSeries[], texts: readonly TopicText[], from: number, to: number): Chunk {
-    return {
-      texts: texts.slice(from, to),
-      partitions: topics.slice(from, to).map((topic) => topic.partitionNumbers),
-      values: valuesOf(topics, from, to),
-      fragments: undefined,
-    }
+  /** Chunks of gzip renders so far: reused as they were, compressed, or seen in a bulk render (diagnostics, tests). */
+  get gzipChunks(): { readonly reused: number; readonly rendered: number; readonly bulk: number } {
+    return { ...this.#chunks.counts }
   }
 
   /** The buffers of large bodies handed out and not yet recycled: recycle() takes back only these. */
@@ -636,7 +580,7 @@ function numeric(value: Count): number {
   return typeof value === 'number' ? value : NaN
 }
 
-/** The chunk was made from exactly these texts, partitions and numbers. */
+/** The chunk was made from exactly these texts, partitions and numbers (in valuesOf's order). */
 function isCurrent(chunk: Chunk, topics: readonly TopicSeries[], texts: readonly TopicText[], from: number, to: number): boolean {
   if (chunk.texts.length !== to - from) return false
   const values = chunk.values
@@ -677,21 +621,74 @@ function familyHeaders(): PackedFragments {
 /** Past this share of changed chunks, a gzip render is one plain body compressed whole. */
 const BULK_SHARE = 0.25
 
-interface GzipHooks {
-  textsOf(topics: readonly TopicSeries[]): TopicText[]
-  scan(c: number, topics: readonly TopicSeries[], texts: readonly TopicText[]): Chunk | undefined
-  chunk(c: number, topics: readonly TopicSeries[], texts: readonly TopicText[], found: Chunk | undefined): Chunk
-  seen(c: number, topics: readonly TopicSeries[], texts: readonly TopicText[]): void
-  finished(chunkCount: number, bulk: boolean): void
+/** Per chunk of topics (by index in the render order): what its fragments were made from. */
+class ChunkCache {
+  readonly counts = { reused: 0, rendered: 0, bulk: 0 }
+  readonly #chunks: (Chunk | undefined)[] = []
+  /** Renders one family of one chunk at a time, for compression (no yield while it is in use). */
+  readonly #scratch = new Writer(Buffer.allocUnsafe(64 * 1024))
+
+  /** The cached chunk `c` if it holds these topics' numbers and texts (with fragments or not yet). */
+  find(c: number, topics: readonly TopicSeries[], texts: readonly TopicText[]): Chunk | undefined {
+    const cached = this.#chunks[c]
+    const from = c * CHUNK_TOPICS
+    return cached !== undefined && isCurrent(cached, topics, texts, from, Math.min(topics.length, from + CHUNK_TOPICS)) ? cached : undefined
+  }
+
+  /**
+   * Chunk `c` with fragments: `found` (what find() returned, held by the job: the cache itself may
+   * have moved on since, to another job's snapshot) if it has them, else compressed now.
+   */
+  compressed(c: number, topics: readonly TopicSeries[], texts: readonly TopicText[], found: Chunk | undefined): Chunk {
+    if (found?.fragments !== undefined) {
+      this.counts.reused++
+      return found
+    }
+    this.counts.rendered++
+    const from = c * CHUNK_TOPICS
+    const to = Math.min(topics.length, from + CHUNK_TOPICS)
+    const w = this.#scratch
+    const fragments: Fragment[] = new Array(TOPIC_STAGES)
+    for (let s = 0; s < TOPIC_STAGES; s++) {
+      w.pos = 0
+      writeTopics(w, FIRST_TOPIC_STAGE + s, topics, texts, from, to)
+      fragments[s] = fragment(w.out.subarray(0, w.pos))
+    }
+    if (w.out.length > 1024 * 1024) w.out = Buffer.allocUnsafe(64 * 1024) // one huge chunk is not kept
+    const chunk = { ...(found ?? numbersOf(topics, texts, from, to)), fragments: pack(fragments) }
+    this.#chunks[c] = chunk
+    return chunk
+  }
+
+  /** Chunk `c` went out in a bulk (plain) body: its numbers are kept, without fragments. */
+  seen(c: number, topics: readonly TopicSeries[], texts: readonly TopicText[]): void {
+    this.counts.bulk++
+    const from = c * CHUNK_TOPICS
+    this.#chunks[c] = numbersOf(topics, texts, from, Math.min(topics.length, from + CHUNK_TOPICS))
+  }
+
+  /** The render had `count` chunks: any beyond are gone. */
+  keep(count: number): void {
+    if (this.#chunks.length > count) this.#chunks.length = count
+  }
 }
 
-/** A finished gzip render: the gzip member, or the plain body when it is cheaper to compress whole. */
-export type GzipResult = { gzip: Buffer; plain?: undefined } | { gzip?: undefined; plain: Buffer }
+/** What topics [from, to) are, without fragments yet. */
+function numbersOf(topics: readonly TopicSeries[], texts: readonly TopicText[], from: number, to: number): Chunk {
+  return {
+    texts: texts.slice(from, to),
+    partitions: topics.slice(from, to).map((topic) => topic.partitionNumbers),
+    values: valuesOf(topics, from, to),
+    fragments: undefined,
+  }
+}
 
 export class GzipJob {
   readonly #snapshot: Snapshot
   readonly #renderer: Renderer
-  readonly #hooks: GzipHooks
+  readonly #cache: ChunkCache
+  readonly #textsOf: (topics: readonly TopicSeries[]) => TopicText[]
+  readonly #finished: (bulk: boolean) => void
   #topics: readonly TopicSeries[] = []
   #texts: TopicText[] = []
   #preamble: Fragment = EMPTY_FRAGMENT
@@ -701,12 +698,17 @@ export class GzipJob {
   #next = 0
   /** Bulk mode: the plain render. */
   #plain: RenderJob | undefined
-  #result: GzipResult | undefined
+  #result: GzipBody | undefined
 
-  constructor(snapshot: Snapshot, renderer: Renderer, hooks: GzipHooks) {
+  constructor(
+    snapshot: Snapshot, renderer: Renderer, cache: ChunkCache,
+    textsOf: (topics: readonly TopicSeries[]) => TopicText[], finished: (bulk: boolean) => void,
+  ) {
     this.#snapshot = snapshot
     this.#renderer = renderer
-    this.#hooks = hooks
+    this.#cache = cache
+    this.#textsOf = textsOf
+    this.#finished = finished
   }
 
   /** Like RenderJob.step: works until `deadline` or until the result is ready (true). */
@@ -714,15 +716,16 @@ export class GzipJob {
     if (this.#result !== undefined) return true
     if (this.#found === undefined && this.#plain === undefined) {
       this.#topics = mergeCollisions(this.#snapshot.topics)
-      this.#texts = this.#hooks.textsOf(this.#topics)
+      this.#texts = this.#textsOf(this.#topics)
       const count = Math.ceil(this.#topics.length / CHUNK_TOPICS)
       const found: (Chunk | undefined)[] = new Array(count)
       let changed = 0
-      for (let c = 0; c < count; c++) if ((found[c] = this.#hooks.scan(c, this.#topics, this.#texts)) === undefined) changed++
+      for (let c = 0; c < count; c++) if ((found[c] = this.#cache.find(c, this.#topics, this.#texts)) === undefined) changed++
       if (changed > count * BULK_SHARE) {
         // The changed chunks' numbers are kept: once they stop changing they are compressed.
-        for (let c = 0; c < count; c++) if (found[c] === undefined) this.#hooks.seen(c, this.#topics, this.#texts)
-        this.#hooks.finished(count, true)
+        for (let c = 0; c < count; c++) if (found[c] === undefined) this.#cache.seen(c, this.#topics, this.#texts)
+        this.#cache.keep(count)
+        this.#finished(true)
         this.#plain = this.#renderer.begin(this.#snapshot)
         this.#topics = []
         this.#texts = []
@@ -743,7 +746,7 @@ export class GzipJob {
     const chunks = this.#chunks
     while (this.#next < chunks.length) {
       const c = this.#next++
-      chunks[c] = this.#hooks.chunk(c, this.#topics, this.#texts, found[c])
+      chunks[c] = this.#cache.compressed(c, this.#topics, this.#texts, found[c])
       if (this.#next < chunks.length && performance.now() >= deadline) return false
     }
     const latency = new Writer(Buffer.allocUnsafe(256))
@@ -757,7 +760,8 @@ export class GzipJob {
     }
     member.add(fragment(latency.take()))
     this.#result = { gzip: member.finish() }
-    this.#hooks.finished(chunks.length, false)
+    this.#cache.keep(chunks.length)
+    this.#finished(false)
     this.#chunks = []
     this.#found = []
     this.#topics = []
@@ -769,7 +773,7 @@ export class GzipJob {
    * After `step()` returned true: `gzip`, the complete gzip member; or `plain`, the plain body
    * (a body of this renderer: recycle() it once compressed).
    */
-  result(): GzipResult {
+  result(): GzipBody {
     if (this.#result === undefined) throw new Error('internal: the gzip render is not complete')
     return this.#result
   }

@@ -2,13 +2,12 @@
 // It composes the parts; each part lives in the file its name says (STYLE: layout).
 import { EventEmitter } from 'node:events'
 import type { IncomingMessage, ServerResponse } from 'node:http'
-import { gzip as zlibGzip } from 'node:zlib'
 import { Arena, BackendName, SharedArena, attachArena, chooseBackend, createArena, loadAddon } from './backend'
 import { Config, ResolvedConfig, resolveConfig } from './config'
 import { ConservationChecker, ConservationReport } from './conservation'
 import { ClosedError } from './errors'
 import { FaultLog, FaultRecord } from './faults'
-import { GZIP_LEVEL } from './gzip'
+import type { GzipBody } from './gzip'
 import { HttpHost, createHandler, listen as listenHttp } from './http'
 import { describe } from './labels'
 import { LATENCY_BUCKETS, LatencyWindow, QuantilesFromCounts, recordLatency } from './latency'
@@ -17,7 +16,7 @@ import { Quorum, QuorumEvent, RUNBOOK_LEVELS, TIER_NAMES, WriteAnswer } from './
 import { SnapshotReader } from './reader'
 import { Recorder, Topic } from './recording'
 import { MAX_WORKER_FAULT_ENTRIES, Registry, TopicEntity } from './registry'
-import { RenderJob, Renderer } from './render'
+import { Renderer } from './render'
 import { LatencyQuantiles, QuorumState, Snapshot, SnapshotWithPartitions, TopicSnapshot, withPartitions } from './snapshot'
 import { StatsContext, statsFromQuery, statsView } from './stats'
 
@@ -34,6 +33,25 @@ const WORKER_FAULT_POLL_MS = 1000
  * them; a scrape that fits in one slice is answered without a yield.
  */
 const RENDER_SLICE_MS = 10
+
+/**
+ * Steps `job` until it is done — the first slice counted from `started` (it includes the snapshot),
+ * then slices of RENDER_SLICE_MS with setImmediate between them — and hands back `take()`.
+ */
+function inSlices<T>(started: number, job: { step(deadline: number): boolean }, take: () => T): T | Promise<T> {
+  if (job.step(started + RENDER_SLICE_MS)) return take()
+  return new Promise((resolve, reject) => {
+    const slice = (): void => {
+      try {
+        if (job.step(performance.now() + RENDER_SLICE_MS)) resolve(take())
+        else setImmediate(slice)
+      } catch (error) {
+        reject(error)
+      }
+    }
+    setImmediate(slice)
+  })
+}
 
 export interface LatencyEstimator {
   /** Records one publish-to-ack latency in milliseconds (a no-op while e2e_latency is off). */
@@ -113,8 +131,8 @@ export class Surface extends EventEmitter {
     this.#host = {
       enabled: this.enabled,
       authToken: this.config.metrics_auth_token,
-      metricsBody: () => this.#metricsBody(false),
-      metricsGzip: () => this.#metricsBody(true),
+      metricsBody: () => this.#metricsBody(),
+      metricsGzip: () => this.#metricsGzip(),
       metricsSent: (body) => this.#renderer.recycle(body),
       healthz: () => {
         const body = this.#healthz()
@@ -282,41 +300,20 @@ export class Surface extends EventEmitter {
    * GET /metrics: the snapshot in one go (under the lock, which is never held across a yield),
    * then the body in slices with setImmediate between them. The snapshot is immutable, so the
    * body is exactly that one moment's numbers however many slices it takes: never a torn scrape.
-   * `gzip`: the body as a gzip member, only the chunks of topics that changed compressed anew.
    */
-  #metricsBody(gzip: boolean): Buffer | Promise<Buffer> {
+  #metricsBody(): Buffer | Promise<Buffer> {
     const started = performance.now()
-    const snapshot = this.#observe()
-    const renderer = this.#renderer
-    const job = gzip ? renderer.beginGzip(snapshot) : renderer.begin(snapshot)
-    const finish = (): Buffer | Promise<Buffer> => {
-      if (job instanceof RenderJob) return job.body()
-      const result = job.result()
-      if (result.gzip !== undefined) return result.gzip
-      // Most topics changed: one pass of zlib over the plain body, on the thread pool.
-      return new Promise((resolve, reject) => {
-        zlibGzip(result.plain, { level: GZIP_LEVEL }, (error, compressed) => {
-          renderer.recycle(result.plain)
-          if (error) reject(error)
-          else resolve(compressed)
-        })
-      })
-    }
-    if (job.step(started + RENDER_SLICE_MS)) return finish()
-    return new Promise((resolve, reject) => {
-      const slice = (): void => {
-        try {
-          if (job.step(performance.now() + RENDER_SLICE_MS)) resolve(finish())
-          else setImmediate(slice)
-        } catch (error) {
-          reject(error)
-        }
-      }
-      setImmediate(slice)
-    })
+    const job = this.#renderer.begin(this.#observe())
+    return inSlices(started, job, () => job.body())
   }
 
-  /** The snapshot and the conservation check; with `report`, the check's /stats report too. */
+  /** The same for a client that accepts gzip: only the chunks of topics that changed are compressed anew. */
+  #metricsGzip(): GzipBody | Promise<GzipBody> {
+    const started = performance.now()
+    const job = this.#renderer.beginGzip(this.#observe())
+    return inSlices(started, job, () => job.result())
+  }
+
   /**
    * The snapshot and the conservation check. With `ackFloors`, each group's ack floor per
    * partition too (/stats and snapshot() show them; /metrics and /healthz only need the depth and
