@@ -11,6 +11,7 @@
 // Chunk 0 is the control block (Int32 cells, below). Every other chunk is 8,192 Float64 slots.
 // A slot id names the same cell in every row; row r's slots [c·8192, (c+1)·8192) live in the
 // chunk that row r's directory names at index c (allocated the first time row r needs it).
+import { readFileSync } from 'node:fs'
 import { Arena, CHUNK_BYTES, chunkOffset } from './backend'
 
 export const SLOTS_PER_CHUNK = CHUNK_BYTES / 8
@@ -28,6 +29,7 @@ export const C_QUORUM = 4 // SPEC §6: the one copy of the quorum tier (0, 1, 2)
 export const C_LOG_END = 5 // published end of the registration log, in Int32 units
 export const C_NEXT_ID = 6 // next topic / group id (ids are never reused)
 export const C_WORKER_FAULTS = 7 // fault entries workers appended to the log (bounded)
+const C_ROW_OWNERS = 8 // arena chunk of the row-owner table (0 = none yet; see claimRow)
 const C_ROW_DIRECTORY = 64 // [MAX_ROWS]: chunk holding row r's directory, 0 = none yet
 const C_LOG_DIRECTORY = C_ROW_DIRECTORY + MAX_ROWS // [MAX_LOG_CHUNKS]: chunks of the log
 export const MAX_LOG_CHUNKS = DIRECTORY_ENTRIES - C_LOG_DIRECTORY
@@ -83,17 +85,75 @@ export class Memory {
     }
   }
 
-  /** Claims a row for the calling thread (each thread writes only its own row). */
+  /**
+   * Claims a row for the calling thread (each thread writes only its own row). Rows are reused:
+   * a thread that attaches again gets the row it already has, and a row whose thread has exited
+   * (returned, threw, called process.exit() or was terminated) goes to the next thread that
+   * attaches. The new owner inherits the row's numbers and keeps adding to them, so the sums a
+   * scrape reads stay exact and monotonic. Only when no row is free does a fresh one come.
+   *
+   * Which thread owns a row is its kernel identity (tid and start time, see threadIdentity), kept
+   * in the row-owner table; whether that thread still exists is asked of /proc, since a thread
+   * that is gone can no longer write. Without /proc (not Linux) no identity is known and every
+   * attach takes a fresh row, as many as MAX_ROWS − 1 over the surface's life.
+   */
   claimRow(): number {
-    const row = Atomics.add(this.control, C_NEXT_ROW, 1)
-    if (row >= MAX_ROWS) {
-      Atomics.sub(this.control, C_NEXT_ROW, 1)
-      throw new RangeError(`mq-metrics: at most ${MAX_ROWS - 1} threads can record into one surface`)
+    const me = threadIdentity()
+    for (;;) {
+      // The owner table is read and /proc asked without the lock (a scan over many live threads
+      // takes milliseconds, and scrapes need the lock); a row found is taken only if its entry
+      // still holds the owner that was found gone — a thread that is gone stays gone.
+      const found = me === undefined ? undefined : this.#reusableRow(me)
+      this.lock()
+      try {
+        let row: number
+        if (found !== undefined) {
+          if (!sameEntry(this.#owners(), found.row, found.entry)) continue // taken meanwhile: look again
+          row = found.row
+        } else {
+          row = this.control[C_NEXT_ROW]
+          if (row >= MAX_ROWS) {
+            throw new RangeError(`mq-metrics: at most ${MAX_ROWS - 1} threads can record into one surface at a time${me === undefined ? ' (rows of exited threads are reused only on Linux)' : ''}`)
+          }
+          Atomics.store(this.control, C_NEXT_ROW, row + 1)
+        }
+        // The main thread's row needs no owner: it is never handed out (see #reusableRow).
+        if (me !== undefined && row !== MAIN_ROW) setOwner(this.#owners(), row, me)
+        this.#lockTag = row + 1
+        return row
+      } finally {
+        this.unlock()
+      }
     }
-    this.#lockTag = row + 1
-    return row
   }
 
+  /** A row this thread already owns, else one whose owner has exited, with its owner entry. */
+  #reusableRow(me: ThreadIdentity): { row: number; entry: number[] } | undefined {
+    const k = Atomics.load(this.control, C_ROW_OWNERS)
+    if (k === 0) return undefined
+    const owners = this.chunkI32(k)
+    const rows = Atomics.load(this.control, C_NEXT_ROW)
+    // The main thread's row is never handed out: the surface itself records into it.
+    for (let row = MAIN_ROW + 1; row < rows; row++) if (sameOwner(owners, row, me)) return { row, entry: entryOf(owners, row) }
+    for (let row = MAIN_ROW + 1; row < rows; row++) {
+      const entry = entryOf(owners, row)
+      if (entry[0] !== 0 && !threadAlive(entry[0], entryStart(entry))) return { row, entry }
+    }
+    return undefined
+  }
+
+  /** The row-owner table (allocated on first use). Caller holds the lock. */
+  #owners(): Int32Array {
+    let k = this.control[C_ROW_OWNERS]
+    if (k === 0) {
+      k = this.allocateChunk()
+      this.arena.chunk(k)
+      Atomics.store(this.control, C_ROW_OWNERS, k)
+    }
+    return this.chunkI32(k)
+  }
+
+  /** Rows ever claimed, the main thread's included (rows of exited threads are reused). */
   rowCount(): number {
     return Math.min(Atomics.load(this.control, C_NEXT_ROW), MAX_ROWS)
   }
@@ -207,4 +267,80 @@ export class Memory {
     }
     return this.chunkI32(k)
   }
+}
+
+// Thread identity, for reusing the rows of exited threads. A tid alone is not enough: Linux hands
+// a freed tid to a later thread, so the owner table keeps the thread's start time with it (clock
+// ticks since boot, field 22 of /proc/<tid>/stat), which no two threads with the same tid share.
+const OWNER_INTS = 4 // per row: tid, start time low 32 bits, start time high bits, (unused)
+
+export interface ThreadIdentity {
+  tid: number
+  start: number
+}
+
+let thisThread: ThreadIdentity | null | undefined // per thread: each worker loads its own module
+
+/** The calling thread's identity, or undefined where /proc is not available. */
+export function threadIdentity(): ThreadIdentity | undefined {
+  if (thisThread === undefined) thisThread = readStat('/proc/thread-self/stat') ?? null
+  return thisThread ?? undefined
+}
+
+/** tid and start time from a /proc/<pid>/task/<tid>/stat line; undefined if it is not one. */
+export function parseStat(text: string): ThreadIdentity | undefined {
+  const tid = Number(text.slice(0, text.indexOf(' ')))
+  // Field 2 is the thread's name in parentheses and may itself hold ') ': fields resume after
+  // the last ')'. What follows is field 3 (the state) onwards, so field 22 is the 20th.
+  const end = text.lastIndexOf(')')
+  const start = Number(text.slice(end + 2).split(' ')[19])
+  if (end < 0 || !Number.isSafeInteger(tid) || tid <= 0 || !Number.isSafeInteger(start) || start < 0) return undefined
+  return { tid, start }
+}
+
+/** Whether the thread `tid` that started at `start` still exists in this process. */
+export function threadAlive(tid: number, start: number): boolean {
+  let text: string
+  try {
+    text = readFileSync(`/proc/self/task/${tid}/stat`, 'latin1')
+  } catch (error) {
+    // Gone. Anything other than "no such entry" is not proof of that: keep the row.
+    return (error as NodeJS.ErrnoException).code !== 'ENOENT'
+  }
+  return parseStat(text)?.start === start
+}
+
+function readStat(path: string): ThreadIdentity | undefined {
+  try {
+    return parseStat(readFileSync(path, 'latin1'))
+  } catch {
+    return undefined // not Linux, or /proc not mounted: rows are simply not reused
+  }
+}
+
+function sameOwner(owners: Int32Array, row: number, me: ThreadIdentity): boolean {
+  const entry = entryOf(owners, row)
+  return entry[0] === me.tid && entryStart(entry) === me.start
+}
+
+/** A row's owner entry: tid (0 = none recorded: counts as alive), start time low and high bits. */
+function entryOf(owners: Int32Array, row: number): number[] {
+  const at = row * OWNER_INTS
+  return [owners[at], owners[at + 1], owners[at + 2]]
+}
+
+function sameEntry(owners: Int32Array, row: number, entry: number[]): boolean {
+  const at = row * OWNER_INTS
+  return owners[at] === entry[0] && owners[at + 1] === entry[1] && owners[at + 2] === entry[2]
+}
+
+function entryStart(entry: number[]): number {
+  return (entry[1] >>> 0) + entry[2] * 2 ** 32
+}
+
+function setOwner(owners: Int32Array, row: number, me: ThreadIdentity): void {
+  const at = row * OWNER_INTS
+  owners[at] = me.tid
+  owners[at + 1] = me.start % 2 ** 32 | 0
+  owners[at + 2] = Math.floor(me.start / 2 ** 32)
 }

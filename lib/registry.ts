@@ -481,12 +481,14 @@ export class Registry {
   /**
    * Memory the registry holds in the arena, for leak checks: slots ever handed out (freed blocks
    * are reused, so this stops growing once churn reaches a steady state), arena chunks allocated,
-   * and the registration log's length in bytes (append-only: every registration and removal adds
-   * to it for the life of the surface).
+   * the registration log's length in bytes (append-only: every registration and removal adds
+   * to it for the life of the surface), and thread rows claimed (the main thread's included;
+   * rows of exited threads are reused, so this counts threads alive at once, not attaches).
    */
-  arenaUsage(): { slotsInUse: number; slotsReserved: number; chunks: number; logBytes: number } {
+  arenaUsage(): { slotsInUse: number; slotsReserved: number; chunks: number; logBytes: number; threadRows: number } {
     const control = this.memory.control
     return {
+      threadRows: this.memory.rowCount() - 1, // row 0 is the shared row, not a thread
       slotsInUse: this.slotsInUse(),
       slotsReserved: control[C_NEXT_SLOT],
       chunks: Atomics.load(control, C_NEXT_CHUNK),

@@ -289,8 +289,8 @@ export class Surface extends EventEmitter {
     return this.#registry.slotsInUse()
   }
 
-  /** Diagnostics for leak checks: slots in use and ever reserved, arena chunks, registration log bytes. */
-  arenaUsage(): { slotsInUse: number; slotsReserved: number; chunks: number; logBytes: number } {
+  /** Diagnostics for leak checks: slots in use and ever reserved, arena chunks, registration log bytes, thread rows in use. */
+  arenaUsage(): { slotsInUse: number; slotsReserved: number; chunks: number; logBytes: number; threadRows: number } {
     return this.#registry.arenaUsage()
   }
 

@@ -1,0 +1,115 @@
+'use strict'
+// Thread rows are reused: a thread that attaches again keeps its row, and the row of a thread
+// that has exited — however it ended — goes to the next thread that attaches, which inherits its
+// numbers. Totals stay exact, a live thread's row is never handed out, and a surface takes far
+// more than MAX_ROWS − 1 attaches over its life.
+const t = require('tap')
+const path = require('node:path')
+const { Worker } = require('node:worker_threads')
+const { backends, surfaceOn, faultsOf } = require('./helpers')
+const { MAX_ROWS, threadIdentity, threadAlive, parseStat } = require('../dist/memory')
+
+const WORKER = path.join(__dirname, 'fixtures', 'row-worker.js')
+
+/** Runs one row-worker to its end; resolves with its report once the thread has exited. */
+function run(data) {
+  return new Promise((resolve, reject) => {
+    // execArgv: [] keeps tap's loaders (and their ~1 s start-up per thread) out of the workers.
+    const worker = new Worker(WORKER, { workerData: data, execArgv: [] })
+    let report
+    let failure
+    worker.on('message', (m) => {
+      report = m
+      if (data.end === 'hang') worker.terminate()
+    })
+    worker.on('error', (error) => {
+      if (data.end !== 'throw') failure = error
+    })
+    worker.on('exit', () => (failure ? reject(failure) : report ? resolve(report) : reject(new Error('the worker exited without a report'))))
+  })
+}
+
+function rowsTopic(surface) {
+  return surface.snapshot().topics.find((x) => x.name === 'rows')
+}
+
+const ENDS = ['return', 'exit', 'throw', 'hang']
+
+t.test('a thread identity is its tid and start time, read from /proc', (t) => {
+  const me = threadIdentity()
+  t.ok(me && me.tid > 0 && me.start >= 0, `this thread is ${JSON.stringify(me)}`)
+  t.equal(me.tid, process.pid, 'the main thread\'s tid is the pid')
+  t.equal(threadAlive(me.tid, me.start), true, 'this thread is alive')
+  t.equal(threadAlive(me.tid, me.start + 1), false, 'a tid reused by a thread that started later is not the owner')
+  t.equal(threadAlive(2 ** 31 - 1, 0), false, 'a tid no thread has is not alive')
+  const line = '4242 (a ) (b c) S 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 123456789012 20 21'
+  t.same(parseStat(line), { tid: 4242, start: 123456789012 }, 'a thread name holding ") (" and spaces does not shift the fields')
+  t.equal(parseStat(''), undefined)
+  t.equal(parseStat('not a stat line'), undefined)
+  t.equal(parseStat('12 (x) S 1 2'), undefined, 'a line cut short has no start time')
+  t.end()
+})
+
+for (const backend of backends()) {
+  t.test(`${backend}: 24 workers one after another, ending every way there is, share one row and lose nothing`, async (t) => {
+    const surface = surfaceOn(t, backend, { e2e_latency: true })
+    const faults = faultsOf(surface)
+    const shared = surface.share()
+    const N = 5_000
+    const identities = []
+    for (let i = 0; i < 24; i++) {
+      const report = await run({ shared, partition: 0, from: i * N, n: N, end: ENDS[i % ENDS.length] })
+      t.equal(report.count, N)
+      identities.push(`${report.identity.tid}/${report.identity.start}`)
+      t.equal(surface.arenaUsage().threadRows, 2, `after worker ${i + 1} (${ENDS[i % ENDS.length]}): the main thread's row and one reused row`)
+    }
+    t.equal(new Set(identities).size, 24, 'every worker was a thread of its own')
+    const s = rowsTopic(surface)
+    t.equal(s.produced, 24 * N, 'a row inherited from an exited thread keeps its numbers')
+    t.equal(s.bytes, 48 * N)
+    t.equal(s.delivered, 24 * N)
+    t.equal(s.groups[0].inFlight, 0)
+    t.same(s.partitions.map((p) => [p.partition, p.lastSeq]), [[0, 24 * N]], 'each worker continued the partition where the last one stopped')
+    t.same(faults, [], 'no faults: no false SEQ_REGRESSION from an inherited last_seq')
+  })
+
+  t.test(`${backend}: attachSurface twice in one thread gives that thread one row`, async (t) => {
+    const surface = surfaceOn(t, backend)
+    const shared = surface.share()
+    await run({ shared, partition: 0, from: 0, n: 1_001, attaches: 2, end: 'hang' })
+    t.equal(surface.arenaUsage().threadRows, 2)
+    t.equal(rowsTopic(surface).produced, 1_001, 'both recorders counted into it')
+    await run({ shared, partition: 0, from: 1_001, n: 1_000, attaches: 3 })
+    t.equal(surface.arenaUsage().threadRows, 2)
+    t.equal(rowsTopic(surface).produced, 2_001)
+  })
+
+  t.test(`${backend}: workers churning beside live ones never get a live thread's row; totals exact`, async (t) => {
+    const surface = surfaceOn(t, backend, { max_in_flight: 2 ** 31 - 1 })
+    const faults = faultsOf(surface)
+    const shared = surface.share()
+    const stop = new SharedArrayBuffer(4)
+    // Three threads record flat out on partitions 1–3 for the whole test.
+    const live = [1, 2, 3].map((partition) => run({ shared, partition, from: 0, end: 'hang', stop }))
+    const N = 2_000
+    let churned = 0
+    const deadline = Date.now() + 20_000
+    for (let i = 0; i < 30 && Date.now() < deadline; i++) {
+      await run({ shared, partition: 0, from: i * N, n: N, end: ENDS[i % ENDS.length] })
+      churned++
+    }
+    // The main thread's row, the three live ones and one reused by the churn: a live row handed
+    // to a churning worker would show as fewer rows and as lost updates below.
+    t.equal(surface.arenaUsage().threadRows, 5)
+    Atomics.store(new Int32Array(stop), 0, 1)
+    const counts = (await Promise.all(live)).map((r) => r.count)
+    const s = rowsTopic(surface)
+    const total = churned * N + counts.reduce((a, b) => a + b, 0)
+    t.ok(churned >= 5, `${churned} workers churned while 3 recorded ${counts.join(', ')}`)
+    t.equal(s.produced, total, 'no update lost: no two threads ever shared a row')
+    t.equal(s.delivered, total)
+    t.equal(s.groups[0].inFlight, 0)
+    t.same(s.partitions.map((p) => [p.partition, p.lastSeq]), [[0, churned * N], ...counts.map((c, i) => [i + 1, c])])
+    t.same(faults, [])
+  })
+}
