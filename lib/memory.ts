@@ -37,24 +37,29 @@ export const LOG_CHUNK_INTS = CHUNK_BYTES / 4
 
 /** A lock holder that vanished (a worker terminated mid-registration) is evicted after this. */
 const LOCK_STEAL_MS = 5000
+/** How often a waiter asks whether the holder's thread still exists (a /proc read, ~20 µs). */
+const HOLDER_CHECK_MS = 10
 const sleeper = new Int32Array(new SharedArrayBuffer(4))
 
 /**
  * A spin lock on one Int32 cell (0 = free, else the holder's tag). Critical sections are a few
  * hundred nanoseconds, so spinning beats parking; past that the waiter sleeps briefly. A holder
- * that has not released for seconds was terminated inside its critical section (a worker killed
- * with terminate()): every critical section publishes its work with one final store, so taking
- * the lock over is safe.
+ * terminated inside its critical section (a worker killed with terminate()) never releases: when
+ * `memory` can tell that the holder's thread is gone (its tag is a row whose owner has exited),
+ * the waiter takes the lock over at once; otherwise after LOCK_STEAL_MS of holding. Every critical
+ * section publishes its work with one final store, so taking the lock over is safe.
  */
-export function acquire(cells: Int32Array, index: number, tag: number): void {
+export function acquire(cells: Int32Array, index: number, tag: number, memory?: Memory): void {
   let spins = 0
   let waitedSince = 0
+  let checkedAt = 0
   for (;;) {
     const owner = Atomics.compareExchange(cells, index, 0, tag)
     if (owner === 0) return
     if (++spins < 200) continue
-    if (waitedSince === 0) waitedSince = Date.now()
-    else if (Date.now() - waitedSince > LOCK_STEAL_MS) {
+    const now = Date.now()
+    if (waitedSince === 0) waitedSince = checkedAt = now
+    else if (now - waitedSince > LOCK_STEAL_MS || (memory !== undefined && now - checkedAt >= HOLDER_CHECK_MS && ((checkedAt = now), memory.holderGone(owner)))) {
       if (Atomics.compareExchange(cells, index, owner, tag) === owner) return
     }
     Atomics.wait(sleeper, 0, 0, 0.05)
@@ -161,12 +166,26 @@ export class Memory {
   /** The registration lock: rare (new names, removals, chunk allocation), never on the hot path. */
   lock(): void {
     if (this.#lockDepth++ > 0) return
-    acquire(this.control, C_LOCK, this.#lockTag || -1)
+    acquire(this.control, C_LOCK, this.#lockTag || -1, this)
   }
 
   unlock(): void {
     if (--this.#lockDepth > 0) return
     release(this.control, C_LOCK)
+  }
+
+  /**
+   * Whether the thread that took a lock with `tag` (its row + 1) has exited. Only a row's owner
+   * takes locks with its tag, and a row changes owner only after its owner is gone, so an owner
+   * entry that names an exited thread proves the holder exited. Unknown (the main thread's row, a
+   * thread that had not claimed a row yet, no /proc): false, and the waiter falls back on time.
+   */
+  holderGone(tag: number): boolean {
+    const row = tag - 1
+    const k = Atomics.load(this.control, C_ROW_OWNERS)
+    if (row <= MAIN_ROW || row >= MAX_ROWS || k === 0) return false
+    const entry = entryOf(this.chunkI32(k), row)
+    return entry[0] !== 0 && !threadAlive(entry[0], entryStart(entry))
   }
 
   /** The tag a lock held by this thread carries (its row + 1; −1 before it claimed one). */

@@ -485,7 +485,7 @@ export class Group {
   dispatch(n = 1): boolean {
     if (!isCount(n)) checkCount('n', n)
     if (this.#topicTag[this.#topicTagIndex] !== this.#topicId) throw new RemovedTopicError(this.topic.name)
-    acquire(this.#lock, this.#lockIndex, this.#memory.lockTag)
+    acquire(this.#lock, this.#lockIndex, this.#memory.lockTag, this.#memory)
     try {
       if (this.#inFlightAll() + n > this.#maxInFlight) return false
       this.#row[this.#index + GroupCell.InFlight] += n
@@ -560,7 +560,7 @@ export class Group {
     // Fast path: this thread's own drops cover it. Otherwise check every thread's, under the lock.
     if (row[index + GroupCell.Dropped] - row[index + GroupCell.Dlq] < n) {
       const memory = this.#recorder.registry.memory
-      acquire(this.#lock, this.#lockIndex, memory.lockTag)
+      acquire(this.#lock, this.#lockIndex, memory.lockTag, memory)
       let credit: number
       try {
         credit = this.#sumAll(GroupCell.Dropped) - this.#sumAll(GroupCell.Dlq)
@@ -619,7 +619,7 @@ export class Group {
   #settleAcrossThreads(n: number): void {
     const memory = this.#recorder.registry.memory
     let before: number
-    acquire(this.#lock, this.#lockIndex, memory.lockTag)
+    acquire(this.#lock, this.#lockIndex, memory.lockTag, memory)
     try {
       before = Math.max(0, this.#inFlightAll())
       this.#row[this.#index + GroupCell.InFlight] -= Math.min(n, before)

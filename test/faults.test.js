@@ -10,6 +10,7 @@ const http = require('node:http')
 const path = require('node:path')
 const { Worker } = require('node:worker_threads')
 const { backends, surfaceOn, faultsOf, topicNumbers, lib, within } = require('./helpers')
+const { threadIdentity } = require('../dist/memory')
 
 const TRAFFIC = path.join(__dirname, 'fixtures', 'fault-traffic-worker.js')
 const REGISTERING = path.join(__dirname, 'fixtures', 'registering-worker.js')
@@ -298,10 +299,13 @@ for (const backend of backends()) {
     await within(10_000, 'lock taken', new Promise((resolve) => { const poll = setInterval(() => { if (Atomics.load(state, 0) === 1) { clearInterval(poll); resolve() } }, 1) }))
     await holder.worker.terminate()
     const started = Date.now()
-    surface.topic('after-terminate').produced(0, 1, 1) // needs the lock: waits out the 5 s steal
+    surface.topic('after-terminate').produced(0, 1, 1) // needs the lock
     const body = surface.render()
     const ms = Date.now() - started
-    t.ok(ms < 8000, `register + render done in ${ms} ms (the lock is stolen after 5 s; bound 8 s)`)
+    // On Linux the waiter sees in /proc that the holder's thread is gone and takes the lock over
+    // at once; elsewhere it waits out the 5 s steal.
+    const bound = threadIdentity() ? 2000 : 8000
+    t.ok(ms < bound, `register + render done in ${ms} ms (bound ${bound} ms${bound === 2000 ? '; a 5 s wait means the dead holder was not recognised' : ''})`)
     t.match(body, /^mq_topic_messages_produced_total\{topic="after-terminate"\} 1$/m, 'and the new topic is there')
     const next = Date.now()
     surface.topic('second').produced(0, 1, 1)
@@ -309,12 +313,33 @@ for (const backend of backends()) {
     t.ok(Date.now() - next < 1000, 'after the steal the lock is free again: no second wait')
   })
 
+  t.test(`${backend}: a worker terminated while holding a group's dispatch lock does not stall dispatch()`, async (t) => {
+    const surface = surfaceOn(t, backend)
+    const shared = surface.share()
+    const group = surface.topic('held').group('g')
+    const progress = new SharedArrayBuffer(16)
+    const state = new Int32Array(progress)
+    const holder = startWorker(REGISTERING, { shared, mode: 'hold-group-lock', progress, topic: 'held', group: 'g' })
+    await within(10_000, 'group lock taken', new Promise((resolve) => { const poll = setInterval(() => { if (Atomics.load(state, 0) === 1) { clearInterval(poll); resolve() } }, 1) }))
+    await holder.worker.terminate()
+    const started = Date.now()
+    t.equal(group.dispatch(1), true, 'the dispatch goes through')
+    const ms = Date.now() - started
+    const bound = threadIdentity() ? 2000 : 8000
+    t.ok(ms < bound, `dispatch() done in ${ms} ms (bound ${bound} ms)`)
+    const next = Date.now()
+    group.delivered(1)
+    t.equal(group.dispatch(1), true)
+    t.ok(Date.now() - next < 1000, 'the lock is free again: no second wait')
+    t.match(topicNumbers(surface, 'held').groups[0], { inFlight: 1, delivered: 1 })
+  })
+
   t.test(`${backend}: workers terminated while registering topics in a loop: main still registers and renders`, async (t) => {
     const surface = surfaceOn(t, backend)
     const shared = surface.share()
     const started = Date.now()
-    // One kill at a random point (it lands inside the lock more often than not: then main waits out
-    // the 5 s steal); the test above kills a lock holder every time.
+    // One kill at a random point (it often lands inside the lock: then main takes the lock over
+    // from the dead holder); the tests above kill a lock holder every time.
     for (let attempt = 0; attempt < 1; attempt++) {
       const progress = new SharedArrayBuffer(16)
       const state = new Int32Array(progress)
@@ -326,7 +351,7 @@ for (const backend of backends()) {
       surface.topic(`main-${attempt}`).produced(0, 1, 1)
       const body = surface.render()
       const ms = Date.now() - before
-      t.ok(ms < 8000, `attempt ${attempt}: main registered and rendered in ${ms} ms (${ms > 4000 ? 'the kill landed inside the lock' : 'the kill landed outside the lock'})`)
+      t.ok(ms < 8000, `attempt ${attempt}: main registered and rendered in ${ms} ms`)
       t.match(body, new RegExp(`^mq_topic_messages_produced_total\\{topic="main-${attempt}"\\} 1$`, 'm'), `attempt ${attempt}: main's topic is there`)
     }
     // The log the dead workers wrote replays cleanly in a new thread.
