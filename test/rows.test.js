@@ -51,25 +51,25 @@ t.test('a thread identity is its tid and start time, read from /proc', (t) => {
 })
 
 for (const backend of backends()) {
-  t.test(`${backend}: 24 workers one after another, ending every way there is, share one row and lose nothing`, async (t) => {
+  t.test(`${backend}: 12 workers one after another, ending every way there is, share one row and lose nothing`, async (t) => {
     const surface = surfaceOn(t, backend, { e2e_latency: true })
     const faults = faultsOf(surface)
     const shared = surface.share()
     const N = 5_000
     const identities = []
-    for (let i = 0; i < 24; i++) {
+    for (let i = 0; i < 12; i++) {
       const report = await run({ shared, partition: 0, from: i * N, n: N, end: ENDS[i % ENDS.length] })
       t.equal(report.count, N)
       identities.push(`${report.identity.tid}/${report.identity.start}`)
       t.equal(surface.arenaUsage().threadRows, 2, `after worker ${i + 1} (${ENDS[i % ENDS.length]}): the main thread's row and one reused row`)
     }
-    t.equal(new Set(identities).size, 24, 'every worker was a thread of its own')
+    t.equal(new Set(identities).size, 12, 'every worker was a thread of its own')
     const s = rowsTopic(surface)
-    t.equal(s.produced, 24 * N, 'a row inherited from an exited thread keeps its numbers')
-    t.equal(s.bytes, 48 * N)
-    t.equal(s.delivered, 24 * N)
+    t.equal(s.produced, 12 * N, 'a row inherited from an exited thread keeps its numbers')
+    t.equal(s.bytes, 24 * N)
+    t.equal(s.delivered, 12 * N)
     t.equal(s.groups[0].inFlight, 0)
-    t.same(s.partitions.map((p) => [p.partition, p.lastSeq]), [[0, 24 * N]], 'each worker continued the partition where the last one stopped')
+    t.same(s.partitions.map((p) => [p.partition, p.lastSeq]), [[0, 12 * N]], 'each worker continued the partition where the last one stopped')
     t.same(faults, [], 'no faults: no false SEQ_REGRESSION from an inherited last_seq')
   })
 
@@ -94,7 +94,7 @@ for (const backend of backends()) {
     const N = 2_000
     let churned = 0
     const deadline = Date.now() + 20_000
-    for (let i = 0; i < 30 && Date.now() < deadline; i++) {
+    for (let i = 0; i < 20 && Date.now() < deadline; i++) {
       await run({ shared, partition: 0, from: i * N, n: N, end: ENDS[i % ENDS.length] })
       churned++
     }
