@@ -34,7 +34,9 @@
 //   the JS backend there so that the arena is counted exactly (its SharedArrayBuffer's length: the
 //   native backend maps the same chunks, but V8 counts each external view of them again).
 // - 2 workers: `produced()` + `delivered()` on 8 shared topics (each worker on its own partition),
-//   one worker alone vs two at once, exact totals asserted afterwards.
+//   one worker alone vs two at once, exact totals asserted afterwards. In the same rounds, as
+//   control, the same two threads run a loop with no mq-metrics in it: what 2 threads get over
+//   1 on this machine at that moment, whatever they run.
 // - /metrics under load: the 200k-sample surface served on 127.0.0.1 (port 0), 2 workers recording
 //   flat out; blocks of sequential gzip scrapes (one in flight, 10 s timeout each: "bounded")
 //   alternate with quiet windows of the same length; p99 latency over all scrapes, and the
@@ -216,11 +218,26 @@ function workerMain() {
     return seqs[0]
   }
 
+  // The control: a loop of the same shape with no mq-metrics in it — four adds per message into
+  // this thread's own array, nothing shared. How it scales from 1 to 2 threads is what this
+  // machine gives two threads at that moment, whatever they run.
+  const own = new Float64Array(topics.length * 8)
+  function control(n) {
+    for (let i = 0; i < n; i++) {
+      const k = (i & mask) << 3
+      own[k] += 1
+      own[k + 1] += 100
+      own[k + 2] = i
+      own[k + 3] += 1
+    }
+    return own[0]
+  }
+
   parentPort.on('message', (message) => {
-    if (message.cmd === 'run') {
-      refill(message.n)
+    if (message.cmd === 'run' || message.cmd === 'control') {
+      if (message.cmd === 'run') refill(message.n)
       const start = performance.timeOrigin + performance.now()
-      const check = record(message.n)
+      const check = message.cmd === 'run' ? record(message.n) : control(message.n)
       const end = performance.timeOrigin + performance.now()
       parentPort.postMessage({ index, start, end, n: message.n, check })
     } else if (message.cmd === 'flat') {
@@ -451,36 +468,39 @@ async function workersSection(lib) {
   for (const name of topicNames) surface.topic(name).group('g')
   const shared = surface.share()
   const workers = await startWorkers(shared, topicNames, 'g', [0, 1])
-  const run = (indices, n) => Promise.all(indices.map((i) => request(workers[i], { cmd: 'run', n }, (m) => m.n !== undefined)))
+  const run = (indices, n, cmd = 'run') => Promise.all(indices.map((i) => request(workers[i], { cmd, n }, (m) => m.n !== undefined)))
 
   // Calibrate: one worker, ~250 ms per run, a multiple of the topic count.
-  let n = 1 << 20
-  for (;;) {
-    const [r] = await run([0], n)
-    if (r.end - r.start >= 150 || n >= 1 << 28) {
-      n = Math.max(8, Math.round((n * 250) / (r.end - r.start) / 8) * 8)
-      break
+  const calibrate = async (cmd) => {
+    let n = 1 << 20
+    for (;;) {
+      const [r] = await run([0], n, cmd)
+      if (r.end - r.start >= 150 || n >= 1 << 28) return Math.max(8, Math.round((n * 250) / (r.end - r.start) / 8) * 8)
+      n *= 2
     }
-    n *= 2
   }
+  const n = await calibrate('run')
+  const controlN = await calibrate('control')
   // Warm each worker up alone until its runs settle: V8 reaches its steady code for the loop only
   // after a few calls (measured here: 25–45 ns per message on the first call, 17–24 on the next
   // one or two, then 14.5), and a worker measured before that made the 2-vs-1 ratio swing from
   // 1.2× to 2.0× between runs.
   const warmUp = []
   for (const worker of [0, 1]) warmUp.push(await settle(() => run([worker], n).then(([r]) => r.end - r.start)))
-  const single = []
-  const pair = []
+  for (const worker of [0, 1]) await settle(() => run([worker], controlN, 'control').then(([r]) => r.end - r.start))
+  const samples = { single: [], pair: [], controlSingle: [], controlPair: [] }
   for (let round = 0; round <= ROUNDS; round++) {
-    const order = round % 2 ? ['pair', 'single'] : ['single', 'pair']
+    const order = round % 2 ? ['pair', 'single', 'controlPair', 'controlSingle'] : ['single', 'pair', 'controlSingle', 'controlPair']
     for (const which of order) {
-      const results = await run(which === 'single' ? [0] : [0, 1], n)
+      const isControl = which.startsWith('control')
+      const count = isControl ? controlN : n
+      const results = await run(which.endsWith('ingle') ? [0] : [0, 1], count, isControl ? 'control' : 'run')
       const start = Math.min(...results.map((r) => r.start))
       const end = Math.max(...results.map((r) => r.end))
-      const messagesPerSecond = (results.length * n) / ((end - start) / 1000)
-      if (round > 0) (which === 'single' ? single : pair).push(messagesPerSecond)
+      if (round > 0) samples[which].push((results.length * count) / ((end - start) / 1000))
     }
   }
+  const { single, pair } = samples
   const totals = await checkTotals(surface, workers, topicNames, 'g', [0, 1])
   await stopWorkers(workers)
   await surface.close()
@@ -490,6 +510,12 @@ async function workersSection(lib) {
     oneThreadMessagesPerSecond: median(single),
     twoThreadsMessagesPerSecond: median(pair),
     scaling: median(pair) / median(single),
+    control: {
+      loopsPerRun: controlN,
+      oneThreadLoopsPerSecond: median(samples.controlSingle),
+      twoThreadsLoopsPerSecond: median(samples.controlPair),
+      scaling: median(samples.controlPair) / median(samples.controlSingle),
+    },
     oneThreadSamples: single,
     twoThreadsSamples: pair,
     exactTotals: totals,
@@ -947,6 +973,7 @@ async function main() {
     const workers = await workersSection(lib)
     results.workers = workers
     table.push([`2 worker threads recording on 8 shared topics (\`produced\` + \`delivered\` per message; 1 thread: ${formatRate(workers.oneThreadMessagesPerSecond)}; exact totals ✓)`, '—', formatRate(workers.twoThreadsMessagesPerSecond), `${workers.scaling.toFixed(2)}× one thread`, '≥ 1.7× one thread, exact totals', pass(workers.scaling >= 1.7 && workers.exactTotals.ok)])
+    table.push([`control: the same 2 threads, same rounds, running a loop with no mq-metrics in it (4 adds per message into a private array; 1 thread: ${formatRate(workers.control.oneThreadLoopsPerSecond)})`, '—', formatRate(workers.control.twoThreadsLoopsPerSecond), `${workers.control.scaling.toFixed(2)}× one thread`, '—', 'info'])
   }
 
   let render
