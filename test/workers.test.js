@@ -105,8 +105,11 @@ for (const backend of backends()) {
     const worker = new Worker(STEPPER, { eval: true, workerData: surface.share() })
     t.teardown(() => worker.terminate())
     const inWorker = (partition, seq) => new Promise((resolve, reject) => {
-      worker.once('message', resolve)
-      worker.once('error', reject)
+      // One listener pair per call, both removed once either fires (else 'error' listeners pile up).
+      const onMessage = (m) => { worker.off('error', onError); resolve(m) }
+      const onError = (e) => { worker.off('message', onMessage); reject(e) }
+      worker.once('message', onMessage)
+      worker.once('error', onError)
       worker.postMessage({ partition, seq })
     })
     const topic = surface.topic('seqs')
