@@ -6,6 +6,10 @@ const path = require('node:path')
 const { backends } = require('./helpers')
 const { MAX_ROWS } = require('../dist/memory')
 
+// ~1,000 worker start-ups per backend: ~1 minute each here, more on a loaded machine. Bounded
+// below by the per-child kill; this file gets 10 minutes instead of the default 5.
+t.setTimeout(600_000)
+
 t.test(`${MAX_ROWS + 40} attaches to one surface, 16 at a time: more than there are rows`, async (t) => {
   // Without reuse, attach number MAX_ROWS would throw RangeError. In child processes: see the fixture.
   const { spawn } = require('node:child_process')
@@ -20,7 +24,7 @@ t.test(`${MAX_ROWS + 40} attaches to one surface, 16 at a time: more than there 
       let err = ''
       child.stdout.on('data', (d) => (out += d))
       child.stderr.on('data', (d) => (err += d))
-      const timer = setTimeout(() => child.kill('SIGKILL'), 200_000)
+      const timer = setTimeout(() => child.kill('SIGKILL'), 280_000)
       child.on('close', (code) => {
         clearTimeout(timer)
         try { resolve(JSON.parse(out)) } catch { reject(new Error(`row-churn ${backend} exited ${code}: ${err.slice(0, 1000)}`)) }
