@@ -113,7 +113,7 @@ export class Memory {
       try {
         let row: number
         if (found !== undefined) {
-          if (!sameEntry(this.#owners(), found.row, found.entry)) continue // taken meanwhile: look again
+          if (!isOwner(this.#owners(), found.row, found.owner)) continue // taken meanwhile: look again
           row = found.row
         } else {
           row = this.control[C_NEXT_ROW]
@@ -132,18 +132,15 @@ export class Memory {
     }
   }
 
-  /** A row this thread already owns, else one whose owner has exited, with its owner entry. */
-  #reusableRow(me: ThreadIdentity): { row: number; entry: number[] } | undefined {
+  /** A row this thread already owns, else one whose owner has exited; with that owner. */
+  #reusableRow(me: ThreadIdentity): { row: number; owner: ThreadIdentity } | undefined {
     const k = Atomics.load(this.control, C_ROW_OWNERS)
     if (k === 0) return undefined
     const owners = this.chunkI32(k)
     const rows = Atomics.load(this.control, C_NEXT_ROW)
     // The main thread's row is never handed out: the surface itself records into it.
-    for (let row = MAIN_ROW + 1; row < rows; row++) if (sameOwner(owners, row, me)) return { row, entry: entryOf(owners, row) }
-    for (let row = MAIN_ROW + 1; row < rows; row++) {
-      const entry = entryOf(owners, row)
-      if (entry[0] !== 0 && !threadAlive(entry[0], entryStart(entry))) return { row, entry }
-    }
+    for (let row = MAIN_ROW + 1; row < rows; row++) if (isOwner(owners, row, me)) return { row, owner: me }
+    for (let row = MAIN_ROW + 1; row < rows; row++) if (ownerGone(owners, row)) return { row, owner: ownerOf(owners, row)! }
     return undefined
   }
 
@@ -184,8 +181,7 @@ export class Memory {
     const row = tag - 1
     const k = Atomics.load(this.control, C_ROW_OWNERS)
     if (row <= MAIN_ROW || row >= MAX_ROWS || k === 0) return false
-    const entry = entryOf(this.chunkI32(k), row)
-    return entry[0] !== 0 && !threadAlive(entry[0], entryStart(entry))
+    return ownerGone(this.chunkI32(k), row)
   }
 
   /** The tag a lock held by this thread carries (its row + 1; −1 before it claimed one). */
@@ -302,7 +298,13 @@ let thisThread: ThreadIdentity | null | undefined // per thread: each worker loa
 
 /** The calling thread's identity, or undefined where /proc is not available. */
 export function threadIdentity(): ThreadIdentity | undefined {
-  if (thisThread === undefined) thisThread = readStat('/proc/thread-self/stat') ?? null
+  if (thisThread === undefined) {
+    try {
+      thisThread = parseStat(readFileSync('/proc/thread-self/stat', 'latin1')) ?? null
+    } catch {
+      thisThread = null // not Linux, or /proc not mounted: rows are simply not reused
+    }
+  }
   return thisThread ?? undefined
 }
 
@@ -329,32 +331,21 @@ export function threadAlive(tid: number, start: number): boolean {
   return parseStat(text)?.start === start
 }
 
-function readStat(path: string): ThreadIdentity | undefined {
-  try {
-    return parseStat(readFileSync(path, 'latin1'))
-  } catch {
-    return undefined // not Linux, or /proc not mounted: rows are simply not reused
-  }
-}
-
-function sameOwner(owners: Int32Array, row: number, me: ThreadIdentity): boolean {
-  const entry = entryOf(owners, row)
-  return entry[0] === me.tid && entryStart(entry) === me.start
-}
-
-/** A row's owner entry: tid (0 = none recorded: counts as alive), start time low and high bits. */
-function entryOf(owners: Int32Array, row: number): number[] {
+/** A row's owner as recorded (undefined: none recorded, which counts as alive). */
+function ownerOf(owners: Int32Array, row: number): ThreadIdentity | undefined {
   const at = row * OWNER_INTS
-  return [owners[at], owners[at + 1], owners[at + 2]]
+  return owners[at] === 0 ? undefined : { tid: owners[at], start: (owners[at + 1] >>> 0) + owners[at + 2] * 2 ** 32 }
 }
 
-function sameEntry(owners: Int32Array, row: number, entry: number[]): boolean {
-  const at = row * OWNER_INTS
-  return owners[at] === entry[0] && owners[at + 1] === entry[1] && owners[at + 2] === entry[2]
+/** The row's recorded owner has exited. */
+function ownerGone(owners: Int32Array, row: number): boolean {
+  const owner = ownerOf(owners, row)
+  return owner !== undefined && !threadAlive(owner.tid, owner.start)
 }
 
-function entryStart(entry: number[]): number {
-  return (entry[1] >>> 0) + entry[2] * 2 ** 32
+function isOwner(owners: Int32Array, row: number, thread: ThreadIdentity): boolean {
+  const owner = ownerOf(owners, row)
+  return owner !== undefined && owner.tid === thread.tid && owner.start === thread.start
 }
 
 function setOwner(owners: Int32Array, row: number, me: ThreadIdentity): void {

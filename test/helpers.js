@@ -69,4 +69,38 @@ function within(ms, what, promise) {
   ]).finally(() => clearTimeout(timer))
 }
 
-module.exports = { lib, dist, backends, surfaceOn, faultsOf, topicNumbers, prng, within }
+/**
+ * Runs `node ...args` and resolves with the JSON it prints on stdout; rejects with its stderr if
+ * it prints none, or if it has not finished within `timeoutMs` (then it is killed).
+ * `withoutTapLoader`: tap's process tracker puts its loader into every child's NODE_OPTIONS, and
+ * from there into every worker thread the child starts (~3× the start-up cost); `env -u` takes it
+ * out again.
+ */
+function jsonFromChild(name, args, { timeoutMs, withoutTapLoader = false }) {
+  const { spawn } = require('node:child_process')
+  return new Promise((resolve, reject) => {
+    const child = withoutTapLoader
+      ? spawn('sh', ['-c', 'exec env -u NODE_OPTIONS "$0" "$@"', process.execPath, ...args], { stdio: ['ignore', 'pipe', 'pipe'] })
+      : spawn(process.execPath, args, { stdio: ['ignore', 'pipe', 'pipe'] })
+    let stdout = ''
+    let stderr = ''
+    let timedOut = false
+    child.stdout.on('data', (d) => (stdout += d))
+    child.stderr.on('data', (d) => (stderr += d))
+    const timer = setTimeout(() => {
+      timedOut = true
+      child.kill('SIGKILL')
+    }, timeoutMs)
+    child.on('close', (code) => {
+      clearTimeout(timer)
+      if (timedOut) return reject(new Error(`${name} did not finish within ${timeoutMs} ms`))
+      try {
+        resolve(JSON.parse(stdout))
+      } catch {
+        reject(new Error(`${name} exited ${code}: ${stderr.slice(0, 2000)}`))
+      }
+    })
+  })
+}
+
+module.exports = { lib, dist, backends, surfaceOn, faultsOf, topicNumbers, prng, within, jsonFromChild }

@@ -1,39 +1,17 @@
 'use strict'
 // Thread rows are reused: a thread that attaches again keeps its row, and the row of a thread
 // that has exited — however it ended — goes to the next thread that attaches, which inherits its
-// numbers. Totals stay exact, a live thread's row is never handed out, and a surface takes far
-// more than MAX_ROWS − 1 attaches over its life.
+// numbers. Totals stay exact and a live thread's row is never handed out (rows-many.test.js:
+// more attaches than there are rows).
 const t = require('tap')
-const path = require('node:path')
-const { Worker } = require('node:worker_threads')
 const { backends, surfaceOn, faultsOf } = require('./helpers')
-const { MAX_ROWS, threadIdentity, threadAlive, parseStat } = require('../dist/memory')
+const { threadIdentity, threadAlive, parseStat } = require('../dist/memory')
 
-const WORKER = path.join(__dirname, 'fixtures', 'row-worker.js')
-
-/** Runs one row-worker to its end; resolves with its report once the thread has exited. */
-function run(data) {
-  return new Promise((resolve, reject) => {
-    // execArgv: [] keeps tap's loaders (and their ~1 s start-up per thread) out of the workers.
-    const worker = new Worker(WORKER, { workerData: data, execArgv: [] })
-    let report
-    let failure
-    worker.on('message', (m) => {
-      report = m
-      if (data.end === 'hang') worker.terminate()
-    })
-    worker.on('error', (error) => {
-      if (data.end !== 'throw') failure = error
-    })
-    worker.on('exit', () => (failure ? reject(failure) : report ? resolve(report) : reject(new Error('the worker exited without a report'))))
-  })
-}
+const { runRowWorker: run, ENDS } = require('./fixtures/row-worker')
 
 function rowsTopic(surface) {
   return surface.snapshot().topics.find((x) => x.name === 'rows')
 }
-
-const ENDS = ['return', 'exit', 'throw', 'hang']
 
 t.test('a thread identity is its tid and start time, read from /proc', (t) => {
   const me = threadIdentity()

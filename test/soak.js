@@ -13,8 +13,7 @@
 // Each backend runs in a child process started with --expose-gc (runSoakInChild), so the
 // measurement sees one surface and nothing else; test/soak.test.js runs the short form.
 const path = require('node:path')
-const { prng } = require('./helpers')
-const { spawn } = require('node:child_process')
+const { prng, jsonFromChild } = require('./helpers')
 
 /** Bounds, between the end of the first quarter and the end of the last (after GC). */
 const BOUNDS = { rssGrowthBytes: 64 * 2 ** 20, heapGrowthBytes: 16 * 2 ** 20 }
@@ -223,23 +222,8 @@ function mb(bytes) {
 
 /** Runs runSoak in a child `node --expose-gc` (the measurement's own process); resolves its result. */
 function runSoakInChild(options, { timeoutMs = 600_000 } = {}) {
-  return new Promise((resolve, reject) => {
-    const args = ['--expose-gc', __filename, '--child', '--ops', String(options.operations), '--topics', String(options.topics), '--backend', options.backend, '--seed', String(options.seed ?? 1)]
-    const child = spawn(process.execPath, args, { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env } })
-    let stdout = ''
-    let stderr = ''
-    child.stdout.on('data', (d) => (stdout += d))
-    child.stderr.on('data', (d) => (stderr += d))
-    const timer = setTimeout(() => { child.kill('SIGKILL'); reject(new Error(`soak (${options.backend}) did not finish within ${timeoutMs} ms`)) }, timeoutMs)
-    child.on('close', (code) => {
-      clearTimeout(timer)
-      try {
-        resolve(JSON.parse(stdout))
-      } catch {
-        reject(new Error(`soak child (${options.backend}) exited ${code}: ${stderr.slice(0, 2000)}`))
-      }
-    })
-  })
+  const args = ['--expose-gc', __filename, '--child', '--ops', String(options.operations), '--topics', String(options.topics), '--backend', options.backend, '--seed', String(options.seed ?? 1)]
+  return jsonFromChild(`soak child (${options.backend})`, args, { timeoutMs })
 }
 
 function availableBackends() {

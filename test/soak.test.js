@@ -5,7 +5,7 @@
 // was recorded. `npm run soak` runs the long form (10,000,000 operations over 10,000 topics).
 const t = require('tap')
 const { runSoakInChild, availableBackends, SHORT, BOUNDS } = require('./soak')
-const { backends } = require('./helpers')
+const { backends, jsonFromChild } = require('./helpers')
 
 t.test('short soak on every backend: counters exact, memory flat, no slot leak', async (t) => {
   const chosen = backends()
@@ -23,19 +23,8 @@ t.test('short soak on every backend: counters exact, memory flat, no slot leak',
 t.test('a worker does not keep handles of topics the main thread removed', async (t) => {
   // 20,000 topics resolved in a worker and removed by main; before registry.onTopicRemoved the
   // worker kept every dead handle: +19.9 MB of heap here (~1 KB per topic, unbounded with churn).
-  const { spawn } = require('node:child_process')
   const path = require('node:path')
-  const runs = await Promise.all(backends().map((backend) => new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, ['--expose-gc', path.join(__dirname, 'fixtures', 'worker-churn.js'), backend, '20000'], { stdio: ['ignore', 'pipe', 'pipe'] })
-    let out = ''
-    let err = ''
-    child.stdout.on('data', (d) => (out += d))
-    child.stderr.on('data', (d) => (err += d))
-    const timer = setTimeout(() => child.kill('SIGKILL'), 30_000)
-    child.on('close', (code) => {
-      clearTimeout(timer)
-      try { resolve(JSON.parse(out)) } catch { reject(new Error(`worker-churn ${backend} exited ${code}: ${err.slice(0, 1000)}`)) }
-    })
-  })))
+  const churn = path.join(__dirname, 'fixtures', 'worker-churn.js')
+  const runs = await Promise.all(backends().map((backend) => jsonFromChild(`worker-churn ${backend}`, ['--expose-gc', churn, backend, '20000'], { timeoutMs: 30_000 })))
   for (const r of runs) t.ok(r.heapGrowthMB < 4, `${r.backend}: worker heap after ${r.topics} removed topics grew ${r.heapGrowthMB} MB (bound 4 MB)`)
 })
