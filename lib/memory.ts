@@ -21,7 +21,7 @@ export const MAX_ROWS = 1024
 const DIRECTORY_ENTRIES = CHUNK_BYTES / 4
 
 // Control block cells (Int32 indices into chunk 0).
-export const C_LOCK = 0 // 0 free, else the owner's row + 1
+export const C_LOCK = 0 // 0 free, else the holder's lock tag (see lockTag)
 export const C_NEXT_CHUNK = 1 // next arena chunk to hand out
 export const C_NEXT_ROW = 2 // next thread row to claim
 export const C_NEXT_SLOT = 3 // next never-used slot id
@@ -30,37 +30,56 @@ export const C_LOG_END = 5 // published end of the registration log, in Int32 un
 export const C_NEXT_ID = 6 // next topic / group id (ids are never reused)
 export const C_WORKER_FAULTS = 7 // fault entries workers appended to the log (bounded)
 const C_ROW_OWNERS = 8 // arena chunk of the row-owner table (0 = none yet; see claimRow)
+const C_NEXT_ANONYMOUS = 9 // lock tags of threads that have no row yet (see lockTag)
 const C_ROW_DIRECTORY = 64 // [MAX_ROWS]: chunk holding row r's directory, 0 = none yet
 const C_LOG_DIRECTORY = C_ROW_DIRECTORY + MAX_ROWS // [MAX_LOG_CHUNKS]: chunks of the log
 export const MAX_LOG_CHUNKS = DIRECTORY_ENTRIES - C_LOG_DIRECTORY
 export const LOG_CHUNK_INTS = CHUNK_BYTES / 4
 
-/** A lock holder that vanished (a worker terminated mid-registration) is evicted after this. */
+/**
+ * A lock holder whose thread cannot be checked (no /proc, or a thread that had no row yet) is
+ * evicted after holding the lock this long (a worker terminated mid-registration).
+ */
 const LOCK_STEAL_MS = 5000
 /** How often a waiter asks whether the holder's thread still exists (a /proc read, ~20 µs). */
 const HOLDER_CHECK_MS = 10
 const sleeper = new Int32Array(new SharedArrayBuffer(4))
 
+/** What /proc says of a thread: running, exited, or nothing provable. */
+export type ThreadState = 'alive' | 'gone' | 'unknown'
+
 /**
  * A spin lock on one Int32 cell (0 = free, else the holder's tag). Critical sections are a few
  * hundred nanoseconds, so spinning beats parking; past that the waiter sleeps briefly. A holder
  * terminated inside its critical section (a worker killed with terminate()) never releases: when
- * `memory` can tell that the holder's thread is gone (its tag is a row whose owner has exited),
- * the waiter takes the lock over at once; otherwise after LOCK_STEAL_MS of holding. Every critical
- * section publishes its work with one final store, so taking the lock over is safe.
+ * `memory` can tell that the holder's thread is gone, the waiter takes the lock over at once. A
+ * holder known to be alive is never evicted, however long it holds; one that cannot be checked is
+ * evicted once the same tag has held the lock for LOCK_STEAL_MS (a new tag restarts the clock).
+ * Every critical section publishes its work with one final store, so taking the lock over is safe.
  */
 export function acquire(cells: Int32Array, index: number, tag: number, memory?: Memory): void {
   let spins = 0
-  let waitedSince = 0
+  let seen = 0
+  let seenSince = 0
   let checkedAt = 0
+  let state: ThreadState = 'unknown'
   for (;;) {
     const owner = Atomics.compareExchange(cells, index, 0, tag)
     if (owner === 0) return
     if (++spins < 200) continue
     const now = Date.now()
-    if (waitedSince === 0) waitedSince = checkedAt = now
-    else if (now - waitedSince > LOCK_STEAL_MS || (memory !== undefined && now - checkedAt >= HOLDER_CHECK_MS && ((checkedAt = now), memory.holderGone(owner)))) {
-      if (Atomics.compareExchange(cells, index, owner, tag) === owner) return
+    if (owner !== seen) {
+      seen = owner
+      seenSince = checkedAt = now
+      state = 'unknown'
+    } else {
+      if (memory !== undefined && now - checkedAt >= HOLDER_CHECK_MS) {
+        checkedAt = now
+        state = memory.holderState(owner)
+      }
+      if (state === 'gone' || (state === 'unknown' && now - seenSince > LOCK_STEAL_MS)) {
+        if (Atomics.compareExchange(cells, index, owner, tag) === owner) return
+      }
     }
     Atomics.wait(sleeper, 0, 0, 0.05)
   }
@@ -77,11 +96,14 @@ export class Memory {
   readonly #i32 = new Map<number, Int32Array>()
   readonly #i64 = new Map<number, BigInt64Array>()
   readonly #directories = new Map<number, Int32Array>()
+  readonly #liveness: (tid: number, start: number) => ThreadState
   #lockDepth = 0
   #lockTag = 0
 
-  constructor(arena: Arena, fresh: boolean) {
+  /** `liveness` answers whether a row owner still runs: /proc, unless a test stands in for it. */
+  constructor(arena: Arena, fresh: boolean, liveness: (tid: number, start: number) => ThreadState = threadState) {
     this.arena = arena
+    this.#liveness = liveness
     this.control = new Int32Array(arena.chunk(0), chunkOffset(arena, 0), CHUNK_BYTES / 4)
     if (fresh) {
       this.control[C_NEXT_CHUNK] = 1
@@ -100,14 +122,14 @@ export class Memory {
    * Which thread owns a row is its kernel identity (tid and start time, see threadIdentity), kept
    * in the row-owner table; whether that thread still exists is asked of /proc, since a thread
    * that is gone can no longer write. Without /proc (not Linux) no identity is known and every
-   * attach takes a fresh row, as many as MAX_ROWS − 1 over the surface's life.
+   * attach takes a fresh row, as many as MAX_ROWS − 1 over the surface's life. `me` is the
+   * calling thread (a parameter only so that tests can play several threads in one).
    */
-  claimRow(): number {
-    const me = threadIdentity()
+  claimRow(me: ThreadIdentity | undefined = threadIdentity()): number {
     for (;;) {
       // The owner table is read and /proc asked without the lock (a scan over many live threads
       // takes milliseconds, and scrapes need the lock); a row found is taken only if its entry
-      // still holds the owner that was found gone — a thread that is gone stays gone.
+      // still holds the very owner that was found gone — a thread that is gone stays gone.
       const found = me === undefined ? undefined : this.#reusableRow(me)
       this.lock()
       try {
@@ -122,9 +144,16 @@ export class Memory {
           }
           Atomics.store(this.control, C_NEXT_ROW, row + 1)
         }
-        // The main thread's row needs no owner: it is never handed out (see #reusableRow).
-        if (me !== undefined && row !== MAIN_ROW) setOwner(this.#owners(), row, me)
-        this.#lockTag = row + 1
+        let generation = 0
+        if (me !== undefined) {
+          // A new owner moves the row's generation on, so that a lock tag of the previous owner
+          // never names this one (see holderState). The main thread's row gets an owner too —
+          // its lock tags can then be checked — but is never handed out (see #reusableRow).
+          const owners = this.#owners()
+          if (!isOwner(owners, row, me)) setOwner(owners, row, me)
+          generation = generationOf(owners, row)
+        }
+        this.#lockTag = row + 1 + generation * TAG_ROWS
         return row
       } finally {
         this.unlock()
@@ -140,7 +169,13 @@ export class Memory {
     const rows = Atomics.load(this.control, C_NEXT_ROW)
     // The main thread's row is never handed out: the surface itself records into it.
     for (let row = MAIN_ROW + 1; row < rows; row++) if (isOwner(owners, row, me)) return { row, owner: me }
-    for (let row = MAIN_ROW + 1; row < rows; row++) if (ownerGone(owners, row)) return { row, owner: ownerOf(owners, row)! }
+    for (let row = MAIN_ROW + 1; row < rows; row++) {
+      // Read once: the owner checked in /proc is the owner returned. (Reading the entry again
+      // after the check could return a thread that claimed the row meanwhile — alive — which
+      // the re-check under the lock would then confirm: two live threads in one row.)
+      const owner = ownerOf(owners, row)
+      if (owner !== undefined && this.#liveness(owner.tid, owner.start) === 'gone') return { row, owner }
+    }
     return undefined
   }
 
@@ -163,7 +198,7 @@ export class Memory {
   /** The registration lock: rare (new names, removals, chunk allocation), never on the hot path. */
   lock(): void {
     if (this.#lockDepth++ > 0) return
-    acquire(this.control, C_LOCK, this.#lockTag || -1, this)
+    acquire(this.control, C_LOCK, this.lockTag, this)
   }
 
   unlock(): void {
@@ -172,21 +207,35 @@ export class Memory {
   }
 
   /**
-   * Whether the thread that took a lock with `tag` (its row + 1) has exited. Only a row's owner
-   * takes locks with its tag, and a row changes owner only after its owner is gone, so an owner
-   * entry that names an exited thread proves the holder exited. Unknown (the main thread's row, a
-   * thread that had not claimed a row yet, no /proc): false, and the waiter falls back on time.
+   * Whether the thread that took a lock with `tag` still runs. A row's tag names the row and the
+   * generation of its owner entry at claim time; only that owner takes locks with it, and a row
+   * changes owner (generation) only once its owner is gone. So an entry that moved on to another
+   * generation, or that names an exited thread, proves the holder exited. 'unknown': a thread
+   * that had no row yet, no owner entry (no /proc), or /proc could not say; the waiter then falls
+   * back on time.
    */
-  holderGone(tag: number): boolean {
-    const row = tag - 1
+  holderState(tag: number): ThreadState {
+    const row = (tag % TAG_ROWS) - 1
     const k = Atomics.load(this.control, C_ROW_OWNERS)
-    if (row <= MAIN_ROW || row >= MAX_ROWS || k === 0) return false
-    return ownerGone(this.chunkI32(k), row)
+    if (tag <= 0 || row < MAIN_ROW || row >= MAX_ROWS || k === 0) return 'unknown'
+    const owners = this.chunkI32(k)
+    const generation = generationOf(owners, row)
+    if (generation !== Math.floor(tag / TAG_ROWS)) return 'gone'
+    const owner = ownerOf(owners, row)
+    if (owner === undefined) return 'unknown'
+    // Read before the entry moved on (a torn read of an entry being rewritten)? Then gone too.
+    if (generationOf(owners, row) !== generation) return 'gone'
+    return this.#liveness(owner.tid, owner.start)
   }
 
-  /** The tag a lock held by this thread carries (its row + 1; −1 before it claimed one). */
+  /**
+   * The tag a lock held by this thread carries: (row + 1) + generation × TAG_ROWS once it has a
+   * row (at most 2^31 − 1: MAX_ROWS ≤ TAG_ROWS and 2^20 generations); before that a negative
+   * number of its own, so that a waiter can tell one holder from the next (see acquire).
+   */
   get lockTag(): number {
-    return this.#lockTag || -1
+    if (this.#lockTag === 0) this.#lockTag = -1 - (Atomics.add(this.control, C_NEXT_ANONYMOUS, 1) & 0x3fffffff)
+    return this.#lockTag
   }
 
   #view<T>(cache: Map<number, T>, k: number, make: (buffer: ArrayBuffer | SharedArrayBuffer, offset: number) => T): T {
@@ -287,7 +336,11 @@ export class Memory {
 // Thread identity, for reusing the rows of exited threads. A tid alone is not enough: Linux hands
 // a freed tid to a later thread, so the owner table keeps the thread's start time with it (clock
 // ticks since boot, field 22 of /proc/<tid>/stat), which no two threads with the same tid share.
-const OWNER_INTS = 4 // per row: tid, start time low 32 bits, start time high bits, (unused)
+const OWNER_INTS = 4 // per row: tid, start time low 32 bits, start time high bits, generation
+/** Lock tags: row + 1 below TAG_ROWS, the owner entry's generation (mod GENERATIONS) above. */
+const TAG_ROWS = 2048
+const GENERATIONS = 2 ** 20
+if (MAX_ROWS > TAG_ROWS || (TAG_ROWS * GENERATIONS) - 1 > 2 ** 31 - 1) throw new Error('internal: lock tags do not fit an Int32')
 
 export interface ThreadIdentity {
   tid: number
@@ -320,15 +373,21 @@ export function parseStat(text: string): ThreadIdentity | undefined {
 }
 
 /** Whether the thread `tid` that started at `start` still exists in this process. */
-export function threadAlive(tid: number, start: number): boolean {
+export function threadState(tid: number, start: number): ThreadState {
   let text: string
   try {
     text = readFileSync(`/proc/self/task/${tid}/stat`, 'latin1')
   } catch (error) {
-    // Gone. Anything other than "no such entry" is not proof of that: keep the row.
-    return (error as NodeJS.ErrnoException).code !== 'ENOENT'
+    // Gone. Anything else is not proof of that: ESRCH, for one, is a thread still exiting.
+    return (error as NodeJS.ErrnoException).code === 'ENOENT' ? 'gone' : 'unknown'
   }
-  return parseStat(text)?.start === start
+  const stat = parseStat(text)
+  return stat === undefined ? 'unknown' : stat.start === start ? 'alive' : 'gone'
+}
+
+/** threadState, for a caller that only needs to know whether the thread may still run. */
+export function threadAlive(tid: number, start: number): boolean {
+  return threadState(tid, start) !== 'gone'
 }
 
 /** A row's owner as recorded (undefined: none recorded, which counts as alive). */
@@ -337,10 +396,9 @@ function ownerOf(owners: Int32Array, row: number): ThreadIdentity | undefined {
   return owners[at] === 0 ? undefined : { tid: owners[at], start: (owners[at + 1] >>> 0) + owners[at + 2] * 2 ** 32 }
 }
 
-/** The row's recorded owner has exited. */
-function ownerGone(owners: Int32Array, row: number): boolean {
-  const owner = ownerOf(owners, row)
-  return owner !== undefined && !threadAlive(owner.tid, owner.start)
+/** How many times the row has changed owner (mod GENERATIONS); the tag of its owner's locks. */
+function generationOf(owners: Int32Array, row: number): number {
+  return Atomics.load(owners, row * OWNER_INTS + 3)
 }
 
 function isOwner(owners: Int32Array, row: number, thread: ThreadIdentity): boolean {
@@ -348,8 +406,11 @@ function isOwner(owners: Int32Array, row: number, thread: ThreadIdentity): boole
   return owner !== undefined && owner.tid === thread.tid && owner.start === thread.start
 }
 
+/** A new owner for the row, in a new generation. Caller holds the lock. */
 function setOwner(owners: Int32Array, row: number, me: ThreadIdentity): void {
   const at = row * OWNER_INTS
+  // The generation moves first: a reader that sees the new tid also sees the new generation.
+  Atomics.store(owners, at + 3, (owners[at + 3] + 1) % GENERATIONS)
   owners[at] = me.tid
   owners[at + 1] = me.start % 2 ** 32 | 0
   owners[at + 2] = Math.floor(me.start / 2 ** 32)

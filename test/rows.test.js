@@ -5,7 +5,8 @@
 // more attaches than there are rows).
 const t = require('tap')
 const { backends, surfaceOn, faultsOf } = require('./helpers')
-const { threadIdentity, threadAlive, parseStat } = require('../dist/memory')
+const { threadIdentity, threadAlive, threadState, parseStat, Memory, MAIN_ROW } = require('../dist/memory')
+const { createArena } = require('../dist/backend')
 
 const { runRowWorker: run, ENDS } = require('./fixtures/row-worker')
 
@@ -20,6 +21,8 @@ t.test('a thread identity is its tid and start time, read from /proc', (t) => {
   t.equal(threadAlive(me.tid, me.start), true, 'this thread is alive')
   t.equal(threadAlive(me.tid, me.start + 1), false, 'a tid reused by a thread that started later is not the owner')
   t.equal(threadAlive(2 ** 31 - 1, 0), false, 'a tid no thread has is not alive')
+  t.equal(threadState(me.tid, me.start), 'alive')
+  t.equal(threadState(2 ** 31 - 1, 0), 'gone')
   const line = '4242 (a ) (b c) S 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 123456789012 20 21'
   t.same(parseStat(line), { tid: 4242, start: 123456789012 }, 'a thread name holding ") (" and spaces does not shift the fields')
   t.equal(parseStat(''), undefined)
@@ -28,7 +31,79 @@ t.test('a thread identity is its tid and start time, read from /proc', (t) => {
   t.end()
 })
 
+/**
+ * Several threads played in this one: each Memory claims with an identity of its own, and
+ * whether an identity's thread still runs is what `dead` says (the test's stand-in for /proc).
+ * `onCheck(tid)` runs inside each liveness question, so a test can act in the middle of one.
+ */
+function playedThreads(backend) {
+  const arena = createArena(backend)
+  const dead = new Set()
+  const hooks = { onCheck: () => {} }
+  const liveness = (tid) => {
+    hooks.onCheck(tid)
+    return dead.has(tid) ? 'gone' : 'alive'
+  }
+  const thread = (tid) => ({ tid, start: 5000 + tid })
+  const memory = (fresh = false) => new Memory(arena, fresh, liveness)
+  return { arena, dead, hooks, thread, memory }
+}
+
 for (const backend of backends()) {
+  t.test(`${backend}: two threads that find the same dead row at once: one gets it, the other a row of its own`, (t) => {
+    const { dead, hooks, thread, memory } = playedThreads(backend)
+    t.equal(memory(true).claimRow(thread(1)), MAIN_ROW, 'the creator')
+    const x = memory()
+    t.equal(x.claimRow(thread(2)), MAIN_ROW + 1)
+    dead.add(2)
+    // y scans the owner table and asks about x, which is gone; while it asks, z (which also
+    // finds x gone) claims x's row. y must then not take that row: it is z's, and z is alive.
+    const z = memory()
+    let zRow
+    hooks.onCheck = (tid) => {
+      if (tid !== 2 || zRow !== undefined) return
+      zRow = -1
+      zRow = z.claimRow(thread(4))
+    }
+    const y = memory()
+    const yRow = y.claimRow(thread(3))
+    t.equal(zRow, MAIN_ROW + 1, 'z took the dead thread\'s row')
+    t.equal(yRow, MAIN_ROW + 2, 'y took a fresh row, not the one z had just claimed')
+    hooks.onCheck = () => {}
+    t.equal(memory().claimRow(thread(4)), zRow, 'z attaching again gets its own row back')
+    t.equal(memory().claimRow(thread(5)), MAIN_ROW + 3, 'no row is free while its threads run')
+    t.end()
+  })
+
+  t.test(`${backend}: a lock tag names its holder's claim: a row's next owner never carries the last one's tag`, (t) => {
+    const { dead, thread, memory } = playedThreads(backend)
+    const creator = memory(true)
+    creator.claimRow(thread(1))
+    const x = memory()
+    x.claimRow(thread(2))
+    const xTag = x.lockTag
+    t.equal(creator.holderState(xTag), 'alive', 'a live holder is alive')
+    dead.add(2)
+    t.equal(creator.holderState(xTag), 'gone', 'and gone once its thread is')
+    const z = memory()
+    t.equal(z.claimRow(thread(3)), MAIN_ROW + 1, 'the row goes to the next thread')
+    t.not(z.lockTag, xTag, 'which locks with another tag: a waiter that found x gone cannot take the lock from z')
+    t.equal(creator.holderState(z.lockTag), 'alive')
+    t.equal(creator.holderState(xTag), 'gone', 'x\'s tag stays gone, whatever /proc says of the row\'s new owner')
+    const again = memory()
+    again.claimRow(thread(3))
+    t.equal(again.lockTag, z.lockTag, 'a thread that attaches again locks with the tag it has: waiters see one holder')
+    t.equal(creator.holderState(creator.lockTag), 'alive', 'the creator\'s tag can be checked too')
+    dead.add(1)
+    t.equal(creator.holderState(creator.lockTag), 'gone')
+    t.equal(memory().claimRow(thread(6)), MAIN_ROW + 2, 'but the creator\'s row is never handed out')
+    const a = memory()
+    const b = memory()
+    t.ok(a.lockTag < 0 && b.lockTag < 0 && a.lockTag !== b.lockTag, `threads without a row lock with tags of their own (${a.lockTag}, ${b.lockTag})`)
+    t.equal(creator.holderState(a.lockTag), 'unknown', 'which /proc cannot check: the waiter falls back on time')
+    t.end()
+  })
+
   t.test(`${backend}: 12 workers one after another, ending every way there is, share one row and lose nothing`, async (t) => {
     const surface = surfaceOn(t, backend, { e2e_latency: true })
     const faults = faultsOf(surface)

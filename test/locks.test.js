@@ -1,0 +1,103 @@
+'use strict'
+// When a lock waiter may take a lock over (memory.ts acquire): never from a holder whose thread
+// runs, however long it holds; from one that cannot be checked only once the same tag has held
+// the lock for 5 s (a new tag restarts the clock). A waiter in a worker thread waits on the
+// registration lock while this thread drives the lock cell. Which threads run is a stand-in for
+// /proc here (thread identities that no real thread has), so that "alive" is certain.
+const t = require('tap')
+const path = require('node:path')
+const { Worker } = require('node:worker_threads')
+const { backends } = require('./helpers')
+const { Memory, C_LOCK } = require('../dist/memory')
+const { createArena } = require('../dist/backend')
+
+const ALIVE = [1_000_001, 1_000_002]
+const liveness = (tid) => (ALIVE.includes(tid) ? 'alive' : 'gone')
+
+const WAITER = `
+const { workerData, parentPort } = require('node:worker_threads')
+const { attachArena } = require(${JSON.stringify(path.join(__dirname, '..', 'dist', 'backend'))})
+const { Memory } = require(${JSON.stringify(path.join(__dirname, '..', 'dist', 'memory'))})
+const alive = workerData.alive
+const memory = new Memory(attachArena(workerData.arena), false, (tid) => (alive.includes(tid) ? 'alive' : 'gone'))
+const tag = memory.lockTag
+parentPort.postMessage({ waiting: Date.now() })
+memory.lock()
+parentPort.postMessage({ acquired: Date.now(), tag })
+`
+
+/** A surface's memory with its creator and one more row owner, both alive; a waiter to start. */
+function setUp(backend) {
+  const arena = createArena(backend)
+  const creator = new Memory(arena, true, liveness)
+  creator.claimRow({ tid: ALIVE[0], start: 1 })
+  const holder = new Memory(arena, false, liveness)
+  holder.claimRow({ tid: ALIVE[1], start: 2 })
+  const startWaiter = () => {
+    const worker = new Worker(WAITER, { eval: true, workerData: { arena: arena.share(), alive: ALIVE }, execArgv: [] })
+    const messages = []
+    const waiting = new Promise((resolve) => worker.on('message', (m) => (messages.push(m), m.waiting && resolve())))
+    const acquired = new Promise((resolve, reject) => {
+      worker.on('message', (m) => m.acquired && resolve(m))
+      worker.on('error', reject)
+    })
+    return { worker, waiting, acquired, messages }
+  }
+  return { control: creator.control, holderTag: holder.lockTag, startWaiter }
+}
+
+const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms))
+
+/** A holder /proc shows alive keeps the lock for 6.5 s; the waiter gets it only when released. */
+async function liveHolder(backend) {
+  const { control, holderTag, startWaiter } = setUp(backend)
+  Atomics.store(control, C_LOCK, holderTag)
+  const waiter = startWaiter()
+  await waiter.waiting
+  await sleep(6_500)
+  const early = waiter.messages.find((m) => m.acquired)
+  const heldBy = Atomics.load(control, C_LOCK)
+  const releasedAt = Date.now()
+  Atomics.store(control, C_LOCK, 0)
+  const { acquired, tag } = await waiter.acquired
+  await waiter.worker.terminate()
+  return { early, heldBy, holderTag, wait: acquired - releasedAt, tag, cell: Atomics.load(control, C_LOCK) }
+}
+
+/** Holders that cannot be checked, a new one every 100 ms for 3 s, then one that stays. */
+async function changingHolders(backend) {
+  const { control, startWaiter } = setUp(backend)
+  let tag = -1_000_000
+  Atomics.store(control, C_LOCK, tag)
+  const waiter = startWaiter()
+  await waiter.waiting
+  for (const until = Date.now() + 3_000; Date.now() < until;) {
+    await sleep(100)
+    Atomics.store(control, C_LOCK, --tag)
+  }
+  const lastChange = Date.now()
+  const early = waiter.messages.find((m) => m.acquired)
+  let timer
+  const { acquired } = await Promise.race([waiter.acquired, new Promise((resolve) => (timer = setTimeout(resolve, 15_000, { acquired: Infinity })))])
+  clearTimeout(timer)
+  await waiter.worker.terminate()
+  return { early, afterLastChange: acquired - lastChange }
+}
+
+t.test('a lock is never taken from a live holder; one that cannot be checked loses it after 5 s of holding', async (t) => {
+  const runs = backends().flatMap((backend) => [
+    liveHolder(backend).then((r) => ({ backend, kind: 'live', r })),
+    changingHolders(backend).then((r) => ({ backend, kind: 'changing', r })),
+  ])
+  for (const { backend, kind, r } of await Promise.all(runs)) {
+    if (kind === 'live') {
+      t.equal(r.early, undefined, `${backend}: a live holder kept the lock 6.5 s, past the 5 s that evicts one that cannot be checked`)
+      t.equal(r.heldBy, r.holderTag, `${backend}: the cell still held the holder's tag`)
+      t.ok(r.wait < 3_000, `${backend}: once released, the waiter got the lock (${r.wait} ms)`)
+      t.equal(r.cell, r.tag, `${backend}: with its own tag`)
+    } else {
+      t.equal(r.early, undefined, `${backend}: holders changing every 100 ms for 3 s are not evicted`)
+      t.ok(r.afterLastChange >= 5_000 && r.afterLastChange < 10_000, `${backend}: the holder that stayed was evicted 5 s after it came (${r.afterLastChange} ms)`)
+    }
+  }
+})
