@@ -23,7 +23,7 @@ export type SharedArena = { backend: 'native'; id: number } | { backend: 'js'; b
 
 interface NativeAddon {
   arenaCreate(chunkBytes: number): number
-  arenaChunk(id: number, k: number): ArrayBuffer
+  arenaChunk(id: number, k: number): ArrayBuffer | undefined
   arenaRelease(id: number): void
   sumRows(out: Float64Array, rows: Float64Array[], start: number, length: number): void
   latencyQuantiles?(counts: Float64Array, offset: number): { p50: number; p90: number; p99: number; count: number } | null
@@ -102,7 +102,10 @@ class NativeArena implements Arena {
     this.#id = id
   }
   chunk(k: number): ArrayBuffer {
-    return this.#addon.arenaChunk(this.#id, k)
+    const buffer = this.#addon.arenaChunk(this.#id, k)
+    // undefined: the addon could not make the view because this thread is being terminated.
+    if (buffer === undefined) throw new Error('mq-metrics: cannot map the counter memory: this thread is shutting down')
+    return buffer
   }
   share(): SharedArena {
     return { backend: 'native', id: this.#id }

@@ -30,7 +30,7 @@ export const C_LOG_END = 5 // published end of the registration log, in Int32 un
 export const C_NEXT_ID = 6 // next topic / group id (ids are never reused)
 export const C_WORKER_FAULTS = 7 // fault entries workers appended to the log (bounded)
 const C_ROW_OWNERS = 8 // arena chunk of the row-owner table (0 = none yet; see claimRow)
-const C_NEXT_ANONYMOUS = 9 // lock tags of threads that have no row yet (see lockTag)
+const C_NEXT_ANONYMOUS = 9 // lock tags of threads with no row and no known tid (see lockTag)
 const C_ROW_DIRECTORY = 64 // [MAX_ROWS]: chunk holding row r's directory, 0 = none yet
 const C_LOG_DIRECTORY = C_ROW_DIRECTORY + MAX_ROWS // [MAX_LOG_CHUNKS]: chunks of the log
 export const MAX_LOG_CHUNKS = DIRECTORY_ENTRIES - C_LOG_DIRECTORY
@@ -210,14 +210,17 @@ export class Memory {
    * Whether the thread that took a lock with `tag` still runs. A row's tag names the row and the
    * generation of its owner entry at claim time; only that owner takes locks with it, and a row
    * changes owner (generation) only once its owner is gone. So an entry that moved on to another
-   * generation, or that names an exited thread, proves the holder exited. 'unknown': a thread
-   * that had no row yet, no owner entry (no /proc), or /proc could not say; the waiter then falls
-   * back on time.
+   * generation, or that names an exited thread, proves the holder exited. A thread that has no
+   * row yet locks with its tid, negated: no thread with that tid proves the holder gone (a worker
+   * terminated inside attachSurface); a thread that has it may be the holder or a later one, so
+   * that is 'unknown'. Also 'unknown': no owner entry, no /proc, or /proc could not say; the
+   * waiter then falls back on time.
    */
   holderState(tag: number): ThreadState {
+    if (tag < 0) return -tag <= MAX_TID && threadExists(-tag) === false ? 'gone' : 'unknown'
     const row = (tag % TAG_ROWS) - 1
     const k = Atomics.load(this.control, C_ROW_OWNERS)
-    if (tag <= 0 || row < MAIN_ROW || row >= MAX_ROWS || k === 0) return 'unknown'
+    if (tag === 0 || row < MAIN_ROW || row >= MAX_ROWS || k === 0) return 'unknown'
     const owners = this.chunkI32(k)
     const generation = generationOf(owners, row)
     if (generation !== Math.floor(tag / TAG_ROWS)) return 'gone'
@@ -230,11 +233,15 @@ export class Memory {
 
   /**
    * The tag a lock held by this thread carries: (row + 1) + generation × TAG_ROWS once it has a
-   * row (at most 2^31 − 1: MAX_ROWS ≤ TAG_ROWS and 2^20 generations); before that a negative
-   * number of its own, so that a waiter can tell one holder from the next (see acquire).
+   * row (at most 2^31 − 1: MAX_ROWS ≤ TAG_ROWS and 2^20 generations). Before that, −tid (Linux
+   * tids are ≤ MAX_TID), which /proc can check; without /proc a negative number of its own below
+   * −MAX_TID. Either way a waiter can tell one holder from the next (see acquire).
    */
   get lockTag(): number {
-    if (this.#lockTag === 0) this.#lockTag = -1 - (Atomics.add(this.control, C_NEXT_ANONYMOUS, 1) & 0x3fffffff)
+    if (this.#lockTag === 0) {
+      const me = threadIdentity()
+      this.#lockTag = me !== undefined && me.tid <= MAX_TID ? -me.tid : -MAX_TID - 1 - (Atomics.add(this.control, C_NEXT_ANONYMOUS, 1) & 0x3fffffff)
+    }
     return this.#lockTag
   }
 
@@ -370,6 +377,20 @@ export function parseStat(text: string): ThreadIdentity | undefined {
   const start = Number(text.slice(end + 2).split(' ')[19])
   if (end < 0 || !Number.isSafeInteger(tid) || tid <= 0 || !Number.isSafeInteger(start) || start < 0) return undefined
   return { tid, start }
+}
+
+/** Linux's limit on pids and tids (pid_max can be at most 2^22). */
+const MAX_TID = 2 ** 22
+
+/** Whether this process has a thread `tid` (undefined: /proc could not say). */
+export function threadExists(tid: number): boolean | undefined {
+  try {
+    readFileSync(`/proc/self/task/${tid}/stat`, 'latin1')
+    return true
+  } catch (error) {
+    const code = (error as NodeJS.ErrnoException).code
+    return code === 'ENOENT' ? false : code === 'ESRCH' ? true : undefined // ESRCH: still exiting
+  }
 }
 
 /** Whether the thread `tid` that started at `start` still exists in this process. */

@@ -6,6 +6,7 @@
 // seen in a worker is in the main thread's next snapshot because the snapshot replays the log
 // first. Recording never touches the log (see recording.ts).
 import { ResolvedConfig } from './config'
+import { RemovedTopicError } from './errors'
 import { sanitizeLabelValue } from './labels'
 import {
   C_LOG_END, C_NEXT_CHUNK, C_NEXT_ID, C_NEXT_SLOT, C_WORKER_FAULTS, LOG_CHUNK_INTS, Memory, SHARED_ROW, SLOTS_PER_CHUNK,
@@ -292,7 +293,9 @@ export class Registry {
   }
 
   #assertAlive(topic: TopicEntity): void {
-    if (!topic.alive) throw new Error(`topic ${JSON.stringify(topic.name)} was removed`)
+    // The handle's own liveness check passed, then the removal landed before the lock: the same
+    // error as if it had landed first (a broker that catches RemovedTopicError re-resolves).
+    if (!topic.alive) throw new RemovedTopicError(topic.name)
   }
 
   #locked<T>(fn: () => T): T {

@@ -95,7 +95,21 @@ Napi::Value ArenaChunk(const Napi::CallbackInfo& info) {
     bytes = arena->chunkBytes;
     arena->views.fetch_add(1, std::memory_order_relaxed);  // ordered by gMutex
   }
-  return Napi::ArrayBuffer::New(env, data, bytes, FinalizeView, new ViewHint{id});
+  // napi_create_external_arraybuffer fails when the calling thread's environment is shutting
+  // down (a worker terminated while it maps a chunk). Napi::ArrayBuffer::New would then throw
+  // into that environment, which node-addon-api turns into a fatal error that aborts the whole
+  // process. Called directly: on failure the view that was counted is given back, and the worker
+  // just stops (its termination is already under way).
+  ViewHint* hint = new ViewHint{id};
+  napi_value buffer;
+  napi_status status = napi_create_external_arraybuffer(
+      env, data, bytes, [](napi_env e, void*, void* h) { FinalizeView(Napi::Env(e), nullptr, static_cast<ViewHint*>(h)); }, hint,
+      &buffer);
+  if (status != napi_ok) {
+    FinalizeView(env, nullptr, hint);  // views − 1, and frees the arena if it was its last view
+    return env.Undefined();
+  }
+  return Napi::Value(env, buffer);
 }
 
 // arenaRelease(id): the surface is closed. Memory goes when the last view is collected.

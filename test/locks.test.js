@@ -67,7 +67,8 @@ async function liveHolder(backend) {
 /** Holders that cannot be checked, a new one every 100 ms for 3 s, then one that stays. */
 async function changingHolders(backend) {
   const { control, startWaiter } = setUp(backend)
-  let tag = -1_000_000
+  // Tags below −2^22 are what a thread with no row locks with where there is no /proc: no tid.
+  let tag = -10_000_000
   Atomics.store(control, C_LOCK, tag)
   const waiter = startWaiter()
   await waiter.waiting
