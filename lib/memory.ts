@@ -97,13 +97,24 @@ export class Memory {
   readonly #i64 = new Map<number, BigInt64Array>()
   readonly #directories = new Map<number, Int32Array>()
   readonly #liveness: (tid: number, start: number) => ThreadState
+  readonly #progress: (tid: number) => ThreadProgress | undefined
   #lockDepth = 0
   #lockTag = 0
+  #row = 0
 
-  /** `liveness` answers whether a row owner still runs: /proc, unless a test stands in for it. */
-  constructor(arena: Arena, fresh: boolean, liveness: (tid: number, start: number) => ThreadState = threadState) {
+  /**
+   * `liveness` answers whether a row owner still runs, `progress` what it has done since (both
+   * read from /proc, unless a test stands in for them).
+   */
+  constructor(
+    arena: Arena,
+    fresh: boolean,
+    liveness: (tid: number, start: number) => ThreadState = threadState,
+    progress: (tid: number) => ThreadProgress | undefined = threadProgress,
+  ) {
     this.arena = arena
     this.#liveness = liveness
+    this.#progress = progress
     this.control = new Int32Array(arena.chunk(0), chunkOffset(arena, 0), CHUNK_BYTES / 4)
     if (fresh) {
       this.control[C_NEXT_CHUNK] = 1
@@ -154,6 +165,7 @@ export class Memory {
           generation = generationOf(owners, row)
         }
         this.#lockTag = row + 1 + generation * TAG_ROWS
+        this.#row = row
         return row
       } finally {
         this.unlock()
@@ -188,6 +200,56 @@ export class Memory {
       Atomics.store(this.control, C_ROW_OWNERS, k)
     }
     return this.chunkI32(k)
+  }
+
+  /**
+   * A fence for memory that is being freed (a removed topic's slot blocks): what every other
+   * thread with a row has done so far, as log fields. A thread may be stopped between a handle's
+   * liveness check and its write, and would then write into the block once it runs again; the
+   * block may be reused only once fencePassed() says every such thread is past that point.
+   * Fields: [1 (0: no /proc), removal time (ms) high, low, then per thread row: row, generation,
+   * CPU time (ns) high, low (−1, −1: unknown), times it blocked]. Caller holds the lock.
+   */
+  fence(): number[] {
+    const now = Date.now()
+    const k = this.control[C_ROW_OWNERS]
+    const known = threadIdentity() !== undefined && k !== 0
+    const fields = [known ? 1 : 0, Math.floor(now / 2 ** 32), now % 2 ** 32 | 0]
+    if (!known) return fields
+    const owners = this.chunkI32(k)
+    for (let row = MAIN_ROW; row < this.rowCount(); row++) {
+      const owner = ownerOf(owners, row)
+      if (row === this.#row || owner === undefined || this.#liveness(owner.tid, owner.start) === 'gone') continue
+      const progress = this.#progress(owner.tid)
+      const cpu = progress === undefined ? -1 : progress.cpuNs
+      fields.push(row, generationOf(owners, row), cpu < 0 ? -1 : Math.floor(cpu / 2 ** 32), cpu < 0 ? -1 : cpu % 2 ** 32 | 0, progress === undefined ? -1 : progress.blocked | 0)
+    }
+    return fields
+  }
+
+  /**
+   * Whether every thread a fence names is past any handle call it was in when the fence was
+   * taken: it has exited (or its row has another owner), or it has since blocked in the kernel
+   * (a recording call's stretch between its liveness check and its write never blocks: locks
+   * are taken before the check is repeated), or it has since run more than FENCE_CPU_NS on a
+   * CPU (far more than that stretch takes; /proc's CPU time may lag by a scheduler tick). Without
+   * /proc: once NO_PROC_FENCE_MS have passed. `fields` as fence() made them.
+   */
+  fencePassed(fields: readonly number[]): boolean {
+    if (fields[0] === 0) return Date.now() - (fields[1] * 2 ** 32 + (fields[2] >>> 0)) >= NO_PROC_FENCE_MS
+    const owners = this.chunkI32(this.control[C_ROW_OWNERS])
+    for (let i = 3; i < fields.length; i += 5) {
+      const row = fields[i]
+      if (generationOf(owners, row) !== fields[i + 1]) continue // another owner: the fenced one exited
+      const owner = ownerOf(owners, row)!
+      if (this.#liveness(owner.tid, owner.start) === 'gone') continue
+      const progress = this.#progress(owner.tid)
+      if (progress === undefined) return false
+      if (fields[i + 4] !== -1 && (progress.blocked | 0) !== fields[i + 4]) continue // as the log holds it: 32 bits
+      if (fields[i + 2] !== -1 && progress.cpuNs - (fields[i + 2] * 2 ** 32 + (fields[i + 3] >>> 0)) > FENCE_CPU_NS) continue
+      return false
+    }
+    return true
   }
 
   /** Rows ever claimed, the main thread's included (rows of exited threads are reused). */
@@ -377,6 +439,28 @@ export function parseStat(text: string): ThreadIdentity | undefined {
   const start = Number(text.slice(end + 2).split(' ')[19])
   if (end < 0 || !Number.isSafeInteger(tid) || tid <= 0 || !Number.isSafeInteger(start) || start < 0) return undefined
   return { tid, start }
+}
+
+/** See Memory.fencePassed: CPU time after which a fenced thread is surely past its write. */
+const FENCE_CPU_NS = 50e6
+/** See Memory.fencePassed: without /proc, how long freed memory waits before it is reused. */
+const NO_PROC_FENCE_MS = 10_000
+
+/** What a thread has done so far: CPU time it has run, and how often it blocked in the kernel. */
+export interface ThreadProgress {
+  cpuNs: number
+  blocked: number
+}
+
+/** ThreadProgress of this process's thread `tid` from /proc (undefined: gone, or no /proc). */
+export function threadProgress(tid: number): ThreadProgress | undefined {
+  try {
+    const cpuNs = Number(readFileSync(`/proc/self/task/${tid}/schedstat`, 'latin1').split(' ')[0])
+    const blocked = /\nvoluntary_ctxt_switches:\s*(\d+)/.exec(readFileSync(`/proc/self/task/${tid}/status`, 'latin1'))
+    return Number.isSafeInteger(cpuNs) && blocked !== null ? { cpuNs, blocked: Number(blocked[1]) } : undefined
+  } catch {
+    return undefined
+  }
 }
 
 /** Linux's limit on pids and tids (pid_max can be at most 2^22). */

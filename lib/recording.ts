@@ -211,11 +211,14 @@ export class Recorder {
     return [this.sharedChunks[slot >>> Chunk.Shift], slot & Chunk.Mask]
   }
 
-  /** Adds to a row cell; past 2^53 the excess moves to the log so the total stays exact. */
-  add(row: Float64Array, index: number, slot: number, n: number): void {
+  /**
+   * Adds to a row cell of `topic`; past 2^53 the excess moves to the log so the total stays exact
+   * (under the registration lock, which checks again that the topic was not removed meanwhile).
+   */
+  add(row: Float64Array, index: number, slot: number, n: number, topic: TopicEntity): void {
     const value = row[index] + n
     if (value <= MAX_SAFE) row[index] = value
-    else this.registry.fold(row, index, slot, row[index]), (row[index] = n)
+    else this.registry.fold(row, index, slot, row[index], topic), (row[index] = n)
   }
 }
 
@@ -313,8 +316,8 @@ export class Topic {
 
   /** produced and bytes, one of which nears 2^53: the exact (folding) adds. */
   #addFolding(count: number, bytes: number): void {
-    this.#recorder.add(this.#row, this.#index, this.#slot, count)
-    this.#recorder.add(this.#row, this.#index + 1, this.#slot + 1, bytes)
+    this.#recorder.add(this.#row, this.#index, this.#slot, count, this.entity)
+    this.#recorder.add(this.#row, this.#index + 1, this.#slot + 1, bytes, this.entity)
   }
 
   /**
@@ -404,6 +407,9 @@ export class Topic {
     const slot = this.#recorder.registry.partition(this.entity, number)
     this.#recorder.resolveChunk(slot)
     this.#recorder.claimLastSeq(slot)
+    // Both may have waited for the registration lock: checked again before the caller writes
+    // (a removal's freed blocks are reused once every thread has blocked since; Memory.fence).
+    this.alive()
     this.#lastSeqSlots[number] = slot
     return slot
   }
@@ -487,6 +493,9 @@ export class Group {
     if (this.#topicTag[this.#topicTagIndex] !== this.#topicId) throw new RemovedTopicError(this.topic.name)
     acquire(this.#lock, this.#lockIndex, this.#memory.lockTag, this.#memory)
     try {
+      // Checked again now that the lock is held: the wait for it may have been long, and a
+      // removal's freed blocks are reused once every thread has blocked since (Memory.fence).
+      if (this.#topicTag[this.#topicTagIndex] !== this.#topicId) throw new RemovedTopicError(this.topic.name)
       if (this.#inFlightAll() + n > this.#maxInFlight) return false
       this.#row[this.#index + GroupCell.InFlight] += n
       return true
@@ -538,14 +547,14 @@ export class Group {
     const at = this.#index + GroupCell.Retries
     const retries = row[at] + n
     if (retries <= MAX_SAFE) row[at] = retries
-    else this.#recorder.add(row, at, this.#slot + GroupCell.Retries, n)
+    else this.#recorder.add(row, at, this.#slot + GroupCell.Retries, n, this.topic.entity)
   }
 
   /** The slow half of delivered()/dropped(): a counter nearing 2^53, or a share that does not cover n. */
   #settle(offset: number, n: number): void {
     const row = this.#row
     const index = this.#index
-    this.#recorder.add(row, index + offset, this.#slot + offset, n)
+    this.#recorder.add(row, index + offset, this.#slot + offset, n, this.topic.entity)
     const share = row[index + GroupCell.InFlight]
     if (share >= n) row[index + GroupCell.InFlight] = share - n
     else this.#settleAcrossThreads(n)
@@ -563,8 +572,9 @@ export class Group {
       acquire(this.#lock, this.#lockIndex, memory.lockTag, memory)
       let credit: number
       try {
+        this.topic.alive() // again, under the lock (see dispatch)
         credit = this.#sumAll(GroupCell.Dropped) - this.#sumAll(GroupCell.Dlq)
-        if (credit >= n) this.#recorder.add(row, index + GroupCell.Dlq, this.#slot + GroupCell.Dlq, n)
+        if (credit >= n) this.#recorder.add(row, index + GroupCell.Dlq, this.#slot + GroupCell.Dlq, n, this.topic.entity)
       } finally {
         release(this.#lock, this.#lockIndex)
       }
@@ -574,7 +584,7 @@ export class Group {
       }
       return true
     }
-    this.#recorder.add(row, index + GroupCell.Dlq, this.#slot + GroupCell.Dlq, n)
+    this.#recorder.add(row, index + GroupCell.Dlq, this.#slot + GroupCell.Dlq, n, this.topic.entity)
     return true
   }
 
@@ -603,6 +613,9 @@ export class Group {
     // SPEC §4: an ack floor makes the partition seen (its series appear) — only once accepted.
     if (lastSeqSlot === undefined) this.topic.ensurePartition(partition)
     if (slot === undefined) slot = this.#resolveFloor(partition)
+    // The reads above may have waited for the registration lock: checked again before the writes
+    // (a removal's freed blocks are reused once every thread has blocked since; Memory.fence).
+    this.topic.alive()
     const hints = sharedChunks[slot >>> Chunk.Shift]
     const at = slot & Chunk.Mask
     rowChunks[slot >>> Chunk.Shift][at] = floor
@@ -621,6 +634,7 @@ export class Group {
     let before: number
     acquire(this.#lock, this.#lockIndex, memory.lockTag, memory)
     try {
+      this.topic.alive() // again, under the lock (see dispatch)
       before = Math.max(0, this.#inFlightAll())
       this.#row[this.#index + GroupCell.InFlight] -= Math.min(n, before)
     } finally {

@@ -29,10 +29,10 @@ export const G_LOCK = 5
 // fields. Kept small: the log lives as long as the surface, and at 4,348 topics × 16 partitions ×
 // 2 groups its partition and floor entries are most of it (a separate length int and a `reused`
 // flag made it 30 B per sample; now 21). Whether a block is reused needs no flag: a reused block
-// is the top of its size's free list (every thread holds the same list), a fresh one never is.
+// is the front of its size's free queue (every thread holds the same queue), a fresh one never is.
 const E_SKIP = 1 // rest of this log chunk is unused
 const E_TOPIC = 2 // topicId, slot, nameLength, name…
-const E_REMOVE = 3 // topicId
+const E_REMOVE = 3 // topicId, fence… (Memory.fence: when the freed blocks may be reused)
 const E_PARTITION = 4 // topicId, partition, slot
 const E_GROUP = 5 // topicId, groupId, slot, maxInFlight, nameLength, name…
 const E_FLOOR = 6 // groupId, partition, slot
@@ -44,6 +44,23 @@ const TYPE_MASK = (1 << TYPE_BITS) - 1
 
 /** Faults a worker may queue for the main thread; past this only the counts go up. */
 export const MAX_WORKER_FAULT_ENTRIES = 10_000
+
+/** A removal's fence (Memory.fence), shared by the blocks it freed; `passed` once known. */
+interface Fence {
+  readonly fields: number[]
+  passed: boolean
+  checkedAt: number
+}
+
+/** Freed blocks of one size, oldest first: `slots[head…]`, each with its removal's fence. */
+interface FreeQueue {
+  slots: number[]
+  fences: Fence[]
+  head: number
+}
+
+/** How often an allocation may ask /proc whether a fence has passed (else it takes a fresh block). */
+const FENCE_CHECK_MS = 5
 
 /** Shared by every entity that has none yet (never mutated). */
 const NONE: readonly number[] = Object.freeze([])
@@ -170,7 +187,7 @@ export class Registry {
   readonly topics = new Map<string, TopicEntity>() // live topics by raw name
   readonly #topicsById = new Map<number, TopicEntity>()
   readonly #groupsById = new Map<number, GroupEntity>()
-  readonly #free = new Map<number, number[]>() // block size → freed slot bases (stack)
+  readonly #free = new Map<number, FreeQueue>() // block size → freed blocks, oldest first
   /** slot → amount moved out of a row when it neared 2^53 (SPEC §2: 64-bit counters). */
   readonly folds = new Map<number, bigint>()
   /** Faults that workers raised, not yet taken by the main thread. */
@@ -225,7 +242,7 @@ export class Registry {
       const topic = this.topics.get(name)
       if (!topic) return false
       this.#sharedF64(topic.slot)[topic.slot % SLOTS_PER_CHUNK] = 0
-      this.#append(E_REMOVE, [topic.id])
+      this.#append(E_REMOVE, [topic.id, ...this.memory.fence()])
       return true
     })
   }
@@ -278,8 +295,9 @@ export class Registry {
   }
 
   /** Moves `amount` out of a row cell into the log, exactly (the cell neared 2^53). */
-  fold(row: Float64Array, index: number, slot: number, amount: number): void {
+  fold(row: Float64Array, index: number, slot: number, amount: number, topic: TopicEntity): void {
     this.#locked(() => {
+      this.#assertAlive(topic) // removed while this thread waited for the lock: its slots are not its own
       row[index] -= amount
       this.#append(E_FOLD, [slot, Math.floor(amount / 2 ** 32), amount % 2 ** 32])
     })
@@ -324,11 +342,14 @@ export class Registry {
     return this.memory.rowChunk(SHARED_ROW, Math.floor(slot / SLOTS_PER_CHUNK), true)!
   }
 
-  /** A block of `size` slots: a freed one (zeroed in every row) or a fresh one. Caller locks. */
+  /**
+   * A block of `size` slots: the oldest freed one (zeroed in every row) once no thread can still
+   * write into it (its removal's fence has passed), else a fresh one. Caller locks.
+   */
   #allocate(size: number): number {
     const free = this.#free.get(size)
-    if (free && free.length > 0) {
-      const slot = free[free.length - 1]
+    if (free !== undefined && free.head < free.slots.length && this.#reusable(free.fences[free.head])) {
+      const slot = free.slots[free.head]
       const c = Math.floor(slot / SLOTS_PER_CHUNK)
       const at = slot % SLOTS_PER_CHUNK
       for (let row = 0; row < this.memory.rowCount(); row++) {
@@ -400,15 +421,16 @@ export class Registry {
         topic.alive = false
         this.topics.delete(topic.name)
         this.#topicsById.delete(topic.id)
-        // Every thread replays the same entries into the same arrays, so it pushes the same
-        // blocks in the same order.
-        for (const slot of topic.partitionSlots) this.#release(PARTITION_SLOTS, slot)
+        // Every thread replays the same entries into the same arrays, so it queues the same
+        // blocks in the same order. They wait for the removal's fence (Memory.fence).
+        const fence: Fence = { fields: Array.from(log.subarray(f + 1, within + length)), passed: false, checkedAt: 0 }
+        for (const slot of topic.partitionSlots) this.#release(PARTITION_SLOTS, slot, fence)
         for (const group of topic.groups) {
-          for (const slot of group.floorSlots) this.#release(FLOOR_SLOTS, slot)
-          this.#release(GROUP_SLOTS, group.slot)
+          for (const slot of group.floorSlots) this.#release(FLOOR_SLOTS, slot, fence)
+          this.#release(GROUP_SLOTS, group.slot, fence)
           this.#groupsById.delete(group.id)
         }
-        this.#release(TOPIC_SLOTS, topic.slot)
+        this.#release(TOPIC_SLOTS, topic.slot, fence)
         this.onTopicRemoved?.(topic)
         break
       }
@@ -460,24 +482,42 @@ export class Registry {
     return appending !== undefined && appending.position === position ? appending.text : readText(log, at)
   }
 
-  /** A block is in use again: drop it from the free list and forget its old folds. */
+  /** Whether a removal's fence has passed (asked of /proc at most every FENCE_CHECK_MS). */
+  #reusable(fence: Fence): boolean {
+    if (fence.passed) return true
+    const now = Date.now()
+    if (now - fence.checkedAt < FENCE_CHECK_MS) return false
+    fence.checkedAt = now
+    fence.passed = this.memory.fencePassed(fence.fields)
+    return fence.passed
+  }
+
+  /** A block is in use again: drop it from the free queue and forget its old folds. */
   #take(size: number, slot: number): void {
-    // #allocate reuses the top of the free list; a fresh block is above every block ever freed.
+    // #allocate reuses the front of the queue; a fresh block is above every block ever freed.
     const free = this.#free.get(size)
-    if (free !== undefined && free.length > 0 && free[free.length - 1] === slot) free.pop()
+    if (free !== undefined && free.head < free.slots.length && free.slots[free.head] === slot) {
+      free.head++
+      if (free.head >= 1024 && free.head * 2 >= free.slots.length) {
+        free.slots.splice(0, free.head)
+        free.fences.splice(0, free.head)
+        free.head = 0
+      }
+    }
     for (let i = 0; i < size; i++) this.folds.delete(slot + i)
   }
 
-  #release(size: number, slot: number): void {
+  #release(size: number, slot: number, fence: Fence): void {
     let free = this.#free.get(size)
-    if (!free) this.#free.set(size, (free = []))
-    free.push(slot)
+    if (!free) this.#free.set(size, (free = { slots: [], fences: [], head: 0 }))
+    free.slots.push(slot)
+    free.fences.push(fence)
   }
 
   /** Slots handed out and not freed (for the soak test's leak check). */
   slotsInUse(): number {
     let freed = 0
-    for (const [size, list] of this.#free) freed += size * list.length
+    for (const [size, queue] of this.#free) freed += size * (queue.slots.length - queue.head)
     return this.memory.control[C_NEXT_SLOT] - freed
   }
 
