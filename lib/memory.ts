@@ -85,8 +85,12 @@ export function acquire(cells: Int32Array, index: number, tag: number, memory?: 
   }
 }
 
-export function release(cells: Int32Array, index: number): void {
-  Atomics.store(cells, index, 0)
+/**
+ * Frees the lock `tag` took. Only if it still holds it: a holder that was taken for gone (and
+ * the lock taken over) must not free the lock for whoever holds it now.
+ */
+export function release(cells: Int32Array, index: number, tag: number): void {
+  Atomics.compareExchange(cells, index, tag, 0)
 }
 
 export class Memory {
@@ -100,6 +104,7 @@ export class Memory {
   readonly #progress: (tid: number) => ThreadProgress | undefined
   #lockDepth = 0
   #lockTag = 0
+  #heldTag = 0 // the tag the registration lock was taken with (claimRow changes lockTag inside it)
   #row = 0
 
   /**
@@ -260,12 +265,13 @@ export class Memory {
   /** The registration lock: rare (new names, removals, chunk allocation), never on the hot path. */
   lock(): void {
     if (this.#lockDepth++ > 0) return
-    acquire(this.control, C_LOCK, this.lockTag, this)
+    this.#heldTag = this.lockTag
+    acquire(this.control, C_LOCK, this.#heldTag, this)
   }
 
   unlock(): void {
     if (--this.#lockDepth > 0) return
-    release(this.control, C_LOCK)
+    release(this.control, C_LOCK, this.#heldTag)
   }
 
   /**

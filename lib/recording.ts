@@ -491,7 +491,8 @@ export class Group {
   dispatch(n = 1): boolean {
     if (!isCount(n)) checkCount('n', n)
     if (this.#topicTag[this.#topicTagIndex] !== this.#topicId) throw new RemovedTopicError(this.topic.name)
-    acquire(this.#lock, this.#lockIndex, this.#memory.lockTag, this.#memory)
+    const tag = this.#memory.lockTag
+    acquire(this.#lock, this.#lockIndex, tag, this.#memory)
     try {
       // Checked again now that the lock is held: the wait for it may have been long, and a
       // removal's freed blocks are reused once every thread has blocked since (Memory.fence).
@@ -500,7 +501,7 @@ export class Group {
       this.#row[this.#index + GroupCell.InFlight] += n
       return true
     } finally {
-      release(this.#lock, this.#lockIndex)
+      release(this.#lock, this.#lockIndex, tag)
     }
   }
 
@@ -569,14 +570,15 @@ export class Group {
     // Fast path: this thread's own drops cover it. Otherwise check every thread's, under the lock.
     if (row[index + GroupCell.Dropped] - row[index + GroupCell.Dlq] < n) {
       const memory = this.#recorder.registry.memory
-      acquire(this.#lock, this.#lockIndex, memory.lockTag, memory)
+      const tag = memory.lockTag
+      acquire(this.#lock, this.#lockIndex, tag, memory)
       let credit: number
       try {
         this.topic.alive() // again, under the lock (see dispatch)
         credit = this.#sumAll(GroupCell.Dropped) - this.#sumAll(GroupCell.Dlq)
         if (credit >= n) this.#recorder.add(row, index + GroupCell.Dlq, this.#slot + GroupCell.Dlq, n, this.topic.entity)
       } finally {
-        release(this.#lock, this.#lockIndex)
+        release(this.#lock, this.#lockIndex, tag)
       }
       if (credit < n) {
         this.#recorder.fault('DLQ_WITHOUT_DROP', 'mq_topic_messages_dlq_total', this.#labels(), credit, n)
@@ -632,13 +634,14 @@ export class Group {
   #settleAcrossThreads(n: number): void {
     const memory = this.#recorder.registry.memory
     let before: number
-    acquire(this.#lock, this.#lockIndex, memory.lockTag, memory)
+    const tag = memory.lockTag
+    acquire(this.#lock, this.#lockIndex, tag, memory)
     try {
       this.topic.alive() // again, under the lock (see dispatch)
       before = Math.max(0, this.#inFlightAll())
       this.#row[this.#index + GroupCell.InFlight] -= Math.min(n, before)
     } finally {
-      release(this.#lock, this.#lockIndex)
+      release(this.#lock, this.#lockIndex, tag)
     }
     if (before < n) {
       // SPEC §5: the delivery/drop happened and is counted; in_flight stays at 0.

@@ -102,3 +102,22 @@ t.test('a lock is never taken from a live holder; one that cannot be checked los
     }
   }
 })
+
+t.test('a lock is freed only by the tag that holds it', (t) => {
+  const { acquire, release } = require('../dist/memory')
+  const cells = new Int32Array(new SharedArrayBuffer(8))
+  acquire(cells, 1, 7)
+  t.equal(cells[1], 7)
+  release(cells, 1, 9) // a holder taken for gone, and the lock taken over by 7 meanwhile
+  t.equal(cells[1], 7, 'a release by another tag leaves it held')
+  release(cells, 1, 7)
+  t.equal(cells[1], 0, 'its holder frees it')
+  // claimRow takes the registration lock before the thread has a row and changes the thread's
+  // tag inside it: the lock must still come free.
+  const memory = new Memory(createArena('js'), true)
+  const before = memory.lockTag
+  memory.claimRow()
+  t.not(memory.lockTag, before, 'the tag changed inside the lock')
+  t.equal(Atomics.load(memory.control, C_LOCK), 0, 'and the lock is free')
+  t.end()
+})
