@@ -138,10 +138,11 @@ export class Memory {
    * Which thread owns a row is its kernel identity (tid and start time, see threadIdentity), kept
    * in the row-owner table; whether that thread still exists is asked of /proc, since a thread
    * that is gone can no longer write. Without /proc (not Linux) no identity is known and every
-   * attach takes a fresh row, as many as MAX_ROWS − 1 over the surface's life. `me` is the
-   * calling thread (a parameter only so that tests can play several threads in one).
+   * attach takes a fresh row, as many as MAX_ROWS − 1 over the surface's life. `identity` is the
+   * calling thread's (a parameter only so that tests can play several threads in one; null: none).
    */
-  claimRow(me: ThreadIdentity | undefined = threadIdentity()): number {
+  claimRow(identity: ThreadIdentity | null | undefined = threadIdentity()): number {
+    const me = identity ?? undefined
     for (;;) {
       // The owner table is read and /proc asked without the lock (a scan over many live threads
       // takes milliseconds, and scrapes need the lock); a row found is taken only if its entry
@@ -211,9 +212,11 @@ export class Memory {
    * A fence for memory that is being freed (a removed topic's slot blocks): what every other
    * thread with a row has done so far, as log fields. A thread may be stopped between a handle's
    * liveness check and its write, and would then write into the block once it runs again; the
-   * block may be reused only once fencePassed() says every such thread is past that point.
-   * Fields: [1 (0: no /proc), removal time (ms) high, low, then per thread row: row, generation,
-   * CPU time (ns) high, low (−1, −1: unknown), times it blocked]. Caller holds the lock.
+   * block may be reused only once fencePassed() says every such thread is past that point. A
+   * thread asleep in the kernel right now is in no such stretch (it never blocks there) and is
+   * left out. Fields: [1 (0: no /proc), removal time (ms) high, low, then per thread that may be
+   * running: row | owner generation << 10, CPU time in µs mod 2^32, times it blocked mod 2^32
+   * (−1, −1: not known: the time rule applies)]. Caller holds the lock.
    */
   fence(): number[] {
     const now = Date.now()
@@ -223,35 +226,41 @@ export class Memory {
     if (!known) return fields
     const owners = this.chunkI32(k)
     for (let row = MAIN_ROW; row < this.rowCount(); row++) {
+      if (row === this.#row) continue
       const owner = ownerOf(owners, row)
-      if (row === this.#row || owner === undefined || this.#liveness(owner.tid, owner.start) === 'gone') continue
-      const progress = this.#progress(owner.tid)
-      const cpu = progress === undefined ? -1 : progress.cpuNs
-      fields.push(row, generationOf(owners, row), cpu < 0 ? -1 : Math.floor(cpu / 2 ** 32), cpu < 0 ? -1 : cpu % 2 ** 32 | 0, progress === undefined ? -1 : progress.blocked | 0)
+      if (owner !== undefined && this.#liveness(owner.tid, owner.start) === 'gone') continue
+      const progress = owner === undefined ? undefined : this.#progress(owner.tid)
+      if (progress?.sleeping) continue
+      fields.push(row | (generationOf(owners, row) << 10), progress === undefined ? -1 : microseconds(progress.cpuNs), progress === undefined ? -1 : progress.blocked | 0)
     }
     return fields
   }
 
   /**
    * Whether every thread a fence names is past any handle call it was in when the fence was
-   * taken: it has exited (or its row has another owner), or it has since blocked in the kernel
-   * (a recording call's stretch between its liveness check and its write never blocks: locks
-   * are taken before the check is repeated), or it has since run more than FENCE_CPU_NS on a
-   * CPU (far more than that stretch takes; /proc's CPU time may lag by a scheduler tick). Without
-   * /proc: once NO_PROC_FENCE_MS have passed. `fields` as fence() made them.
+   * taken: it has exited (or its row has another owner), or it is asleep in the kernel now or has
+   * blocked since (a recording call's stretch between its last liveness check and its write never
+   * blocks: every wait comes before a check), or it has run more than FENCE_CPU_NS on a CPU since
+   * (far more than that stretch takes; /proc's CPU time may lag by a scheduler tick). A thread /proc
+   * says nothing of (and no /proc at all): once NO_PROC_FENCE_MS have passed since the removal.
    */
-  fencePassed(fields: readonly number[]): boolean {
-    if (fields[0] === 0) return Date.now() - (fields[1] * 2 ** 32 + (fields[2] >>> 0)) >= NO_PROC_FENCE_MS
+  fencePassed(fields: readonly number[], now = Date.now()): boolean {
+    const waited = now - (fields[1] * 2 ** 32 + (fields[2] >>> 0)) >= NO_PROC_FENCE_MS
+    if (fields[0] === 0) return waited
     const owners = this.chunkI32(this.control[C_ROW_OWNERS])
-    for (let i = 3; i < fields.length; i += 5) {
-      const row = fields[i]
-      if (generationOf(owners, row) !== fields[i + 1]) continue // another owner: the fenced one exited
-      const owner = ownerOf(owners, row)!
-      if (this.#liveness(owner.tid, owner.start) === 'gone') continue
-      const progress = this.#progress(owner.tid)
-      if (progress === undefined) return false
-      if (fields[i + 4] !== -1 && (progress.blocked | 0) !== fields[i + 4]) continue // as the log holds it: 32 bits
-      if (fields[i + 2] !== -1 && progress.cpuNs - (fields[i + 2] * 2 ** 32 + (fields[i + 3] >>> 0)) > FENCE_CPU_NS) continue
+    for (let i = 3; i < fields.length; i += 3) {
+      const row = fields[i] & 1023
+      const owner = ownerOf(owners, row)
+      if (owner !== undefined && generationOf(owners, row) !== fields[i] >>> 10) continue // another owner: the fenced one exited
+      if (owner !== undefined && this.#liveness(owner.tid, owner.start) === 'gone') continue
+      const progress = owner === undefined ? undefined : this.#progress(owner.tid)
+      if (progress === undefined || (fields[i + 1] === -1 && fields[i + 2] === -1)) {
+        if (waited) continue
+        return false
+      }
+      if (progress.sleeping || (progress.blocked | 0) !== fields[i + 2]) continue
+      // µs mod 2^32 (71 minutes): a wrapped difference can only read as less, never as more.
+      if ((microseconds(progress.cpuNs) - fields[i + 1]) >>> 0 > FENCE_CPU_NS / 1000) continue
       return false
     }
     return true
@@ -452,21 +461,31 @@ const FENCE_CPU_NS = 50e6
 /** See Memory.fencePassed: without /proc, how long freed memory waits before it is reused. */
 const NO_PROC_FENCE_MS = 10_000
 
-/** What a thread has done so far: CPU time it has run, and how often it blocked in the kernel. */
+/** What a thread has done so far: CPU time it has run, how often it blocked, and if it is asleep. */
 export interface ThreadProgress {
   cpuNs: number
   blocked: number
+  /** In the kernel, waiting (state S): in no stretch of a recording call (see Memory.fence). */
+  sleeping: boolean
 }
 
 /** ThreadProgress of this process's thread `tid` from /proc (undefined: gone, or no /proc). */
 export function threadProgress(tid: number): ThreadProgress | undefined {
   try {
     const cpuNs = Number(readFileSync(`/proc/self/task/${tid}/schedstat`, 'latin1').split(' ')[0])
-    const blocked = /\nvoluntary_ctxt_switches:\s*(\d+)/.exec(readFileSync(`/proc/self/task/${tid}/status`, 'latin1'))
-    return Number.isSafeInteger(cpuNs) && blocked !== null ? { cpuNs, blocked: Number(blocked[1]) } : undefined
+    const status = readFileSync(`/proc/self/task/${tid}/status`, 'latin1')
+    const blocked = /\nvoluntary_ctxt_switches:\s*(\d+)/.exec(status)
+    const state = /\nState:\s*(\S)/.exec(status)
+    if (!Number.isSafeInteger(cpuNs) || blocked === null || state === null) return undefined
+    return { cpuNs, blocked: Number(blocked[1]), sleeping: state[1] === 'S' }
   } catch {
     return undefined
   }
+}
+
+/** CPU time as the fence keeps it: µs, mod 2^32, as an Int32. */
+function microseconds(ns: number): number {
+  return Math.floor(ns / 1000) % 2 ** 32 | 0
 }
 
 /** Linux's limit on pids and tids (pid_max can be at most 2^22). */

@@ -406,9 +406,11 @@ export class Topic {
     this.alive()
     const slot = this.#recorder.registry.partition(this.entity, number)
     this.#recorder.resolveChunk(slot)
+    // Each step may have waited for the registration lock: checked again before each write —
+    // the hint claim, then the caller's (a removal's freed blocks are reused once every thread
+    // has blocked since; Memory.fence).
+    this.alive()
     this.#recorder.claimLastSeq(slot)
-    // Both may have waited for the registration lock: checked again before the caller writes
-    // (a removal's freed blocks are reused once every thread has blocked since; Memory.fence).
     this.alive()
     this.#lastSeqSlots[number] = slot
     return slot
@@ -494,10 +496,12 @@ export class Group {
     const tag = this.#memory.lockTag
     acquire(this.#lock, this.#lockIndex, tag, this.#memory)
     try {
-      // Checked again now that the lock is held: the wait for it may have been long, and a
-      // removal's freed blocks are reused once every thread has blocked since (Memory.fence).
+      const inFlight = this.#inFlightAll()
+      // Checked again right before the write: the wait for the lock (and a first look at another
+      // thread's row in #sumAll) may block, and a removal's freed blocks are reused once every
+      // thread has blocked since (Memory.fence).
       if (this.#topicTag[this.#topicTagIndex] !== this.#topicId) throw new RemovedTopicError(this.topic.name)
-      if (this.#inFlightAll() + n > this.#maxInFlight) return false
+      if (inFlight + n > this.#maxInFlight) return false
       this.#row[this.#index + GroupCell.InFlight] += n
       return true
     } finally {
@@ -574,8 +578,8 @@ export class Group {
       acquire(this.#lock, this.#lockIndex, tag, memory)
       let credit: number
       try {
-        this.topic.alive() // again, under the lock (see dispatch)
         credit = this.#sumAll(GroupCell.Dropped) - this.#sumAll(GroupCell.Dlq)
+        this.topic.alive() // again, right before the write (see dispatch)
         if (credit >= n) this.#recorder.add(row, index + GroupCell.Dlq, this.#slot + GroupCell.Dlq, n, this.topic.entity)
       } finally {
         release(this.#lock, this.#lockIndex, tag)
@@ -637,8 +641,8 @@ export class Group {
     const tag = memory.lockTag
     acquire(this.#lock, this.#lockIndex, tag, memory)
     try {
-      this.topic.alive() // again, under the lock (see dispatch)
       before = Math.max(0, this.#inFlightAll())
+      this.topic.alive() // again, right before the write (see dispatch)
       this.#row[this.#index + GroupCell.InFlight] -= Math.min(n, before)
     } finally {
       release(this.#lock, this.#lockIndex, tag)
