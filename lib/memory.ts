@@ -170,7 +170,7 @@ export class Memory {
           if (!isOwner(owners, row, me)) setOwner(owners, row, me)
           generation = generationOf(owners, row)
         }
-        this.#lockTag = row + 1 + generation * TAG_ROWS
+        this.#lockTag = tagOf(row, generation)
         this.#row = row
         return row
       } finally {
@@ -215,8 +215,9 @@ export class Memory {
    * block may be reused only once fencePassed() says every such thread is past that point. A
    * thread asleep in the kernel right now is in no such stretch (it never blocks there) and is
    * left out. Fields: [1 (0: no /proc), removal time (ms) high, low, then per thread that may be
-   * running: row | owner generation << 10, CPU time in µs mod 2^32, times it blocked mod 2^32
-   * (−1, −1: not known: the time rule applies)]. Caller holds the lock.
+   * running: the tag it locks with (row and owner generation, see lockTag), CPU time in µs mod
+   * 2^32, times it blocked mod 2^32 (−1, −1: not known: the time rule applies)]. Caller holds the
+   * lock.
    */
   fence(): number[] {
     const now = Date.now()
@@ -226,12 +227,12 @@ export class Memory {
     if (!known) return fields
     const owners = this.chunkI32(k)
     for (let row = MAIN_ROW; row < this.rowCount(); row++) {
-      if (row === this.#row) continue
+      const tag = tagOf(row, generationOf(owners, row))
+      if (row === this.#row || this.holderState(tag) === 'gone') continue
       const owner = ownerOf(owners, row)
-      if (owner !== undefined && this.#liveness(owner.tid, owner.start) === 'gone') continue
       const progress = owner === undefined ? undefined : this.#progress(owner.tid)
       if (progress?.sleeping) continue
-      fields.push(row | (generationOf(owners, row) << 10), progress === undefined ? -1 : microseconds(progress.cpuNs), progress === undefined ? -1 : progress.blocked | 0)
+      fields.push(tag, progress === undefined ? -1 : microseconds(progress.cpuNs), progress === undefined ? -1 : progress.blocked | 0)
     }
     return fields
   }
@@ -249,10 +250,9 @@ export class Memory {
     if (fields[0] === 0) return waited
     const owners = this.chunkI32(this.control[C_ROW_OWNERS])
     for (let i = 3; i < fields.length; i += 3) {
-      const row = fields[i] & 1023
-      const owner = ownerOf(owners, row)
-      if (owner !== undefined && generationOf(owners, row) !== fields[i] >>> 10) continue // another owner: the fenced one exited
-      if (owner !== undefined && this.#liveness(owner.tid, owner.start) === 'gone') continue
+      // Gone as a lock holder is gone (exited, or its row has another owner since).
+      if (this.holderState(fields[i]) === 'gone') continue
+      const owner = ownerOf(owners, tagRow(fields[i]))
       const progress = owner === undefined ? undefined : this.#progress(owner.tid)
       if (progress === undefined || (fields[i + 1] === -1 && fields[i + 2] === -1)) {
         if (waited) continue
@@ -294,8 +294,8 @@ export class Memory {
    * waiter then falls back on time.
    */
   holderState(tag: number): ThreadState {
-    if (tag < 0) return -tag <= MAX_TID && threadExists(-tag) === false ? 'gone' : 'unknown'
-    const row = (tag % TAG_ROWS) - 1
+    if (tag < 0) return -tag <= MAX_TID && taskStat(-tag) === 'gone' ? 'gone' : 'unknown'
+    const row = tagRow(tag)
     const k = Atomics.load(this.control, C_ROW_OWNERS)
     if (tag === 0 || row < MAIN_ROW || row >= MAX_ROWS || k === 0) return 'unknown'
     const owners = this.chunkI32(k)
@@ -426,6 +426,16 @@ const TAG_ROWS = 2048
 const GENERATIONS = 2 ** 20
 if (MAX_ROWS > TAG_ROWS || (TAG_ROWS * GENERATIONS) - 1 > 2 ** 31 - 1) throw new Error('internal: lock tags do not fit an Int32')
 
+/** The lock tag of a row's owner in `generation` (see Memory.lockTag). */
+function tagOf(row: number, generation: number): number {
+  return row + 1 + generation * TAG_ROWS
+}
+
+/** The row a (positive) lock tag names. */
+function tagRow(tag: number): number {
+  return (tag % TAG_ROWS) - 1
+}
+
 export interface ThreadIdentity {
   tid: number
   start: number
@@ -491,26 +501,28 @@ function microseconds(ns: number): number {
 /** Linux's limit on pids and tids (pid_max can be at most 2^22). */
 const MAX_TID = 2 ** 22
 
+/**
+ * The stat line of this process's thread `tid`; 'gone' if there is no such thread; 'unknown' if
+ * /proc could not say (ESRCH, for one, is a thread still exiting).
+ */
+function taskStat(tid: number): string | 'gone' | 'unknown' {
+  try {
+    return readFileSync(`/proc/self/task/${tid}/stat`, 'latin1')
+  } catch (error) {
+    return (error as NodeJS.ErrnoException).code === 'ENOENT' ? 'gone' : 'unknown'
+  }
+}
+
 /** Whether this process has a thread `tid` (undefined: /proc could not say). */
 export function threadExists(tid: number): boolean | undefined {
-  try {
-    readFileSync(`/proc/self/task/${tid}/stat`, 'latin1')
-    return true
-  } catch (error) {
-    const code = (error as NodeJS.ErrnoException).code
-    return code === 'ENOENT' ? false : code === 'ESRCH' ? true : undefined // ESRCH: still exiting
-  }
+  const stat = taskStat(tid)
+  return stat === 'gone' ? false : stat === 'unknown' ? undefined : true
 }
 
 /** Whether the thread `tid` that started at `start` still exists in this process. */
 export function threadState(tid: number, start: number): ThreadState {
-  let text: string
-  try {
-    text = readFileSync(`/proc/self/task/${tid}/stat`, 'latin1')
-  } catch (error) {
-    // Gone. Anything else is not proof of that: ESRCH, for one, is a thread still exiting.
-    return (error as NodeJS.ErrnoException).code === 'ENOENT' ? 'gone' : 'unknown'
-  }
+  const text = taskStat(tid)
+  if (text === 'gone' || text === 'unknown') return text
   const stat = parseStat(text)
   return stat === undefined ? 'unknown' : stat.start === start ? 'alive' : 'gone'
 }

@@ -113,7 +113,7 @@ for (const backend of backends()) {
     const removedAt = fence[1] * 2 ** 32 + (fence[2] >>> 0)
     t.equal(fence[0], 1, 'with /proc')
     t.equal(fence.length, 6, 'it names one thread: the worker, not the thread taking it')
-    t.same([fence[3] & 1023, fence[4], fence[5]], [worker.row, 5e6, 20], 'its row, CPU time (µs) and block count')
+    t.same([fence[3], fence[4], fence[5]], [worker.memory.lockTag, 5e6, 20], 'its lock tag (its row and owner generation), CPU time (µs) and block count')
     t.equal(main.memory.fencePassed(fence), false, 'nothing happened since')
     threads[2].cpuNs += 40e6
     t.equal(main.memory.fencePassed(fence), false, '40 ms of CPU since: not enough (/proc may lag by a tick)')
@@ -148,7 +148,7 @@ for (const backend of backends()) {
     threads[3].sleeping = true // the only other thread with a row: out of the fence
     const withAnonymous = fenceNow()
     t.equal(withAnonymous.length, 6)
-    t.ok(withAnonymous.some((x, i) => i >= 3 && (i - 3) % 3 === 0 && (x & 1023) === row), 'a row with no owner is in the fence')
+    t.ok(withAnonymous.some((x, i) => i >= 3 && (i - 3) % 3 === 0 && x === anonymous.lockTag), `a row with no owner (row ${row}) is in the fence`)
     t.equal(main.memory.fencePassed(withAnonymous, Date.now()), false)
     t.equal(main.memory.fencePassed(withAnonymous, Date.now() + 10_000), true, 'and lets it pass by time only')
   })

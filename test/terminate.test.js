@@ -9,19 +9,13 @@ const { backends, surfaceOn, jsonFromChild } = require('./helpers')
 const { threadIdentity, threadExists, Memory } = require('../dist/memory')
 const { createArena } = require('../dist/backend')
 
-const ATTACHER = `
-const { workerData, parentPort } = require('node:worker_threads')
-const { attachSurface } = require(${JSON.stringify(path.join(__dirname, '..', 'dist'))})
-const { threadIdentity } = require(${JSON.stringify(path.join(__dirname, '..', 'dist', 'memory'))})
-parentPort.postMessage(threadIdentity() ?? null)
-for (;;) attachSurface(workerData.shared) // each attach: a new Memory, claimRow, chunks mapped
-`
+const ATTACHING = path.join(__dirname, 'fixtures', 'terminate-attaching.js')
 
-/** Starts a worker that attaches in a loop; resolves once it is running, with its identity. */
+/** Starts a worker that attaches in a loop (the fixture's worker half); resolves once it runs. */
 function attacher(shared) {
-  const worker = new Worker(ATTACHER, { eval: true, workerData: { shared }, execArgv: [] })
+  const worker = new Worker(ATTACHING, { workerData: { shared }, execArgv: [] })
   return new Promise((resolve, reject) => {
-    worker.once('message', (identity) => resolve({ worker, identity }))
+    worker.once('message', () => resolve({ worker }))
     worker.once('error', reject)
   })
 }
@@ -65,7 +59,6 @@ t.test('native: terminating workers while they map counter memory does not abort
   // In a child process: the failure this guards against is a SIGABRT of the whole process
   // (node-addon-api turning a failed napi call in a terminating thread into a fatal error).
   // Probabilistic: the addon before the fix aborted in 5 of 10 runs of 300 trials here.
-  const script = path.join(__dirname, 'fixtures', 'terminate-attaching.js')
-  const r = await jsonFromChild('terminate-attaching', [script, '300'], { timeoutMs: 120_000, withoutTapLoader: true })
+  const r = await jsonFromChild('terminate-attaching', [ATTACHING, '300'], { timeoutMs: 120_000, withoutTapLoader: true })
   t.equal(r.trials, 300, 'the process outlived 300 workers terminated at random points of their attach loop')
 })
