@@ -926,7 +926,7 @@ function isSafeCount(value: number): boolean {
  * The decimal digits of a safe non-negative integer at `pos`; returns the end. Below 2^31 the
  * divisions are int32 (`| 0`), which V8 turns into a multiply; above, float division and floor.
  */
-function writeDigits(out: Uint8Array, pos: number, value: number): number {
+export function writeDigits(out: Uint8Array, pos: number, value: number): number {
   if (value < 10) {
     out[pos] = ZERO + value
     return pos + 1

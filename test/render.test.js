@@ -7,7 +7,7 @@ const t = require('tap')
 const fs = require('node:fs')
 const path = require('node:path')
 const { spawnSync } = require('node:child_process')
-const { Renderer, formatFloat } = require('../dist/render.js')
+const { Renderer, formatFloat, writeDigits } = require('../dist/render.js')
 const { METRICS, METRICS_CONTENT_TYPE } = require('../dist/allowlist.js')
 const { sanitizeLabelValue, escapeLabelValue, escapeHelp } = require('../dist/labels.js')
 const { prng } = require('./helpers')
@@ -783,4 +783,23 @@ t.test('GET /metrics with gzip, rendered in slices, is one moment\'s numbers', a
   const plain = await get({})
   t.equal(plain.headers['content-encoding'], undefined, 'without Accept-Encoding: the plain body')
   t.equal(withoutUptime(plain.body.toString('utf8')), withoutUptime(surface.render()), 'which is the exposition')
+})
+
+t.test('writeDigits prints every safe integer it is given exactly as String() does', async (t) => {
+  const out = Buffer.alloc(40, 0x78)
+  const wrong = []
+  const check = (n) => {
+    const end = writeDigits(out, 5, n)
+    const text = out.toString('latin1', 5, end)
+    if (text !== String(n) && wrong.length < 5) wrong.push(`${n} → ${text}`)
+    if (out[4] !== 0x78 || out[end] !== 0x78) wrong.push(`${n}: wrote outside its digits`)
+    out.fill(0x78)
+  }
+  for (let n = 0; n < 1_100_000; n++) check(n)
+  for (let power = 10; power <= 1e15; power *= 10) for (const d of [-1, 0, 1]) check(power + d)
+  for (let k = 20; k <= 53; k++) for (const d of [-1, 0, 1]) if (2 ** k + d <= Number.MAX_SAFE_INTEGER) check(2 ** k + d)
+  const random = prng(8)
+  for (let i = 0; i < 200_000; i++) check(Math.floor(random() * Number.MAX_SAFE_INTEGER))
+  for (let i = 0; i < 200_000; i++) check(Math.floor(random() * 2 ** 31))
+  t.same(wrong, [])
 })
