@@ -6,7 +6,7 @@ import { Memory, SHARED_ROW, SLOTS_PER_CHUNK } from './memory'
 import {
   G_DELIVERED, G_DLQ, G_DROPPED, G_IN_FLIGHT, G_RETRIES, GroupEntity, Registry, TopicEntity,
 } from './registry'
-import { Count, GroupSnapshot, MAX_SAFE, TopicSnapshot, addCount } from './snapshot'
+import { Count, GroupSnapshot, Layout, MAX_SAFE, TopicSnapshot, addCount, hasNoCollisions } from './snapshot'
 
 const ZERO_ROWS: Float64Array[] = []
 
@@ -27,6 +27,7 @@ export class SnapshotReader {
   #rowCount = 0
   #sortedTopics: TopicEntity[] = []
   #sortedAt = -1
+  #layout: Layout = { collisionFree: true }
   /** Per group index: floors read only to derive depth and lag (see #topic), reused across reads. */
   readonly #scratchFloors: Float64Array[] = []
   readonly #scratchRows: Float64Array[] = []
@@ -46,11 +47,17 @@ export class SnapshotReader {
     if (this.#sortedAt !== registry.generation) {
       this.#sortedTopics = [...registry.topics.values()].sort(byLabelThenName)
       this.#sortedAt = registry.generation
+      this.#layout = { collisionFree: hasNoCollisions(this.#sortedTopics) }
     }
     const sorted = this.#sortedTopics
     const out: TopicSnapshot[] = new Array(sorted.length)
     for (let t = 0; t < sorted.length; t++) out[t] = this.#topic(sorted[t], ackFloors)
     return out
+  }
+
+  /** The structure of what the last `topics()` read (one object per registry generation). */
+  get layout(): Layout {
+    return this.#layout
   }
 
   /** One topic again (the conservation checker's confirming re-read). */

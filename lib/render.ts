@@ -9,7 +9,7 @@
 // over several event-loop turns is still exactly the body of that one snapshot.
 import { METRICS, MetricDefinition } from './allowlist'
 import { escapeHelp, escapeLabelValue } from './labels'
-import { Count, Snapshot, TopicSnapshot, addCount } from './snapshot'
+import { Count, Layout, Snapshot, TopicSnapshot, addCount } from './snapshot'
 import { gzipSync } from 'node:zlib'
 import { EMPTY_FRAGMENT, Fragment, GZIP_LEVEL, GzipBody, MemberBuilder, PackedFragments, fragment, pack } from './gzip'
 
@@ -265,9 +265,10 @@ export class Renderer {
   readonly #groupTexts = new Map<string, GroupText>()
   /** By the JSON of a list of group label values. */
   readonly #groupLists = new Map<string, readonly GroupText[]>()
-  /** The previous render's topic keys and texts (see #textsOf). */
+  /** The previous render's topic keys and texts (see #textsOf), and its snapshot's layout. */
   #lastKeys: readonly object[] = []
   #lastTexts: readonly TopicText[] = []
+  #lastLayout: Layout | undefined
   /** Size of the previous body: the next one is usually about as large. */
   #lastSize = 4096
   /**
@@ -299,7 +300,7 @@ export class Renderer {
     return new RenderJob(snapshot, out, (body) => {
       this.#lastSize = body.length
       if (body.buffer.byteLength >= MIN_RECYCLED_BYTES) this.#handedOut.add(body.buffer)
-    }, (topics) => this.#textsOf(topics))
+    }, (snapshot) => this.#structure(snapshot))
   }
 
   /**
@@ -311,7 +312,7 @@ export class Renderer {
    * renders the plain body for the caller to compress (`GzipJob.result()`).
    */
   beginGzip(snapshot: Snapshot): GzipJob {
-    return new GzipJob(snapshot, this, this.#chunks, (topics) => this.#textsOf(topics), (bulk) => {
+    return new GzipJob(snapshot, this, this.#chunks, (snapshot) => this.#structure(snapshot), (bulk) => {
       // Plain bodies went out of use (gzip scrapes built from chunks): a spare buffer would only
       // hold ~60 B per sample of memory. Bulk renders and plain scrapes keep it in use.
       if (!bulk) this.#spare = undefined
@@ -350,10 +351,31 @@ export class Renderer {
   }
 
   /**
+   * The series of `snapshot` after the collision merge, and their texts. A snapshot whose layout
+   * (lib/reader.ts: one object per registry generation) says nothing collides is its own series;
+   * one with the layout of the previous render has that render's texts too: the topics, their
+   * labels and their groups are those of that render (1.7 ms of a 200k-sample render's ~12 went
+   * to re-deriving both).
+   */
+  #structure(snapshot: Snapshot): Structure {
+    const layout = snapshot.layout
+    if (layout === undefined || !layout.collisionFree) {
+      const topics = mergeCollisions(snapshot.topics)
+      this.#lastLayout = undefined
+      return { topics, texts: this.#textsOf(topics) }
+    }
+    const topics = snapshot.topics
+    if (layout === this.#lastLayout && this.#lastTexts.length === topics.length) return { topics, texts: this.#lastTexts }
+    const texts = this.#textsOf(topics)
+    this.#lastLayout = layout
+    return { topics, texts }
+  }
+
+  /**
    * The texts of `topics`, in order. A steady scrape has the same topics as the one before, so
    * the previous list is tried first (an array walk instead of 4,348 WeakMap lookups).
    */
-  #textsOf(topics: readonly TopicSeries[]): TopicText[] {
+  #textsOf(topics: readonly TopicSeries[]): readonly TopicText[] {
     const texts: TopicText[] = new Array(topics.length)
     const lastKeys = this.#lastKeys
     const lastTexts = this.#lastTexts
@@ -472,22 +494,28 @@ function writeTopics(w: Writer, stage: number, topics: readonly TopicSeries[], t
   }
 }
 
+/** What a render writes lines for: the series after the collision merge, and their texts. */
+interface Structure {
+  readonly topics: readonly TopicSeries[]
+  readonly texts: readonly TopicText[]
+}
+
 export class RenderJob {
   readonly #snapshot: Snapshot
   readonly #done: (body: Buffer) => void
-  readonly #textsOf: (topics: readonly TopicSeries[]) => TopicText[]
+  readonly #structure: (snapshot: Snapshot) => Structure
   readonly #w: Writer
   #topics: readonly TopicSeries[] = []
-  #texts: TopicText[] = []
+  #texts: readonly TopicText[] = []
   #stage: number = Stage.Preamble
   /** Next topic of the current stage. */
   #next = 0
 
-  constructor(snapshot: Snapshot, out: Buffer, done: (body: Buffer) => void, textsOf: (topics: readonly TopicSeries[]) => TopicText[]) {
+  constructor(snapshot: Snapshot, out: Buffer, done: (body: Buffer) => void, structure: (snapshot: Snapshot) => Structure) {
     this.#snapshot = snapshot
     this.#w = new Writer(out)
     this.#done = done
-    this.#textsOf = textsOf
+    this.#structure = structure
   }
 
   /**
@@ -500,8 +528,7 @@ export class RenderJob {
       const stage = this.#stage
       if (stage === Stage.Preamble) {
         writePreamble(w, this.#snapshot)
-        this.#topics = mergeCollisions(this.#snapshot.topics)
-        this.#texts = this.#textsOf(this.#topics)
+        ;({ topics: this.#topics, texts: this.#texts } = this.#structure(this.#snapshot))
       } else if (stage < Stage.Latency) {
         const topics = this.#topics
         if (this.#next === 0) w.bytes(headerOf(stage))
@@ -687,10 +714,10 @@ export class GzipJob {
   readonly #snapshot: Snapshot
   readonly #renderer: Renderer
   readonly #cache: ChunkCache
-  readonly #textsOf: (topics: readonly TopicSeries[]) => TopicText[]
+  readonly #structure: (snapshot: Snapshot) => Structure
   readonly #finished: (bulk: boolean) => void
   #topics: readonly TopicSeries[] = []
-  #texts: TopicText[] = []
+  #texts: readonly TopicText[] = []
   #preamble: Fragment = EMPTY_FRAGMENT
   /** Per chunk: the cached chunk whose numbers are current, found by the first step (or undefined). */
   #found: (Chunk | undefined)[] | undefined
@@ -702,12 +729,12 @@ export class GzipJob {
 
   constructor(
     snapshot: Snapshot, renderer: Renderer, cache: ChunkCache,
-    textsOf: (topics: readonly TopicSeries[]) => TopicText[], finished: (bulk: boolean) => void,
+    structure: (snapshot: Snapshot) => Structure, finished: (bulk: boolean) => void,
   ) {
     this.#snapshot = snapshot
     this.#renderer = renderer
     this.#cache = cache
-    this.#textsOf = textsOf
+    this.#structure = structure
     this.#finished = finished
   }
 
@@ -715,8 +742,7 @@ export class GzipJob {
   step(deadline: number): boolean {
     if (this.#result !== undefined) return true
     if (this.#found === undefined && this.#plain === undefined) {
-      this.#topics = mergeCollisions(this.#snapshot.topics)
-      this.#texts = this.#textsOf(this.#topics)
+      ;({ topics: this.#topics, texts: this.#texts } = this.#structure(this.#snapshot))
       const count = Math.ceil(this.#topics.length / CHUNK_TOPICS)
       const found: (Chunk | undefined)[] = new Array(count)
       let changed = 0

@@ -84,6 +84,40 @@ export interface TopicSnapshot {
   key: object
 }
 
+/**
+ * A snapshot's structure, as opposed to its numbers: which topics there are and in what order,
+ * their labels, groups and partition numbers. The reader hands out one object per registry
+ * generation (every registration, partition, group, floor or removal starts a new one), the
+ * same object with every snapshot of that generation; a consumer may keep what it derives from
+ * the structure alone by this object's identity.
+ */
+export interface Layout {
+  /** `hasNoCollisions` of the topics (SPEC §3.5), computed once for the generation. */
+  readonly collisionFree: boolean
+}
+
+/** Just what `hasNoCollisions` reads: a snapshot's topics, or the registry's entities. */
+interface Labelled {
+  readonly label: string
+  readonly partitionNumbers: readonly number[]
+  readonly groups: readonly { readonly label: string }[]
+}
+
+/**
+ * Topics strictly ascending by label, and in each, partition numbers strictly ascending and
+ * groups strictly ascending by label: no two series of a family share a label set (SPEC §3.5),
+ * and the lines come out in the order the exposition lists them.
+ */
+export function hasNoCollisions(topics: readonly Labelled[]): boolean {
+  for (let t = 0; t < topics.length; t++) {
+    const { label, partitionNumbers, groups } = topics[t]
+    if (t > 0 && !(label > topics[t - 1].label)) return false
+    for (let p = 1; p < partitionNumbers.length; p++) if (!(partitionNumbers[p] > partitionNumbers[p - 1])) return false
+    for (let g = 1; g < groups.length; g++) if (!(groups[g].label > groups[g - 1].label)) return false
+  }
+  return true
+}
+
 export interface Snapshot {
   /** process uptime in seconds (the one number that moves with time alone). */
   uptimeSeconds: number
@@ -97,10 +131,12 @@ export interface Snapshot {
   latency: LatencyQuantiles | null
   /** Ascending by label, then by raw name (JS string order). */
   topics: TopicSnapshot[]
+  /** The structure's identity and what is known of it (set by the reader; absent: unknown). */
+  layout?: Layout
 }
 
 /** What `surface.snapshot()` returns: a Snapshot whose topics also list their partitions as objects. */
-export interface SnapshotWithPartitions extends Snapshot {
+export interface SnapshotWithPartitions extends Omit<Snapshot, 'layout'> {
   topics: (TopicSnapshot & { partitions: PartitionSnapshot[] })[]
 }
 
@@ -137,7 +173,9 @@ export function withPartitions(snapshot: Snapshot): SnapshotWithPartitions {
       partitions,
     }
   }
-  return { ...snapshot, topics: out }
+  // The layout is the library's own bookkeeping, not part of what a caller is shown.
+  const { layout: _layout, ...rest } = snapshot
+  return { ...rest, topics: out }
 }
 
 export const MAX_SAFE = Number.MAX_SAFE_INTEGER

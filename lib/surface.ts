@@ -339,6 +339,7 @@ export class Surface extends EventEmitter {
         inSync: this.#quorum.inSync,
         latency: this.config.e2e_latency ? this.#window.quantiles() : null,
         topics: this.#reader.topics(ackFloors),
+        layout: this.#reader.layout,
       }
       const reread = (topic: TopicSnapshot) => this.#reader.topic(topic.key as TopicEntity)
       // Only /stats shows the report; the scrape path checks (and raises faults) without one.

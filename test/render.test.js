@@ -803,3 +803,104 @@ t.test('writeDigits prints every safe integer it is given exactly as String() do
   for (let i = 0; i < 200_000; i++) check(Math.floor(random() * 2 ** 31))
   t.same(wrong, [])
 })
+
+// --- the layout: what a render derives from a snapshot's structure is kept per registry generation
+
+t.test('hasNoCollisions: strictly ascending topic labels, partitions and group labels', async (t) => {
+  const { hasNoCollisions } = require('../dist/snapshot.js')
+  const topic = (label, partitionNumbers = [], groups = []) => ({ label, partitionNumbers, groups: groups.map((g) => ({ label: g })) })
+  t.equal(hasNoCollisions([]), true)
+  t.equal(hasNoCollisions([topic('a', [0, 1, 5], ['x', 'y']), topic('b'), topic('b_')]), true)
+  t.equal(hasNoCollisions([topic('a'), topic('a')]), false, 'two topics, one label')
+  t.equal(hasNoCollisions([topic('b'), topic('a')]), false, 'topics out of order')
+  t.equal(hasNoCollisions([topic('a', [1, 1])]), false, 'a partition twice')
+  t.equal(hasNoCollisions([topic('a', [2, 1])]), false, 'partitions out of order')
+  t.equal(hasNoCollisions([topic('a', [], ['g', 'g'])]), false, 'two groups, one label')
+  t.equal(hasNoCollisions([topic('a', [], ['h', 'g'])]), false, 'groups out of order')
+})
+
+for (const backend of require('./helpers').backends()) {
+  t.test(`${backend}: renders that reuse their layout's texts equal the reference through every kind of change`, async (t) => {
+    // One surface, one renderer, 400 random steps. Structural steps (a topic, a colliding topic,
+    // a group, a colliding group, a partition, a floor on a new partition, a removal) start a new
+    // layout; value steps keep it, so the next render reuses the previous render's series texts.
+    // A layout that outlived a structural change would render the old topics, groups or
+    // partitions: the reference (built from the public snapshot, uncached) would differ.
+    const { surfaceOn } = require('./helpers')
+    const surface = surfaceOn(t, backend, { max_in_flight: 1_000_000 })
+    const random = prng(77)
+    const pick = (list) => list[Math.floor(random() * list.length)]
+    const names = ['a', 'a.b', 'a_b', 'c', 'd', 'e', 'f', 'g', 'h.']
+    const topics = new Map()
+    const seqs = new Map()
+    const kinds = { structural: 0, value: 0, collisions: 0, collisionFree: 0 }
+    const nextSeq = (name, p) => {
+      const key = `${name}/${p}`
+      seqs.set(key, (seqs.get(key) ?? 0) + 1 + Math.floor(random() * 5))
+      return seqs.get(key)
+    }
+    let mismatches = 0
+    for (let step = 0; step < 400; step++) {
+      const r = random()
+      if (r < 0.12 || topics.size === 0) {
+        const name = pick(names)
+        if (!topics.has(name)) topics.set(name, { handle: surface.topic(name), groups: new Map() })
+        kinds.structural++
+      } else if (r < 0.2) {
+        const [name, entry] = pick([...topics])
+        const group = pick(['g', 'g.1', 'g 1', 'h'])
+        if (!entry.groups.has(group)) entry.groups.set(group, entry.handle.group(group))
+        kinds.structural++
+      } else if (r < 0.26 && topics.size > 1) {
+        const [name] = pick([...topics])
+        surface.removeTopic(name)
+        topics.delete(name)
+        for (const key of [...seqs.keys()]) if (key.startsWith(`${name}/`)) seqs.delete(key)
+        kinds.structural++
+      } else {
+        const [name, entry] = pick([...topics])
+        const p = Math.floor(random() * 6) // a new partition now and then: structural too
+        entry.handle.produced(p, nextSeq(name, p), 10)
+        const groups = [...entry.groups.values()]
+        if (groups.length > 0 && random() < 0.5) pick(groups).ackFloor(p, Math.floor(seqs.get(`${name}/${p}`) / 2))
+        kinds.value++
+      }
+      const rendered = surface.render()
+      const snapshot = surface.snapshot()
+      if (new Set(snapshot.topics.map((x) => x.label)).size < snapshot.topics.length) kinds.collisions++
+      else kinds.collisionFree++
+      if (withoutUptime(rendered) !== withoutUptime(reference(snapshot)) && ++mismatches <= 3) {
+        t.equal(withoutUptime(rendered), withoutUptime(reference(snapshot)), `step ${step}: the render equals the reference`)
+      }
+    }
+    t.equal(mismatches, 0, `400 steps (${JSON.stringify(kinds)}) render exactly`)
+    t.ok(kinds.collisions > 50 && kinds.collisionFree > 100 && kinds.structural > 60 && kinds.value > 200, 'steps of every kind, with and without collisions')
+  })
+
+  t.test(`${backend}: a snapshot's layout is one object per generation, and not in the public snapshot`, async (t) => {
+    const { surfaceOn } = require('./helpers')
+    const surface = surfaceOn(t, backend, { max_in_flight: 100 })
+    const { Renderer } = require('../dist/render.js')
+    const seen = []
+    const begin = Renderer.prototype.begin
+    Renderer.prototype.begin = function (snapshot) {
+      seen.push(snapshot.layout)
+      return begin.call(this, snapshot)
+    }
+    t.teardown(() => { Renderer.prototype.begin = begin })
+    const topic = surface.topic('x.')
+    surface.render()
+    topic.produced(0, 1, 1) // a new partition: a new layout
+    surface.render()
+    topic.produced(0, 2, 1) // numbers only: the same layout
+    surface.render()
+    surface.topic('x_') // collides with 'x.' once that is sanitized
+    surface.render()
+    t.equal(seen.length, 4)
+    t.not(seen[0], seen[1], 'a partition added: a new layout')
+    t.equal(seen[1], seen[2], 'numbers moved: the same layout')
+    t.not(seen[2], seen[3], 'a topic added: a new layout')
+    t.same(seen.map((layout) => layout.collisionFree), [true, true, true, false])
+    t.notOk('layout' in surface.snapshot(), 'surface.snapshot() does not show it')
+  })
+}
