@@ -9,7 +9,7 @@
 // over several event-loop turns is still exactly the body of that one snapshot.
 import { METRICS, MetricDefinition } from './allowlist'
 import { escapeHelp, escapeLabelValue } from './labels'
-import { Count, Layout, Snapshot, TopicSnapshot, addCount } from './snapshot'
+import { Count, Layout, Snapshot, TopicSnapshot, addCount, isCollisionFree } from './snapshot'
 import { gzipSync } from 'node:zlib'
 import { EMPTY_FRAGMENT, Fragment, GZIP_LEVEL, GzipBody, MemberBuilder, PackedFragments, fragment, pack } from './gzip'
 
@@ -69,17 +69,6 @@ function mergeCollisions(snapshotTopics: readonly TopicSnapshot[]): readonly Top
     i = end
   }
   return series
-}
-
-function isCollisionFree(topic: TopicSnapshot): boolean {
-  const { partitionNumbers, groups } = topic
-  for (let p = 1; p < partitionNumbers.length; p++) {
-    if (!(partitionNumbers[p] > partitionNumbers[p - 1])) return false
-  }
-  for (let g = 1; g < groups.length; g++) {
-    if (!(groups[g].label > groups[g - 1].label)) return false
-  }
-  return true
 }
 
 /** SPEC §3.5: counters, depth and in_flight summed; last_seq and lag take the maximum. */

@@ -110,11 +110,17 @@ interface Labelled {
  */
 export function hasNoCollisions(topics: readonly Labelled[]): boolean {
   for (let t = 0; t < topics.length; t++) {
-    const { label, partitionNumbers, groups } = topics[t]
-    if (t > 0 && !(label > topics[t - 1].label)) return false
-    for (let p = 1; p < partitionNumbers.length; p++) if (!(partitionNumbers[p] > partitionNumbers[p - 1])) return false
-    for (let g = 1; g < groups.length; g++) if (!(groups[g].label > groups[g - 1].label)) return false
+    if (t > 0 && !(topics[t].label > topics[t - 1].label)) return false
+    if (!isCollisionFree(topics[t])) return false
   }
+  return true
+}
+
+/** One topic's partition numbers strictly ascending, and its groups strictly ascending by label. */
+export function isCollisionFree(topic: Labelled): boolean {
+  const { partitionNumbers, groups } = topic
+  for (let p = 1; p < partitionNumbers.length; p++) if (!(partitionNumbers[p] > partitionNumbers[p - 1])) return false
+  for (let g = 1; g < groups.length; g++) if (!(groups[g].label > groups[g - 1].label)) return false
   return true
 }
 
