@@ -2,7 +2,7 @@
 // boundary). Both backends expose the same `Arena`: numbered fixed-size chunks of zeroed memory
 // that every thread of the process can map. Nothing above this file knows which one it has.
 import * as path from 'node:path'
-import { ConfigError } from './errors'
+import { ClosedError, ConfigError } from './errors'
 
 export type BackendName = 'native' | 'js'
 
@@ -102,7 +102,14 @@ class NativeArena implements Arena {
     this.#id = id
   }
   chunk(k: number): ArrayBuffer {
-    const buffer = this.#addon.arenaChunk(this.#id, k)
+    let buffer: ArrayBuffer | undefined
+    try {
+      buffer = this.#addon.arenaChunk(this.#id, k)
+    } catch (error) {
+      // The surface was closed before this thread mapped the chunk (native/arena.cc).
+      if ((error as { code?: unknown })?.code === 'SURFACE_CLOSED') throw new ClosedError('this mq-metrics surface')
+      throw error
+    }
     // undefined: the addon could not make the view because this thread is being terminated.
     if (buffer === undefined) throw new Error('mq-metrics: cannot map the counter memory: this thread is shutting down')
     return buffer

@@ -3,13 +3,18 @@
 // a rejected call leaves every number as it was. Counters go to this thread's own row (a plain
 // Float64Array add: no lock, no atomic, no N-API call); the few cells that need an exact bound
 // across threads (in_flight, the dlq credit) use Atomics on the shared row.
-import { FatalInvariantError, RemovedTopicError } from './errors'
+import { ClosedError, FatalInvariantError, RemovedTopicError } from './errors'
 import { describe, validateName } from './labels'
-import { C_NEXT_ROW, C_QUORUM, MAX_ROWS, Memory, SHARED_ROW, SLOTS_PER_CHUNK, acquire, release } from './memory'
+import { C_CLOSED, C_NEXT_ROW, C_QUORUM, MAX_ROWS, Memory, SHARED_ROW, SLOTS_PER_CHUNK, acquire, release } from './memory'
 import { MAX_IN_FLIGHT_LIMIT } from './config'
 import {
   G_DELIVERED, G_DLQ, G_DROPPED, G_IN_FLIGHT, G_LOCK, G_RETRIES, GroupEntity, Registry, TopicEntity,
 } from './registry'
+
+/** A handle's topic is gone: ClosedError once the surface is closed, else RemovedTopicError. */
+function goneError(control: Int32Array, topic: string): Error {
+  return control[C_CLOSED] === 1 ? new ClosedError('this mq-metrics surface') : new RemovedTopicError(topic)
+}
 
 export type FaultSink = (code: string, metric: string, labels: Record<string, string>, previous: number | null, attempted: number | null) => void
 
@@ -261,7 +266,15 @@ export class Topic {
 
   /** Throws when the topic was removed (its slots may already belong to another topic). */
   alive(): void {
-    if (this.#tag[this.#index] !== this.#id) throw new RemovedTopicError(this.name)
+    if (this.#tag[this.#index] !== this.#id) throw this.#gone()
+  }
+
+  /**
+   * The error for a handle whose liveness tag no longer names its topic: the topic was removed,
+   * or the surface was closed (Registry.close clears every tag).
+   */
+  #gone(): Error {
+    return goneError(this.#control, this.name)
   }
 
   /** Where a group handle checks this topic's liveness itself (no call, no chain of fields). */
@@ -284,7 +297,7 @@ export class Topic {
     // past it the caller's loop can no longer inline it and it measured 16 ns instead of 9–10.
     if (!(isCount(seq) && isCount(bytes) && isCount(count))) checkProduced(seq, bytes, count)
     const index = this.#index
-    if (this.#tag[index] !== this.#id) throw new RemovedTopicError(this.name)
+    if (this.#tag[index] !== this.#id) throw this.#gone()
     // A non-number never indexes the cache (a string '3' would find partition 3's cells).
     const known = typeof partition === 'number' ? this.#lastSeqSlots[partition] : undefined
     if (this.#control[C_QUORUM] === 2) return this.#refuseReadOnly(partition, seq, known)
@@ -392,6 +405,7 @@ export class Topic {
 
   /** Highest last_seq of a partition across every thread, without registering it. */
   lastSeqKnown(partition: number): number {
+    this.alive() // a removed topic's slots may already be another's
     const slot = this.knownPartition(partition)
     return slot === undefined ? 0 : this.#recorder.highest(slot)
   }
@@ -492,7 +506,7 @@ export class Group {
   /** SPEC §5: in_flight += n, or false (nothing changes) if that would pass max_in_flight. */
   dispatch(n = 1): boolean {
     if (!isCount(n)) checkCount('n', n)
-    if (this.#topicTag[this.#topicTagIndex] !== this.#topicId) throw new RemovedTopicError(this.topic.name)
+    if (this.#topicTag[this.#topicTagIndex] !== this.#topicId) throw this.#gone()
     const tag = this.#memory.lockTag
     acquire(this.#lock, this.#lockIndex, tag, this.#memory)
     try {
@@ -500,7 +514,7 @@ export class Group {
       // Checked again right before the write: the wait for the lock (and a first look at another
       // thread's row in #sumAll) may block, and a removal's freed blocks are reused once every
       // thread has blocked since (Memory.fence).
-      if (this.#topicTag[this.#topicTagIndex] !== this.#topicId) throw new RemovedTopicError(this.topic.name)
+      if (this.#topicTag[this.#topicTagIndex] !== this.#topicId) throw this.#gone()
       if (inFlight + n > this.#maxInFlight) return false
       this.#row[this.#index + GroupCell.InFlight] += n
       return true
@@ -515,7 +529,7 @@ export class Group {
     // cell read from this handle, and both cells written only when the counter stays below 2^53
     // and this thread's in_flight share covers n; anything else takes #settle (the exact path).
     if (!isCount(n)) checkCount('n', n)
-    if (this.#topicTag[this.#topicTagIndex] !== this.#topicId) throw new RemovedTopicError(this.topic.name)
+    if (this.#topicTag[this.#topicTagIndex] !== this.#topicId) throw this.#gone()
     const row = this.#row
     const at = this.#index
     const delivered = row[at + GroupCell.Delivered] + n
@@ -531,7 +545,7 @@ export class Group {
   /** dropped += n (group and topic), in_flight −= n; each drop is credit for one DLQ success. */
   dropped(n = 1): void {
     if (!isCount(n)) checkCount('n', n)
-    if (this.#topicTag[this.#topicTagIndex] !== this.#topicId) throw new RemovedTopicError(this.topic.name)
+    if (this.#topicTag[this.#topicTagIndex] !== this.#topicId) throw this.#gone()
     const row = this.#row
     const at = this.#index
     const dropped = row[at + GroupCell.Dropped] + n
@@ -547,12 +561,17 @@ export class Group {
   /** retries += n. */
   redelivered(n = 1): void {
     if (!isCount(n)) checkCount('n', n)
-    if (this.#topicTag[this.#topicTagIndex] !== this.#topicId) throw new RemovedTopicError(this.topic.name)
+    if (this.#topicTag[this.#topicTagIndex] !== this.#topicId) throw this.#gone()
     const row = this.#row
     const at = this.#index + GroupCell.Retries
     const retries = row[at] + n
     if (retries <= MAX_SAFE) row[at] = retries
     else this.#recorder.add(row, at, this.#slot + GroupCell.Retries, n, this.topic.entity)
+  }
+
+  /** See Topic.#gone. */
+  #gone(): Error {
+    return goneError(this.#memory.control, this.topic.name)
   }
 
   /** The slow half of delivered()/dropped(): a counter nearing 2^53, or a share that does not cover n. */
@@ -631,6 +650,7 @@ export class Group {
 
   /** Current in_flight across every thread. */
   inFlight(): number {
+    if (this.#topicTag[this.#topicTagIndex] !== this.#topicId) throw this.#gone() // see lastSeqKnown
     return Math.max(0, this.#inFlightAll())
   }
 

@@ -6,10 +6,10 @@
 // seen in a worker is in the main thread's next snapshot because the snapshot replays the log
 // first. Recording never touches the log (see recording.ts).
 import { ResolvedConfig } from './config'
-import { RemovedTopicError } from './errors'
+import { ClosedError, RemovedTopicError } from './errors'
 import { sanitizeLabelValue } from './labels'
 import {
-  C_LOG_END, C_NEXT_CHUNK, C_NEXT_ID, C_NEXT_SLOT, C_WORKER_FAULTS, LOG_CHUNK_INTS, Memory, SHARED_ROW, SLOTS_PER_CHUNK,
+  C_CLOSED, C_LOG_END, C_NEXT_CHUNK, C_NEXT_ID, C_NEXT_SLOT, C_WORKER_FAULTS, LOG_CHUNK_INTS, Memory, SHARED_ROW, SLOTS_PER_CHUNK,
 } from './memory'
 
 // Slot block sizes. Thread rows use the counter cells; the shared row uses the rest.
@@ -237,6 +237,27 @@ export class Registry {
     })
   }
 
+  /**
+   * The surface closed: from now on every handle, in every thread, throws ClosedError on its next
+   * call (each live topic's liveness tag is cleared, the check every recording call makes
+   * already), and nothing registers any more (#locked). Idempotent.
+   */
+  close(): void {
+    this.memory.lock()
+    try {
+      this.sync()
+      this.memory.control[C_CLOSED] = 1
+      for (const topic of this.topics.values()) this.#sharedF64(topic.slot)[topic.slot % SLOTS_PER_CHUNK] = 0
+    } finally {
+      this.memory.unlock()
+    }
+  }
+
+  /** The surface was closed (by any thread's view of the shared control block). */
+  get closed(): boolean {
+    return this.memory.control[C_CLOSED] === 1
+  }
+
   removeTopic(name: string): boolean {
     return this.#locked(() => {
       const topic = this.topics.get(name)
@@ -320,6 +341,7 @@ export class Registry {
     this.memory.lock()
     try {
       this.sync()
+      if (this.memory.control[C_CLOSED] === 1) throw new ClosedError('this mq-metrics surface')
       return fn()
     } finally {
       this.memory.unlock()

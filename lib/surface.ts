@@ -9,9 +9,9 @@ import { ClosedError } from './errors'
 import { FaultLog, FaultRecord } from './faults'
 import type { GzipBody } from './gzip'
 import { HttpHost, createHandler, listen as listenHttp } from './http'
-import { describe } from './labels'
-import { LATENCY_BUCKETS, LatencyWindow, QuantilesFromCounts, recordLatency } from './latency'
-import { C_NEXT_SLOT, C_WORKER_FAULTS, MAIN_ROW, Memory, SLOTS_PER_CHUNK } from './memory'
+import { describe, validateName } from './labels'
+import { LATENCY_BUCKETS, LatencyWindow, QuantilesFromCounts, latencyBucketIndex, recordLatency } from './latency'
+import { C_CLOSED, C_NEXT_SLOT, C_WORKER_FAULTS, MAIN_ROW, Memory, SLOTS_PER_CHUNK } from './memory'
 import { Quorum, QuorumEvent, RUNBOOK_LEVELS, TIER_NAMES, WriteAnswer } from './quorum'
 import { SnapshotReader } from './reader'
 import { Recorder, Topic } from './recording'
@@ -149,10 +149,12 @@ export class Surface extends EventEmitter {
   }
 
   connectionOpened(): void {
+    this.#assertOpen()
     this.#connections++
   }
 
   connectionClosed(): void {
+    this.#assertOpen()
     if (this.#connections === 0) {
       this.#fault({ code: 'CONNECTIONS_UNDERFLOW', metric: 'mq_connections', labels: {}, previous: 0, attempted: -1, at: new Date().toISOString() })
       return
@@ -162,6 +164,7 @@ export class Surface extends EventEmitter {
 
   /** SPEC §5: the epoch only increases; a decrease is fault EPOCH_REGRESSION and is not stored. */
   setLeaderEpoch(epoch: number): boolean {
+    this.#assertOpen()
     if (typeof epoch !== 'number') throw new TypeError(`epoch must be a non-negative integer, got ${describe(epoch)}`)
     if (!Number.isSafeInteger(epoch) || epoch < 0) throw new RangeError(`epoch must be a non-negative integer, got ${describe(epoch)}`)
     if (epoch < this.#leaderEpoch) {
@@ -174,12 +177,14 @@ export class Surface extends EventEmitter {
 
   /** SPEC §6: re-evaluates the tier from this round; returns the new tier. */
   replicationRound(round: { replicas: number; inSync: number }): QuorumState {
+    this.#assertOpen()
     const change = this.#quorum.round(round)
     if (change) this.emit('quorum', change satisfies QuorumEvent)
     return this.#quorum.state
   }
 
   admitWrite(): WriteAnswer {
+    this.#assertOpen()
     return this.#quorum.admitWrite()
   }
 
@@ -193,7 +198,7 @@ export class Surface extends EventEmitter {
   /** Its series leave the next scrape; a topic created again later starts from zero. */
   removeTopic(name: string): boolean {
     this.#assertOpen()
-    if (typeof name !== 'string') throw new TypeError(`topic name must be a string, got ${describe(name)}`)
+    validateName('topic name', name) // SPEC §3.6, as for topic(): '' or 1,025 characters is a RangeError
     const removed = this.#registry.removeTopic(name)
     this.#recorder.forget(name)
     return removed
@@ -267,6 +272,7 @@ export class Surface extends EventEmitter {
 
   async #close(): Promise<void> {
     this.#closed = true
+    this.#registry.close() // every handle, in every thread, throws ClosedError from its next call
     for (const timer of this.#timers) clearInterval(timer)
     // A listen() under way finishes first (and, seeing the surface closed, closes its server).
     await this.#starting?.catch(() => {})
@@ -412,17 +418,28 @@ export class Surface extends EventEmitter {
 function latencyFor(recorder: Recorder, enabled: boolean, window: LatencyWindow): LatencyEstimator {
   // The latency buckets are slots [0, LATENCY_BUCKETS) of this thread's row: chunk 0.
   const row = enabled ? recorder.cells(0)[0] : new Float64Array(LATENCY_BUCKETS)
+  // The shared control block: C_CLOSED is set by close(), whichever thread records.
+  const control = recorder.registry.memory.control
   return {
     record: enabled
-      ? (ms: number) => recordLatency(row, 0, ms)
+      ? (ms: number) => {
+          if (control[C_CLOSED] === 1) throw new ClosedError('this mq-metrics surface')
+          recordLatency(row, 0, ms)
+        }
       : (ms: number) => {
-          // Disabled: nothing is recorded, but misuse is still loud (STYLE: never swallow).
-          if (typeof ms !== 'number') throw new TypeError(`latency must be a number of milliseconds, got ${describe(ms)}`)
+          // Disabled: nothing is recorded, but misuse is as loud as when it is on (STYLE: never
+          // swallow): a broker must not learn of a bad value only once it turns latency on.
+          if (control[C_CLOSED] === 1) throw new ClosedError('this mq-metrics surface')
+          latencyBucketIndex(ms)
         },
     rotate: () => {
+      if (control[C_CLOSED] === 1) throw new ClosedError('this mq-metrics surface')
       if (enabled) window.rotate()
     },
-    quantiles: () => (enabled ? window.quantiles() : null),
+    quantiles: () => {
+      if (control[C_CLOSED] === 1) throw new ClosedError('this mq-metrics surface')
+      return enabled ? window.quantiles() : null
+    },
   }
 }
 
@@ -439,6 +456,8 @@ export class WorkerRecorder {
     const arena = attachArena(shared.arena)
     this.backend = arena.backend
     const memory = new Memory(arena, false)
+    // Closed before this worker attached (the native backend throws ClosedError in Memory itself).
+    if (memory.control[C_CLOSED] === 1) throw new ClosedError('this mq-metrics surface')
     const row = memory.claimRow()
     const registry = new Registry(memory, shared.config)
     this.#recorder = new Recorder(registry, row, (code, metric, labels, previous, attempted) => {
@@ -452,6 +471,7 @@ export class WorkerRecorder {
   }
 
   topic(name: string): Topic {
+    if (this.#recorder.registry.closed) throw new ClosedError('this mq-metrics surface')
     return this.#recorder.topic(name)
   }
 }

@@ -77,7 +77,10 @@ Napi::Value ArenaChunk(const Napi::CallbackInfo& info) {
     std::lock_guard<std::mutex> lock(gMutex);
     auto it = gArenas.find(id);
     if (it == gArenas.end() || it->second->released) {
-      Napi::Error::New(env, "mq-metrics: the surface's native arena was closed").ThrowAsJavaScriptException();
+      // lib/backend.ts turns this code into a ClosedError, as the JS backend throws.
+      Napi::Error error = Napi::Error::New(env, "mq-metrics: the surface's native arena was closed");
+      error.Set("code", Napi::String::New(env, "SURFACE_CLOSED"));
+      error.ThrowAsJavaScriptException();
       return env.Undefined();
     }
     Arena* arena = it->second;
