@@ -81,12 +81,13 @@ export function createHandler(host: HttpHost): (req: IncomingMessage, res: Serve
   if (!host.enabled) return () => false
   const isAuthorized = authorizer(host.authToken)
   return (req, res) => {
-    const target = req.url ?? ''
+    const raw = req.url ?? ''
+    const target = originForm(raw)
     const query = target.indexOf('?')
     const path = query < 0 ? target : target.slice(0, query)
     if (!ROUTES.has(path)) return false
-    if (target.length > MAX_URL_LENGTH) {
-      sendError(req, res, 414, 'URI_TOO_LONG', `request target is ${target.length} bytes; the limit is ${MAX_URL_LENGTH}`)
+    if (raw.length > MAX_URL_LENGTH) {
+      sendError(req, res, 414, 'URI_TOO_LONG', `request target is ${raw.length} bytes; the limit is ${MAX_URL_LENGTH}`)
     } else if (req.method !== 'GET' && req.method !== 'HEAD') {
       sendError(req, res, 405, 'METHOD_NOT_ALLOWED', `${path} accepts GET and HEAD, not ${req.method}`, { Allow: ALLOW })
     } else if (hasBody(req)) {
@@ -98,6 +99,19 @@ export function createHandler(host: HttpHost): (req: IncomingMessage, res: Serve
     }
     return true
   }
+}
+
+/**
+ * The request target in origin form (path and query). RFC 9112 §3.2.2: a server must accept the
+ * absolute form too (`GET http://host:9464/metrics HTTP/1.1`, as a proxy sends it); its path and
+ * query are what count, and the authority is the Host's business.
+ */
+export function originForm(target: string): string {
+  if (target.charCodeAt(0) === 0x2f /* '/' */) return target
+  const authority = /^https?:\/\/[^/?#]*/i.exec(target)
+  if (authority === null) return target
+  const rest = target.slice(authority[0].length)
+  return rest.charCodeAt(0) === 0x2f ? rest : `/${rest}`
 }
 
 /** Standalone server: the three endpoints, 404 for every other path. */
@@ -130,7 +144,7 @@ export function listen(host: HttpHost, options: ListenOptions = {}): Promise<Htt
       if (target.length > MAX_URL_LENGTH) {
         sendError(req, res, 414, 'URI_TOO_LONG', `request target is ${target.length} bytes; the limit is ${MAX_URL_LENGTH}`)
       } else {
-        const path = target.split('?', 1)[0]
+        const path = originForm(target).split('?', 1)[0]
         sendError(req, res, 404, 'NOT_FOUND', `no such path: ${path.length > 100 ? path.slice(0, 100) + '…' : path}; this server serves /metrics, /healthz and /stats`)
       }
     },

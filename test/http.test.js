@@ -351,3 +351,35 @@ t.test('listen: options, independence, close()', async (t) => {
   await b.close()
   agent.destroy()
 })
+
+t.test('a request target in absolute form (RFC 9112 §3.2.2) is served like its path', async (t) => {
+  const server = await serve(t, fakeHost())
+  const ask = async (target) => {
+    const answer = await raw(server.port, `GET ${target} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n`)
+    const [head, body] = answer.split('\r\n\r\n')
+    return { status: Number(head.split(' ')[1]), body }
+  }
+  const metrics = await ask(`http://127.0.0.1:${server.port}/metrics`)
+  t.equal(metrics.status, 200, 'GET http://host:port/metrics: 200')
+  t.equal(metrics.body, METRICS_BODY.toString('latin1'), 'with the exposition')
+  t.equal((await ask('HTTP://x/healthz')).status, 200, 'the scheme is case-insensitive')
+  const stats = await ask('http://x/stats?filter=topics&topic=a')
+  t.same(JSON.parse(stats.body), { filter: 'topics', topic: 'a' }, 'the query string of an absolute target reaches the host')
+  const missing = await ask('http://x/nope')
+  t.equal(missing.status, 404, 'an unknown path is still 404')
+  t.match(JSON.parse(missing.body).error.message, /no such path: \/nope;/, 'naming the path, not the whole target')
+  t.equal((await ask('http://x')).status, 404, 'no path: /, which is not served')
+
+  const { originForm } = require('../dist/http.js')
+  t.same(
+    ['/metrics', 'http://h:1/metrics?a', 'https://h/stats', 'http://h?q', 'http://h', '*', 'metrics', 'http:/h/metrics'].map(originForm),
+    ['/metrics', '/metrics?a', '/stats', '/?q', '/', '*', 'metrics', 'http:/h/metrics'],
+    'originForm keeps origin-form targets and anything that is not http(s)://authority as they are',
+  )
+
+  const handler = createHandler(fakeHost())
+  const sent = []
+  const res = { statusCode: 0, headersSent: false, destroyed: false, setHeader() {}, once() { return res }, on() { return res }, end(body) { sent.push(body) } }
+  t.equal(handler({ url: 'http://x/healthz', method: 'GET', headers: {} }, res), true, 'a mounted handler serves an absolute target too')
+  t.equal(handler({ url: 'http://x/admin', method: 'GET', headers: {} }, res), false, 'and leaves other paths to the broker')
+})
