@@ -187,6 +187,10 @@ function listenOptions(options: ListenOptions): { port: number; hostname: string
   if (options === null || typeof options !== 'object') {
     throw new TypeError(`listen options must be an object, got ${describe(options)}`)
   }
+  for (const key of Object.keys(options)) {
+    // A typo (`hostname`) must not quietly bind the default address instead.
+    if (key !== 'port' && key !== 'host') throw new TypeError(`unknown listen option ${JSON.stringify(key)} (known: port, host)`)
+  }
   const port = options.port ?? DEFAULT_PORT
   if (typeof port !== 'number' || !Number.isInteger(port)) {
     throw new TypeError(`listen port must be an integer, got ${describe(port)}`)

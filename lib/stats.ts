@@ -131,6 +131,10 @@ interface Narrow {
 function checkFilter(filter: unknown): Narrow {
   if (filter === undefined || filter === null) return { topic: undefined, group: undefined }
   if (typeof filter !== 'object') throw new StatsError('INVALID_QUERY', 'the stats filter must be an object { topic?, group? }')
+  for (const key of Object.keys(filter)) {
+    // A typo (`topics`) must not quietly show every topic: the HTTP query rejects it as well.
+    if (key !== 'topic' && key !== 'group') throw new StatsError('INVALID_QUERY', `unknown stats filter key ${JSON.stringify(key)} (known: topic, group)`)
+  }
   const { topic, group } = filter as Record<string, unknown>
   for (const [key, value] of [['topic', topic], ['group', group]] as const) {
     if (value !== undefined && typeof value !== 'string') throw new StatsError('INVALID_QUERY', `${key} must be a string (an exact raw name)`)

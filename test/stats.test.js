@@ -200,6 +200,13 @@ t.test('statsView rejects an unknown view with the allowed list', async (t) => {
   t.ok(error instanceof StatsError && error instanceof Error, 'a StatsError is an Error')
 })
 
+t.test('statsView rejects a filter object with an unknown key (a typo must not widen the view)', async (t) => {
+  for (const filter of [{ topics: 'a.b' }, { topic: 'a.b', grop: 'g' }, { Topic: 'a.b' }]) {
+    t.throws(() => statsView('groups', filter, context()), { name: 'StatsError', code: 'INVALID_QUERY', message: /unknown stats filter key ".+" \(known: topic, group\)/ }, JSON.stringify(filter))
+  }
+  t.same(statsView('topics', { topic: 'a.b' }, context()).topics.map((x) => x.topic), ['a.b'], 'the known keys narrow as before')
+})
+
 t.test('statsFromQuery: validation before the context is built', async (t) => {
   const cases = [
     ['', 'MISSING_FILTER', /filter query parameter is required.*allowed views: topics, partitions/],
