@@ -1,6 +1,8 @@
 #!/usr/bin/env node
 // SPEC §10: `mq-stats`, the operator's view of one or more brokers. It reads /healthz and /stats
 // over HTTP (never the library's memory), so it works against any broker that serves them.
+import * as http from 'node:http'
+import * as https from 'node:https'
 import { toJSON } from './json'
 import { isStatsView, STATS_VIEWS, type StatsView } from './stats'
 
@@ -48,8 +50,15 @@ interface Options {
 
 class UsageError extends Error {}
 
-/** A broker that could not be read: unreachable, timed out, non-2xx, or not our JSON. */
-class BrokerError extends Error {}
+/**
+ * A broker that could not be read: unreachable, timed out, non-2xx, or not our JSON. `short` is
+ * what the summary table shows in its row ('unreachable', 'HTTP 401', 'bad answer').
+ */
+class BrokerError extends Error {
+  constructor(message: string, readonly short: string) {
+    super(message)
+  }
+}
 
 class Interrupted extends Error {}
 
@@ -170,6 +179,8 @@ type JsonObject = Record<string, Json>
 interface BrokerRead {
   url: string
   error?: string
+  /** The error in a word or two, for the table. */
+  errorShort?: string
   quorumState?: 0 | 1 | 2
   status?: string
   healthz?: JsonObject
@@ -212,7 +223,7 @@ async function readBroker(url: string, views: StatsView[], token: string | undef
       ...views.map((view) => getJson(url, `/stats?filter=${view}`, token, signal, [200])),
     ])
     const state = healthz.quorum_state
-    if (state !== 0 && state !== 1 && state !== 2) throw new BrokerError(`/healthz has no quorum_state 0, 1 or 2`)
+    if (state !== 0 && state !== 1 && state !== 2) throw new BrokerError(`/healthz has no quorum_state 0, 1 or 2`, 'bad answer')
     read.healthz = healthz
     read.quorumState = state
     read.status = typeof healthz.status === 'string' ? healthz.status : String(state)
@@ -220,6 +231,7 @@ async function readBroker(url: string, views: StatsView[], token: string | undef
   } catch (error) {
     if (error instanceof Interrupted) throw error
     read.error = oneLine(error instanceof BrokerError ? error.message : `unexpected error: ${(error as Error).message}`)
+    read.errorShort = error instanceof BrokerError ? error.short : 'error'
   }
   return read
 }
@@ -232,14 +244,11 @@ async function getJson(base: string, path: string, token: string | undefined, in
   let statusCode: number
   let text: string
   try {
-    const response = await fetch(base + path, { headers, signal, redirect: 'error' })
-    statusCode = response.status
-    text = await response.text()
+    ;({ statusCode, text } = await get(base + path, headers, signal))
   } catch (error) {
     if (interrupt?.aborted) throw new Interrupted()
-    if (timeout.aborted) throw new BrokerError(`unreachable: GET ${path} timed out after ${REQUEST_TIMEOUT_MS / 1000} s`)
-    const cause = (error as { cause?: { message?: string; code?: string } }).cause
-    throw new BrokerError(`unreachable: ${cause?.message ?? cause?.code ?? (error as Error).message}`)
+    if (timeout.aborted) throw new BrokerError(`unreachable: GET ${path} timed out after ${REQUEST_TIMEOUT_MS / 1000} s`, 'unreachable')
+    throw new BrokerError(`unreachable: ${(error as Error).message}`, 'unreachable')
   }
   let body: Json
   try {
@@ -249,10 +258,31 @@ async function getJson(base: string, path: string, token: string | undefined, in
   }
   if (!okStatuses.includes(statusCode)) {
     const detail = isObject(body) && isObject(body.error) ? `${body.error.code}: ${body.error.message}` : text.slice(0, 200)
-    throw new BrokerError(`GET ${path} answered HTTP ${statusCode}${detail ? ` (${detail})` : ''}`)
+    throw new BrokerError(`GET ${path} answered HTTP ${statusCode}${detail ? ` (${detail})` : ''}`, `HTTP ${statusCode}`)
   }
-  if (!isObject(body)) throw new BrokerError(`GET ${path} did not answer with a JSON object`)
+  if (!isObject(body)) throw new BrokerError(`GET ${path} did not answer with a JSON object`, 'bad answer')
   return body
+}
+
+/**
+ * One GET with node:http(s), not fetch(): fetch refuses the ports the Fetch standard calls bad
+ * (6000, 6665–6669, 10080, …) whatever listens there, and a broker may serve on one. Redirects
+ * are not followed (a 3xx is an error answer, as an error status is).
+ */
+function get(url: string, headers: Record<string, string>, signal: AbortSignal): Promise<{ statusCode: number; text: string }> {
+  return new Promise((resolve, reject) => {
+    const target = new URL(url)
+    const client = target.protocol === 'https:' ? https : http
+    const request = client.request(target, { headers, signal, agent: false }, (response) => {
+      response.setEncoding('utf8')
+      let text = ''
+      response.on('data', (chunk: string) => (text += chunk))
+      response.on('end', () => resolve({ statusCode: response.statusCode ?? 0, text }))
+      response.on('error', reject)
+    })
+    request.on('error', reject)
+    request.end()
+  })
 }
 
 function sleep(ms: number, signal: AbortSignal | undefined): Promise<boolean> {
@@ -410,7 +440,7 @@ function renderFrame(options: Options, frame: Frame, colour: boolean): string {
     const header = ['url', 'quorum_state', 'leader_epoch', 'connections', 'uptime', ...TOTALS, 'faults']
     const rows = frame.brokers.map((b): Cell[] => {
       if (b.error !== undefined) {
-        return [text(b.url), { text: 'unreachable', numeric: false, colour: COLOURS[2] }, ...header.slice(2).map(() => EMPTY)]
+        return [text(b.url), { text: b.errorShort ?? 'error', numeric: false, colour: COLOURS[2] }, ...header.slice(2).map(() => EMPTY)]
       }
       const row = summaryRow(b)
       return [

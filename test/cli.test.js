@@ -26,7 +26,7 @@ const CONSERVATION = `{"filter":"conservation","topics":[
   {"topic":"idle","label":"idle","produced":0,"dropped":0,"dlq":0,"dlq_within_dropped":true,"groups":[]}]}`
 
 /** A fake broker: quorum `state`, optional bearer `token`, optional per-path overrides. */
-async function broker(t, { state = 0, epoch = 7, connections = 12, uptime = 3723.5, faults = 4, token, override = {} } = {}) {
+async function broker(t, { state = 0, epoch = 7, connections = 12, uptime = 3723.5, faults = 4, token, override = {}, port = 0 } = {}) {
   const requests = []
   const server = http.createServer((req, res) => {
     const url = new URL(req.url, 'http://x')
@@ -57,7 +57,10 @@ async function broker(t, { state = 0, epoch = 7, connections = 12, uptime = 3723
         return send(404, '{"error":{"code":"NOT_FOUND","message":"no such path"}}')
     }
   })
-  await new Promise((resolve) => server.listen(0, '127.0.0.1', resolve))
+  await new Promise((resolve, reject) => {
+    server.once('error', reject)
+    server.listen(port, '127.0.0.1', resolve)
+  })
   t.teardown(() => new Promise((resolve) => server.close(resolve)))
   return { url: `http://127.0.0.1:${server.address().port}`, requests }
 }
@@ -201,6 +204,8 @@ t.test('a broker that answers with an error status: exit 3', async (t) => {
     else t.equal(r.stderr, '', `${name}: quiet`)
   }
   t.ok(locked.requests.some((q) => q.authorization === 'Bearer s3cret'), 'the token is sent as a Bearer header')
+  const table = await run(['--url', locked.url])
+  t.match(table.stdout, /127\.0\.0\.1:\d+ +HTTP 401 +- +- /, 'the table row says what the broker answered, not "unreachable"')
 
   const broken = await broker(t, { override: { topics: [500, 'oops'], groups: [200, 'not json'], '/healthz': undefined } })
   const r = await run(['--url', broken.url])
@@ -209,6 +214,24 @@ t.test('a broker that answers with an error status: exit 3', async (t) => {
   const g = await run(['--url', broken.url, 'groups'])
   t.equal(g.code, 3, 'a body that is not JSON is an error')
   t.match(g.stderr, /did not answer with a JSON object/)
+})
+
+t.test('a broker on a port fetch() calls bad (6000, 6665, 10080, …) is read like any other', async (t) => {
+  // fetch() refuses these ports before connecting ("bad port"), whatever listens there.
+  let served
+  for (const port of [6000, 6665, 6666, 6667, 10080]) {
+    try {
+      served = await broker(t, { port, state: 1 })
+      break
+    } catch (error) {
+      if (error.code !== 'EADDRINUSE' && error.code !== 'EACCES') throw error
+    }
+  }
+  if (served === undefined) return t.skip('every port tried is in use on this machine')
+  const r = await run(['--url', served.url, '--json'])
+  t.equal(r.code, 1, `${served.url}: read (quorum_state 1), exit 1`)
+  t.equal(r.stderr, '')
+  t.equal(JSON.parse(r.stdout)[0].quorum_state, 1)
 })
 
 t.test('usage errors exit 64 with one line; --help exits 0', async (t) => {
