@@ -19,8 +19,8 @@ export class FatalInvariantError extends Error {
   readonly labels: Record<string, string>
   readonly previous: number
   readonly attempted: number
-  constructor(code: string, metric: string, labels: Record<string, string>, previous: number, attempted: number) {
-    super(`${code}: ${metric}${formatLabels(labels)} would decrease from ${previous} to ${attempted}`)
+  constructor(code: string, metric: string, labels: Record<string, string>, previous: number, attempted: number, detail?: string) {
+    super(`${code}: ${metric}${formatLabels(labels)} ${detail ?? `would decrease from ${previous} to ${attempted}`}`)
     this.name = 'FatalInvariantError'
     this.code = code
     this.metric = metric

@@ -33,6 +33,11 @@ const enum Chunk {
   Shift = 13,
   Mask = (1 << 13) - 1,
 }
+/** memory.ts C_QUORUM, as a literal for the same reason (an imported const cost produced() 12 bytes). */
+const enum Control {
+  Quorum = 4,
+}
+if ((Control.Quorum as number) !== C_QUORUM) throw new Error('internal: Control.Quorum does not match C_QUORUM')
 if (1 << Chunk.Shift !== SLOTS_PER_CHUNK) throw new Error('internal: Chunk.Shift does not match SLOTS_PER_CHUNK')
 
 // A group's cells, as offsets from its slot: registry.ts's G_* written in place. Read through the
@@ -293,21 +298,26 @@ export class Topic {
     // read straight from fields (a plain Int32Array read of the quorum cell: a tier change a
     // moment old is tolerated, as before), and both counters are written only once they are
     // known to stay below 2^53 — else the folding path below. Keep this body under V8's 460
-    // bytes of bytecode (`node --print-bytecode --print-bytecode-filter=produced`; 460 now):
+    // bytes of bytecode (`node --print-bytecode --print-bytecode-filter=produced`; 458 now):
     // past it the caller's loop can no longer inline it and it measured 16 ns instead of 9–10.
     if (!(isCount(seq) && isCount(bytes) && isCount(count))) checkProduced(seq, bytes, count)
     const index = this.#index
     if (this.#tag[index] !== this.#id) throw this.#gone()
     // A non-number never indexes the cache (a string '3' would find partition 3's cells).
     const known = typeof partition === 'number' ? this.#lastSeqSlots[partition] : undefined
-    if (this.#control[C_QUORUM] === 2) return this.#refuseReadOnly(partition, seq, known)
-    const slot = known ?? this.#resolvePartition(partition)
+    if (this.#control[Control.Quorum] === 2) return this.#refuseReadOnly(partition, seq, known)
+    // SPEC §4: the n-th message of a partition has seq n, so a batch of `count` ending at `seq`
+    // is seqs before + 1 … seq, all above last_seq: a decrease, a repeated seq and an overlapping
+    // batch are all refused (a repeated append would count its messages twice). `seq − count` is
+    // written out each time: a local for it took produced() past 16 registers and its bytecode
+    // budget (below).
+    const slot = known ?? this.#resolvePartition(partition, seq - count)
     const row = this.#rowChunks[slot >>> Chunk.Shift]
     const hints = this.#sharedChunks[slot >>> Chunk.Shift]
     const at = slot & Chunk.Mask
     const own = row[at]
     const hint = hints[at]
-    if (seq < own || seq < hint) this.#regression(partition, own, hint, seq)
+    if (seq - count < own || seq - count < hint) this.#regression(partition, seq, seq - count)
     const counters = this.#row
     // Writing marker (cell 2): a reader that finds it set knows this thread stopped between the
     // counter and last_seq writes, so it never takes such a torn moment for a quiet one.
@@ -344,12 +354,29 @@ export class Topic {
     return false
   }
 
-  /** SPEC §5: a last_seq decrease is fatal (fault, then throw; the stored value is kept). */
-  #regression(partition: number, own: number, hint: number, seq: number): never {
-    const previous = hint > own ? hint : own // a NaN hint (owned: see claimLastSeq) is never the larger
+  /**
+   * SPEC §5: a last_seq decrease is fatal (fault, then throw; the stored value is kept), and so is
+   * an append of `seq − before` messages whose first seq (`attempted`) is not above last_seq. `seq`
+   * is NaN when the caller knows only `before` (#resolvePartition).
+   */
+  #regression(partition: number, seq: number, before: number): never {
+    const slot = this.#lastSeqSlots[partition]
+    let previous: number
+    if (slot === undefined) {
+      previous = this.lastSeqKnown(partition) // refused before this thread resolved it (#resolvePartition)
+    } else {
+      const own = this.#rowChunks[slot >>> Chunk.Shift][slot & Chunk.Mask]
+      const hint = this.#sharedChunks[slot >>> Chunk.Shift][slot & Chunk.Mask]
+      previous = hint > own ? hint : own // a NaN hint (owned: see claimLastSeq) is never the larger
+    }
     const labels = this.#labels(partition)
-    this.#recorder.fault('SEQ_REGRESSION', 'mq_partition_last_seq', labels, previous, seq)
-    throw new FatalInvariantError('SEQ_REGRESSION', 'mq_partition_last_seq', labels, previous, seq)
+    const first = seq === before ? seq : before + 1 // count 0 appends nothing: seq itself
+    const batch = Number.isNaN(seq) ? 'a batch' : `a batch of ${seq - before} ending at seq ${seq}`
+    const message = seq < previous
+      ? undefined // a plain decrease: the standard message
+      : `would not increase: ${batch} starts at ${first}, not above last_seq ${previous} (the n-th message of a partition has seq n)`
+    this.#recorder.fault('SEQ_REGRESSION', 'mq_partition_last_seq', labels, previous, first)
+    throw new FatalInvariantError('SEQ_REGRESSION', 'mq_partition_last_seq', labels, previous, first, message)
   }
 
   /** SPEC §12: resolve a consumer group (same name → same handle). */
@@ -415,9 +442,12 @@ export class Topic {
    * claims its last_seq hint (see Recorder.claimLastSeq) and caches the slot. Only writers pass
    * here: #lastSeqSlots holds exactly the partitions this thread has claimed or joined.
    */
-  #resolvePartition(partition: unknown): number {
+  #resolvePartition(partition: unknown, before: number): number {
     const number = checkPartition(partition)
     this.alive()
+    // A batch that starts at or below seq 0 is refused before the partition is registered: a
+    // refused call must not make a new partition's series appear.
+    if (before < 0) this.#regression(number, NaN, before)
     const slot = this.#recorder.registry.partition(this.entity, number)
     this.#recorder.resolveChunk(slot)
     // Each step may have waited for the registration lock: checked again before each write —

@@ -81,6 +81,32 @@ for (const backend of backends()) {
     t.same(topicNumbers(surface, 'orders'), before, 'a fatal last_seq decrease must change nothing')
     t.equal(faults.at(-1).code, 'SEQ_REGRESSION', 'the fatal error is also in the fault log')
 
+    // SPEC §4: the n-th message of a partition has seq n. A batch of `count` ending at `seq` is
+    // seqs seq − count + 1 … seq, and each must be above last_seq (10 here).
+    const refused = [
+      ['the same seq again (one message counted twice)', 10, 1, 10, /would not increase: a batch of 1 ending at seq 10 starts at 10, not above last_seq 10/],
+      ['a batch reaching back to last_seq', 12, 3, 10, /a batch of 3 ending at seq 12 starts at 10/],
+      ['a batch reaching below it', 11, 5, 7, /starts at 7/],
+      ['a lower seq', 9, 1, 9, /would decrease from 10 to 9/],
+      ['a lower seq with count 0', 9, 0, 9, /would decrease from 10 to 9/],
+    ]
+    for (const [what, seq, count, attempted, message] of refused) {
+      const faultsBefore = faults.length
+      t.throws(() => orders.produced(0, seq, 1, count), { name: 'FatalInvariantError', code: 'SEQ_REGRESSION', previous: 10, attempted, message }, what)
+      t.same(topicNumbers(surface, 'orders'), before, `${what}: nothing changes`)
+      t.match(faults.slice(faultsBefore), [{ code: 'SEQ_REGRESSION', previous: 10, attempted }], `${what}: in the fault log`)
+    }
+    const fresh = surface.topic('fresh')
+    t.throws(() => fresh.produced(0, 0, 1, 1), { code: 'SEQ_REGRESSION', previous: 0, attempted: 0 }, 'seq 0 for a message: sequences count from 1')
+    t.throws(() => fresh.produced(1, 2, 1, 3), { code: 'SEQ_REGRESSION', previous: 0, attempted: 0 }, 'a first batch of 3 cannot end at 2')
+    t.equal(fresh.produced(0, 0, 0, 0), true, 'count 0 at seq 0: nothing appended, allowed')
+    t.equal(fresh.produced(0, 3, 30, 3), true, 'a first batch of 3 ends at 3')
+    t.equal(fresh.produced(0, 3, 0, 0), true, 'count 0 at last_seq: nothing appended, allowed')
+    t.equal(fresh.produced(0, 4, 10), true, 'the next message is 4')
+    t.equal(fresh.produced(0, 9, 10, 2), true, 'a gap is not refused (seq 5-7 never reported): only overlaps are')
+    t.match(topicNumbers(surface, 'fresh'), { produced: 6, bytes: 50, partitions: [{ partition: 0, lastSeq: 9 }] })
+    t.equal(topicNumbers(surface, 'fresh').partitions.length, 1, 'the refused first batch on partition 1 did not register it (its series never appeared)')
+
     t.equal(g.dispatch(4), false, 'dispatch past max_in_flight must be refused')
     t.equal(g.dispatch(3), true)
     t.equal(g.dispatch(1), false, 'in_flight must never pass max_in_flight')

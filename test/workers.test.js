@@ -87,10 +87,10 @@ const STEPPER = `
   const { parentPort, workerData } = require('node:worker_threads')
   const { attachSurface } = require(${JSON.stringify(path.join(__dirname, '..', 'dist'))})
   const topic = attachSurface(workerData).topic('seqs')
-  parentPort.on('message', ({ partition, seq, exit }) => {
+  parentPort.on('message', ({ partition, seq, count, exit }) => {
     if (exit) return process.exit(0)
     try {
-      topic.produced(partition, seq, 1)
+      topic.produced(partition, seq, 1, count)
       parentPort.postMessage({ ok: true })
     } catch (error) {
       parentPort.postMessage({ ok: false, code: error.code, previous: error.previous })
@@ -104,13 +104,13 @@ for (const backend of backends()) {
     const faults = faultsOf(surface)
     const worker = new Worker(STEPPER, { eval: true, workerData: surface.share() })
     t.teardown(() => worker.terminate())
-    const inWorker = (partition, seq) => new Promise((resolve, reject) => {
+    const inWorker = (partition, seq, count = 1) => new Promise((resolve, reject) => {
       // One listener pair per call, both removed once either fires (else 'error' listeners pile up).
       const onMessage = (m) => { worker.off('error', onError); resolve(m) }
       const onError = (e) => { worker.off('message', onMessage); reject(e) }
       worker.once('message', onMessage)
       worker.once('error', onError)
-      worker.postMessage({ partition, seq })
+      worker.postMessage({ partition, seq, count })
     })
     const topic = surface.topic('seqs')
     const lastSeqs = () => Object.fromEntries(surface.snapshot().topics.find((x) => x.name === 'seqs').partitions.map((p) => [p.partition, p.lastSeq]))
@@ -131,12 +131,19 @@ for (const backend of backends()) {
     t.equal(topic.produced(1, 30, 1), true)
     t.same(await inWorker(1, 25), { ok: false, code: 'SEQ_REGRESSION', previous: 30 })
 
-    // p2: only seq 0 so far, from both threads; it must read (and render) as 0, and still catch.
-    t.equal(topic.produced(2, 0, 1), true)
-    t.same(await inWorker(2, 0), { ok: true })
-    t.equal(topic.produced(2, 0, 1), true)
-    t.same(await inWorker(2, 5), { ok: true })
+    // p2: only seq 0 so far (empty appends, count 0), from both threads; it must read (and
+    // render) as 0, and still catch. A seq-0 message is refused (seqs count from 1).
+    t.throws(() => topic.produced(2, 0, 1), { code: 'SEQ_REGRESSION', previous: 0, attempted: 0 })
+    t.equal(topic.produced(2, 0, 1, 0), true)
+    t.same(await inWorker(2, 0, 0), { ok: true })
+    t.equal(topic.produced(2, 0, 1, 0), true)
+    t.same(await inWorker(2, 5, 5), { ok: true })
     t.throws(() => topic.produced(2, 3, 1), { code: 'SEQ_REGRESSION', previous: 5 })
+    // A repeated seq and an overlapping batch, each from the thread that did not write last.
+    t.throws(() => topic.produced(2, 7, 1, 3), { code: 'SEQ_REGRESSION', previous: 5, attempted: 5 })
+    t.equal(topic.produced(2, 6, 1), true)
+    t.same(await inWorker(2, 6), { ok: false, code: 'SEQ_REGRESSION', previous: 6 })
+    t.same(await inWorker(2, 8, 2), { ok: true }, 'a batch right after last_seq is taken')
 
     // p3: a reader in the main thread (lastSeqKnown, ackFloor) does not take the partition over.
     t.same(await inWorker(3, 7), { ok: true })
@@ -147,16 +154,16 @@ for (const backend of backends()) {
     t.same(await inWorker(3, 8), { ok: true })
     t.throws(() => topic.produced(3, 7, 1), { code: 'SEQ_REGRESSION', previous: 8 })
 
-    t.same(lastSeqs(), { 0: 101, 1: 30, 2: 5, 3: 8 })
+    t.same(lastSeqs(), { 0: 101, 1: 30, 2: 8, 3: 8 })
     const text = surface.render().toString()
-    for (const [p, seq] of [[0, 101], [1, 30], [2, 5], [3, 8]]) {
+    for (const [p, seq] of [[0, 101], [1, 30], [2, 8], [3, 8]]) {
       t.match(text, `mq_partition_last_seq{topic="seqs",partition="${p}"} ${seq}\n`)
     }
     t.notMatch(text, /NaN|-0\n/, 'no hint encoding leaks into the exposition')
     surface.snapshot() // brings the worker's faults over
     const counts = {}
     for (const f of faults) counts[f.code] = (counts[f.code] ?? 0) + 1
-    t.same(counts, { SEQ_REGRESSION: 7, ACK_FLOOR_INVALID: 1 }, 'every refusal, from either thread, is in the fault log')
+    t.same(counts, { SEQ_REGRESSION: 10, ACK_FLOOR_INVALID: 1 }, 'every refusal, from either thread, is in the fault log')
     worker.postMessage({ exit: true })
   })
 }
