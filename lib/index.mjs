@@ -3,6 +3,6 @@ import cjs from './index.js'
 
 export const {
   createSurface, attachSurface, METRICS_CONTENT_TYPE, ConfigError, FatalInvariantError,
-  RemovedTopicError, ClosedError, FOLLOWER_LAG, READ_ONLY_DEGRADED,
+  RemovedTopicError, ClosedError, StatsError, FOLLOWER_LAG, READ_ONLY_DEGRADED,
 } = cjs
 export default cjs

@@ -62,6 +62,9 @@ export class Quorum {
     if (round === null || typeof round !== 'object') {
       throw new TypeError(`replicationRound expects { replicas, inSync }, got ${describe(round)}`)
     }
+    for (const key of Object.keys(round)) {
+      if (key !== 'replicas' && key !== 'inSync') throw new TypeError(`unknown replicationRound field ${JSON.stringify(key)} (known: replicas, inSync)`)
+    }
     const { replicas, inSync } = round as { replicas: unknown; inSync: unknown }
     if (typeof replicas !== 'number' || !Number.isSafeInteger(replicas) || replicas < 1) {
       throw new RangeError(`replicas must be an integer ≥ 1 (it counts the leader), got ${describe(replicas)}`)

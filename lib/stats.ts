@@ -53,6 +53,7 @@ export function isStatsView(view: unknown): view is StatsView {
 
 /** The /stats object for one view. Throws StatsError for an unknown view or a bad filter. */
 export function statsView(view: string, filter: StatsFilter, ctx: StatsContext): object {
+  if (view === undefined) throw new StatsError('MISSING_FILTER', `a view is required, e.g. stats('topics'); ${ALLOWED_VIEWS}`)
   if (!isStatsView(view)) {
     throw new StatsError('INVALID_FILTER', `unknown view ${JSON.stringify(String(view))}; ${ALLOWED_VIEWS}`)
   }

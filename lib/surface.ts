@@ -378,6 +378,34 @@ export class Surface extends EventEmitter {
     }
   }
 
+  // ---- events: 'fault' and 'quorum'; a listener for any other name would never be called ----
+
+  override on(event: 'fault', listener: (fault: FaultRecord) => void): this
+  override on(event: 'quorum', listener: (change: QuorumEvent) => void): this
+  override on(event: string | symbol, listener: (...args: any[]) => void): this
+  override on(event: string | symbol, listener: (...args: any[]) => void): this {
+    return super.on(knownEvent(event), listener)
+  }
+
+  override once(event: 'fault', listener: (fault: FaultRecord) => void): this
+  override once(event: 'quorum', listener: (change: QuorumEvent) => void): this
+  override once(event: string | symbol, listener: (...args: any[]) => void): this
+  override once(event: string | symbol, listener: (...args: any[]) => void): this {
+    return super.once(knownEvent(event), listener)
+  }
+
+  override addListener(event: string | symbol, listener: (...args: any[]) => void): this {
+    return super.addListener(knownEvent(event), listener)
+  }
+
+  override prependListener(event: string | symbol, listener: (...args: any[]) => void): this {
+    return super.prependListener(knownEvent(event), listener)
+  }
+
+  override prependOnceListener(event: string | symbol, listener: (...args: any[]) => void): this {
+    return super.prependOnceListener(knownEvent(event), listener)
+  }
+
   #fault(fault: FaultRecord): void {
     this.#faults.add(fault)
     this.emit('fault', fault)
@@ -413,6 +441,20 @@ export class Surface extends EventEmitter {
   #assertOpen(): void {
     if (this.#closed) throw new ClosedError('this mq-metrics surface')
   }
+}
+
+/**
+ * The events a surface emits, and EventEmitter's own. 'error' is accepted for generic emitter
+ * code, though a surface never emits it (a bad call throws; a broken invariant is a 'fault').
+ * Symbols (events.errorMonitor) pass.
+ */
+const EVENTS: ReadonlySet<string> = new Set(['fault', 'quorum', 'newListener', 'removeListener', 'error'])
+
+function knownEvent(event: string | symbol): string | symbol {
+  if (typeof event === 'string' && !EVENTS.has(event)) {
+    throw new TypeError(`unknown event ${JSON.stringify(event)}: a surface emits 'fault' and 'quorum'`)
+  }
+  return event
 }
 
 function latencyFor(recorder: Recorder, enabled: boolean, window: LatencyWindow): LatencyEstimator {

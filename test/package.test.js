@@ -25,6 +25,12 @@ t.test('CommonJS and ESM consumers in another project', async (t) => {
   const esm = execFileSync(process.execPath, ['b.mjs'], { cwd: dir, encoding: 'utf8', timeout: 30_000 })
   t.equal(esm, 'function function function text/plain; version=0.0.4; charset=utf-8\n', 'import works')
   t.ok(fs.existsSync(path.join(root, 'dist', 'index.d.ts')), 'type declarations ship')
+  // The exports the README lists, no more and no fewer, the same from require() and import.
+  const EXPORTS = ['ClosedError', 'ConfigError', 'FOLLOWER_LAG', 'FatalInvariantError', 'METRICS_CONTENT_TYPE', 'READ_ONLY_DEGRADED', 'RemovedTopicError', 'StatsError', 'attachSurface', 'createSurface']
+  fs.writeFileSync(path.join(dir, 'c.cjs'), `console.log(JSON.stringify(Object.keys(require('mq-metrics')).sort()))`)
+  fs.writeFileSync(path.join(dir, 'd.mjs'), `console.log(JSON.stringify(Object.keys(await import('mq-metrics')).filter((k) => k !== 'default').sort()))`)
+  t.same(JSON.parse(execFileSync(process.execPath, ['c.cjs'], { cwd: dir, encoding: 'utf8', timeout: 30_000 })), EXPORTS, 'require() exports')
+  t.same(JSON.parse(execFileSync(process.execPath, ['d.mjs'], { cwd: dir, encoding: 'utf8', timeout: 30_000 })), EXPORTS, 'import exports')
   const pkg = require('../package.json')
   t.same(Object.keys(pkg.dependencies || {}), [], 'zero runtime dependencies')
 })

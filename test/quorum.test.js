@@ -69,6 +69,9 @@ for (const backend of backends()) {
       t.throws(() => surface.replicationRound(round), RangeError, JSON.stringify(round))
     }
     t.throws(() => surface.replicationRound(null), TypeError)
+    // A misspelt field is an error, not a round read from the fields that happen to be right.
+    t.throws(() => surface.replicationRound({ replicas: 3, inSync: 3, insync: 1 }), { name: 'TypeError', message: 'unknown replicationRound field "insync" (known: replicas, inSync)' })
+    t.throws(() => surface.replicationRound({ replicas: 3, in_sync: 3 }), TypeError)
     t.equal(surface.quorumState, 1, 'a refused round must not change the tier')
     t.match(surface.stats('quorum'), { replicas: 3, in_sync: 2 })
   })
@@ -145,3 +148,25 @@ for (const backend of backends()) {
     t.equal(topicNumbers(surface, 'r').produced, accepted, 'only writes accepted outside read_only are counted')
   })
 }
+
+t.test('a listener for an event a surface never emits is an error, not a silent no-op', async (t) => {
+  const surface = lib.createSurface()
+  t.teardown(() => surface.close())
+  const noop = () => {}
+  for (const method of ['on', 'once', 'addListener', 'prependListener', 'prependOnceListener']) {
+    for (const event of ['faults', 'Fault', 'quorumChange', 'change', '']) {
+      t.throws(() => surface[method](event, noop), { name: 'TypeError', message: `unknown event ${JSON.stringify(event)}: a surface emits 'fault' and 'quorum'` }, `${method}(${JSON.stringify(event)})`)
+    }
+  }
+  t.equal(surface.eventNames().length, 0, 'a refused listener is not registered')
+  for (const method of ['on', 'once', 'addListener', 'prependListener', 'prependOnceListener']) {
+    for (const event of ['fault', 'quorum', 'error', 'newListener', 'removeListener', require('node:events').errorMonitor]) {
+      t.doesNotThrow(() => surface[method](event, noop), `${method}(${String(event)})`)
+    }
+  }
+  // events.once() (an 'error' listener beside the one asked for) works and sees the event.
+  const change = require('node:events').once(surface, 'quorum')
+  surface.replicationRound({ replicas: 3, inSync: 1 })
+  const [event] = await change
+  t.match(event, { from: 0, to: 2, replicas: 3, inSync: 1 })
+})

@@ -193,9 +193,10 @@ t.test('topic= and group= narrow to exact raw names', async (t) => {
 })
 
 t.test('statsView rejects an unknown view with the allowed list', async (t) => {
-  for (const view of ['nope', '', 'TOPICS', undefined, 42]) {
+  for (const view of ['nope', '', 'TOPICS', null, 42]) {
     t.throws(() => statsView(view, {}, context()), { name: 'StatsError', code: 'INVALID_FILTER', statusCode: 400, message: new RegExp(`allowed views: ${ALLOWED}$`) }, `view ${String(view)}`)
   }
+  t.throws(() => statsView(undefined, {}, context()), { name: 'StatsError', code: 'MISSING_FILTER', statusCode: 400, message: new RegExp(`^a view is required, e.g. stats\\('topics'\\); allowed views: ${ALLOWED}$`) }, 'no view')
   const error = (() => { try { statsView('x', {}, context()) } catch (e) { return e } })()
   t.ok(error instanceof StatsError && error instanceof Error, 'a StatsError is an Error')
 })
