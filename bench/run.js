@@ -46,7 +46,7 @@
 //   same back-to-back loop against a 404 path that does no work (the control: what any busy third
 //   thread costs two saturated cores), scrapes paced every 250 ms, and the gzip scrape with every
 //   topic changed since the previous one (the chunk cache's worst case; workers paused).
-//   Every window also reads CPU times (/proc/self/task/TID/stat, Linux): how much of a core the
+//   Every window also reads CPU times (/proc/self/task/TID/schedstat, Linux): how much of a core the
 //   main thread (which serves and renders the scrapes) took from the workers, and how much the
 //   process's other threads did (process CPU less the main thread's and the workers').
 //   `--nice N` (Linux) lowers the main thread's scheduler weight once the workers run (setpriority
@@ -756,20 +756,10 @@ function memorySection() {
   }))
 }
 
-/** The clock ticks per second of /proc's CPU times (USER_HZ). */
-let userHz
-/** CPU seconds one thread of this process has used (user + system), or undefined without /proc. */
-function threadCpuSeconds(tid = process.pid) {
-  let stat
-  try {
-    stat = fs.readFileSync(`/proc/self/task/${tid}/stat`, 'latin1')
-  } catch {
-    return undefined
-  }
-  userHz ??= Number(execFileSync('getconf', ['CLK_TCK'], { encoding: 'latin1' }).trim()) || 100
-  // Fields after the command name: state is the 3rd; utime and stime the 14th and 15th.
-  const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ')
-  return (Number(fields[11]) + Number(fields[12])) / userHz
+/** CPU seconds this process's thread `tid` has run (the library's /proc reader), or undefined. */
+function threadCpuSeconds(tid) {
+  const progress = tid === undefined ? undefined : require(path.join(DIST, 'memory.js')).threadProgress(tid)
+  return progress === undefined ? undefined : progress.cpuNs / 1e9
 }
 
 async function loadSection(surface) {
@@ -822,8 +812,7 @@ async function loadSection(surface) {
     // CPU seconds so far: the main thread's, and the other threads' but the two workers' (V8's
     // helpers — the parallel scavenger, concurrent marking — and libuv's pool, where zlib runs).
     const cpu = () => {
-      if (workers.some((w) => w.tid === undefined)) return undefined
-      const main = threadCpuSeconds()
+      const main = threadCpuSeconds(process.pid)
       const ours = workers.map((w) => threadCpuSeconds(w.tid))
       if (main === undefined || ours.includes(undefined)) return undefined
       const usage = process.cpuUsage()
@@ -1001,7 +990,7 @@ function machine() {
 }
 
 const formatNs = (ns) => (ns === undefined ? '—' : ns >= 1e6 ? `${(ns / 1e6).toFixed(1)} ms` : ns >= 1000 ? `${(ns / 1000).toFixed(2)} µs` : `${ns.toFixed(1)} ns`)
-/** "; CPU taken: main thread 0.50 core, other threads 0.20" (at nice N), or nothing without /proc. */
+/** "; cores used beside the workers: main thread 0.62, V8's and libuv's threads 0.04", or nothing without /proc. */
 const formatCores = (cores, nice = 0) => (cores === undefined ? '' : `; cores used beside the workers: main thread ${cores.main.toFixed(2)}${nice ? ` at nice ${nice}` : ''}, V8's and libuv's threads ${cores.other.toFixed(2)}`)
 
 /** A relative change in whole percent with its sign: −36%, +1%, 0%. */
