@@ -1,5 +1,6 @@
 // The public API (SPEC §12) and nothing else: internals are not re-exported.
 import { Config } from './config'
+import { SurfaceOptions } from './pacing'
 import { SharedSurface, Surface, WorkerRecorder } from './surface'
 
 export { METRICS_CONTENT_TYPE } from './allowlist'
@@ -9,14 +10,18 @@ export { StatsError } from './stats'
 export type { StatsErrorCode, StatsView } from './stats'
 export type { WriteAnswer, QuorumEvent } from './quorum'
 export type { Config } from './config'
+export type { SurfaceOptions, ResolvedSurfaceOptions } from './pacing'
 export type { FaultRecord } from './faults'
 export type { Topic, Group } from './recording'
 export type { Surface, SharedSurface, WorkerRecorder, LatencyEstimator, Listening, ListenOptions } from './surface'
 export type { Snapshot, SnapshotWithPartitions, TopicSnapshot, GroupSnapshot, PartitionSnapshot, Count } from './snapshot'
 
-/** Reads the configuration once (throws ConfigError) and returns the live surface. */
-export function createSurface(config?: Config): Surface {
-  return new Surface(config)
+/**
+ * Reads the configuration once (throws ConfigError) and returns the live surface. `options` (not
+ * broker configuration: nothing in /stats?filter=config) tunes how /metrics shares the main thread.
+ */
+export function createSurface(config?: Config, options?: SurfaceOptions): Surface {
+  return new Surface(config, options)
 }
 
 /** In a worker thread: records into the surface whose `share()` result was posted here. */

@@ -18,6 +18,7 @@ import { Recorder, Topic } from './recording'
 import { MAX_WORKER_FAULT_ENTRIES, Registry, TopicEntity } from './registry'
 import { Renderer } from './render'
 import { LatencyQuantiles, QuorumState, Snapshot, SnapshotWithPartitions, TopicSnapshot, withPartitions } from './snapshot'
+import { ResolvedSurfaceOptions, ScrapePacer, SurfaceOptions, resolveSurfaceOptions } from './pacing'
 import { StatsContext, statsFromQuery, statsView } from './stats'
 
 /** Slots [0, LATENCY_SLOTS) of every row hold the latency estimator's cumulative buckets. */
@@ -33,23 +34,37 @@ const WORKER_FAULT_POLL_MS = 1000
  * them; a scrape that fits in one slice is answered without a yield.
  */
 const RENDER_SLICE_MS = 10
-
 /**
- * Steps `job` until it is done — the first slice counted from `started` (it includes the snapshot),
- * then slices of RENDER_SLICE_MS with setImmediate between them — and hands back `take()`.
+ * Runs a scrape in slices and hands back `take(job)`: the first slice calls `begin()` (the
+ * snapshot) and renders up to RENDER_SLICE_MS from its start, each next slice renders
+ * RENDER_SLICE_MS more, with the event loop free between them. Every slice waits for `pacer`
+ * first (setTimeout while it is in debt) and is charged to it. A scrape that fits in one slice,
+ * with the pacer in credit, is answered at once, without a promise.
  */
-function inSlices<T>(started: number, job: { step(deadline: number): boolean }, take: () => T): T | Promise<T> {
-  if (job.step(started + RENDER_SLICE_MS)) return take()
+function inSlices<J extends { step(deadline: number): boolean }, T>(pacer: ScrapePacer, begin: () => J, take: (job: J) => T): T | Promise<T> {
+  let job: J | undefined
+  const slice = (): boolean => {
+    const started = performance.now()
+    try {
+      job ??= begin()
+      return job.step(started + RENDER_SLICE_MS)
+    } finally {
+      pacer.spend(performance.now() - started)
+    }
+  }
+  if (pacer.delay() === 0 && slice()) return take(job!)
   return new Promise((resolve, reject) => {
-    const slice = (): void => {
+    const next = (): void => {
       try {
-        if (job.step(performance.now() + RENDER_SLICE_MS)) resolve(take())
-        else setImmediate(slice)
+        const wait = pacer.delay()
+        if (wait > 0) setTimeout(next, wait)
+        else if (slice()) resolve(take(job!))
+        else setImmediate(next)
       } catch (error) {
         reject(error)
       }
     }
-    setImmediate(slice)
+    next()
   })
 }
 
@@ -86,6 +101,8 @@ export class Surface extends EventEmitter {
   readonly backend: BackendName
   readonly enabled: boolean
   readonly config: ResolvedConfig
+  /** createSurface()'s second argument, checked, with its defaults (scrape pacing). */
+  readonly options: ResolvedSurfaceOptions
   readonly latency: LatencyEstimator
   readonly #arena: Arena
   readonly #registry: Registry
@@ -95,6 +112,7 @@ export class Surface extends EventEmitter {
   readonly #faults = new FaultLog()
   readonly #conservation: ConservationChecker
   readonly #renderer = new Renderer()
+  readonly #pacer: ScrapePacer
   readonly #window: LatencyWindow
   readonly #timers: NodeJS.Timeout[] = []
   readonly #host: HttpHost
@@ -107,9 +125,11 @@ export class Surface extends EventEmitter {
   #closed = false
   #closing: Promise<void> | undefined
 
-  constructor(config?: Config) {
+  constructor(config?: Config, options?: SurfaceOptions) {
     super()
     this.config = resolveConfig(config)
+    this.options = resolveSurfaceOptions(options)
+    this.#pacer = new ScrapePacer(this.options.scrapeShare, this.options.scrapeBurstMs)
     this.backend = chooseBackend()
     this.enabled = this.config.metrics_enabled
     this.#arena = createArena(this.backend)
@@ -308,16 +328,12 @@ export class Surface extends EventEmitter {
    * body is exactly that one moment's numbers however many slices it takes: never a torn scrape.
    */
   #metricsBody(): Buffer | Promise<Buffer> {
-    const started = performance.now()
-    const job = this.#renderer.begin(this.#observe())
-    return inSlices(started, job, () => job.body())
+    return inSlices(this.#pacer, () => this.#renderer.begin(this.#observe()), (job) => job.body())
   }
 
   /** The same for a client that accepts gzip: only the chunks of topics that changed are compressed anew. */
   #metricsGzip(): GzipBody | Promise<GzipBody> {
-    const started = performance.now()
-    const job = this.#renderer.beginGzip(this.#observe())
-    return inSlices(started, job, () => job.result())
+    return inSlices(this.#pacer, () => this.#renderer.beginGzip(this.#observe()), (job) => job.result())
   }
 
   /**

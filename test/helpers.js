@@ -17,12 +17,12 @@ function backends() {
 }
 
 /** Creates a surface on `backend` (the environment variable is read at createSurface). */
-function surfaceOn(t, backend, config) {
+function surfaceOn(t, backend, config, options) {
   const before = process.env.MQ_METRICS_BACKEND
   process.env.MQ_METRICS_BACKEND = backend
   let surface
   try {
-    surface = lib.createSurface(config)
+    surface = lib.createSurface(config, options)
   } finally {
     if (before === undefined) delete process.env.MQ_METRICS_BACKEND
     else process.env.MQ_METRICS_BACKEND = before

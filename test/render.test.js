@@ -573,10 +573,14 @@ async function scrapeWhileMeddling(t, surface, handles, headers, seq) {
 
 const withoutUptime = (s) => s.replace(/^mq_broker_uptime_seconds .*$/m, '')
 
-/** A surface with `count` topics of 4 partitions at seq 10, and their handles. */
+/**
+ * A surface with `count` topics of 4 partitions at seq 10, and their handles. Unpaced
+ * (scrapeShare 1): the fake clock of scrapeWhileMeddling() would otherwise put the pacer deep in
+ * debt (test/pacing.test.js has a torn-scrape test with pacing on).
+ */
 function tornSurface(t, prefix, count) {
   const { lib } = require('./helpers.js')
-  const surface = lib.createSurface({ max_in_flight: 1_000_000 })
+  const surface = lib.createSurface({ max_in_flight: 1_000_000 }, { scrapeShare: 1 })
   t.teardown(() => surface.close())
   const handles = []
   for (let i = 0; i < count; i++) {

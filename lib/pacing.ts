@@ -1,0 +1,90 @@
+// Issue 8: a scraper that asks for /metrics back to back must not take the broker's CPU. The
+// scrape work of one surface on the main thread — snapshot, conservation check, render,
+// compression — is paced by a token bucket kept in milliseconds of the main thread's time: it
+// fills at `share` ms per ms of wall-clock time up to `burstMs`, and a slice of scrape work runs
+// only while the bucket is not empty (then takes what the slice took, even into debt). A scrape now
+// and then (Prometheus every 15 s) finds the bucket full and runs at full speed; scrapes back to
+// back settle at `share` of the main thread, and the rest of the time is the broker's.
+//
+// Slices are timed by the wall clock, not by CPU time: on a busy machine a slice's wall time also
+// counts the moments the scheduler gave its core to another thread, so the pacing errs towards the
+// broker.
+import { ConfigError } from './errors'
+import { describe } from './labels'
+
+export class ScrapePacer {
+  readonly share: number
+  readonly burstMs: number
+  readonly #now: () => number
+  #tokens: number
+  #at: number
+
+  constructor(share: number, burstMs: number, now: () => number = () => performance.now()) {
+    if (!(share > 0 && share <= 1)) throw new RangeError(`share must be in (0, 1], got ${share}`)
+    if (!(burstMs >= 0 && Number.isFinite(burstMs))) throw new RangeError(`burstMs must be a finite number ≥ 0, got ${burstMs}`)
+    this.share = share
+    this.burstMs = burstMs
+    this.#now = now
+    this.#tokens = burstMs
+    this.#at = now()
+  }
+
+  /** How many ms to wait before the next slice may run: 0 when it may run now. */
+  delay(): number {
+    const now = this.#now()
+    this.#tokens = Math.min(this.burstMs, this.#tokens + (now - this.#at) * this.share)
+    this.#at = now
+    return this.#tokens >= 0 ? 0 : Math.max(1, Math.ceil(-this.#tokens / this.share))
+  }
+
+  /** A slice ran for `ms`. */
+  spend(ms: number): void {
+    this.#tokens -= ms
+  }
+
+  /** The bucket's content now, in ms (negative: in debt). For tests and diagnostics. */
+  get tokens(): number {
+    return Math.min(this.burstMs, this.#tokens + (this.#now() - this.#at) * this.share)
+  }
+}
+
+/** The second argument of createSurface(): how the endpoints share the main thread with the broker. */
+export interface SurfaceOptions {
+  /** The share of the main thread that /metrics work may take when scrapes come back to back, in (0, 1]; 1: unpaced. Default 0.3. */
+  scrapeShare?: number
+  /** How much scrape work (ms of the main thread) may run unpaced after a pause. Default 50. */
+  scrapeBurstMs?: number
+}
+
+export interface ResolvedSurfaceOptions {
+  readonly scrapeShare: number
+  readonly scrapeBurstMs: number
+}
+
+export const DEFAULT_SCRAPE_SHARE = 0.3
+export const DEFAULT_SCRAPE_BURST_MS = 50
+const MAX_SCRAPE_BURST_MS = 60_000
+
+/** Checks createSurface()'s options: unknown keys and values out of range are a ConfigError naming the key. */
+export function resolveSurfaceOptions(input: unknown): ResolvedSurfaceOptions {
+  if (input === undefined) input = {}
+  if (input === null || typeof input !== 'object' || Array.isArray(input)) {
+    throw new ConfigError('options', `must be an object, got ${describe(input)}`)
+  }
+  const given = input as Record<string, unknown>
+  for (const key of Object.keys(given)) {
+    if (key !== 'scrapeShare' && key !== 'scrapeBurstMs') {
+      throw new ConfigError(key, 'unknown option (known options: scrapeShare, scrapeBurstMs)')
+    }
+  }
+  const own = (key: string): unknown => (Object.prototype.hasOwnProperty.call(given, key) ? given[key] : undefined)
+  const share = own('scrapeShare') ?? DEFAULT_SCRAPE_SHARE
+  if (typeof share !== 'number' || !(share > 0 && share <= 1)) {
+    throw new ConfigError('scrapeShare', `must be a number above 0 and at most 1 (1: unpaced), got ${describe(share)}`)
+  }
+  const burst = own('scrapeBurstMs') ?? DEFAULT_SCRAPE_BURST_MS
+  if (typeof burst !== 'number' || !(burst >= 0 && burst <= MAX_SCRAPE_BURST_MS)) {
+    throw new ConfigError('scrapeBurstMs', `must be a number from 0 to ${MAX_SCRAPE_BURST_MS}, got ${describe(burst)}`)
+  }
+  return Object.freeze({ scrapeShare: share, scrapeBurstMs: burst })
+}

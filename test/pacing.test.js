@@ -1,0 +1,232 @@
+'use strict'
+// Scrape pacing (issue 8): scrapes back to back take at most `scrapeShare` of the main thread; a
+// scrape now and then runs out of the burst, at once. The pacer against a fake clock; the options
+// and their errors; the endpoints paced on both backends: answers still exact, the event loop free
+// while a scrape waits, /healthz not held back, close() while a scrape waits.
+const t = require('tap')
+const zlib = require('node:zlib')
+const { lib, backends, surfaceOn, within } = require('./helpers')
+const { ScrapePacer, resolveSurfaceOptions, DEFAULT_SCRAPE_SHARE, DEFAULT_SCRAPE_BURST_MS } = require('../dist/pacing.js')
+
+/** The exposition without its uptime line (the one value that moves between two renders of one state). */
+const strip = (s) => s.replace(/^mq_broker_uptime_seconds .*$/m, '')
+
+function fakeClock(start = 1000) {
+  const clock = { now: start, read: () => clock.now }
+  return clock
+}
+
+t.test('ScrapePacer against a fake clock', async (t) => {
+  const clock = fakeClock()
+  const pacer = new ScrapePacer(0.5, 10, clock.read)
+  t.equal(pacer.delay(), 0, 'a full bucket: run now')
+  t.equal(pacer.tokens, 10)
+  clock.now += 30
+  pacer.spend(30) // a 30 ms slice: 10 in the bucket, 15 back while it ran
+  t.equal(pacer.tokens, -5, 'in debt by what the slice took beyond the bucket and its refill')
+  t.equal(pacer.delay(), 10, 'the debt at 0.5 ms per ms: 10 ms')
+  clock.now += 9
+  t.equal(pacer.delay(), 1, 'not yet: at least 1 ms more')
+  clock.now += 1
+  t.equal(pacer.delay(), 0, 'the debt paid: run')
+  clock.now += 1_000_000
+  t.equal(pacer.delay(), 0)
+  t.equal(pacer.tokens, 10, 'the bucket never holds more than the burst')
+  pacer.spend(10.5)
+  t.equal(pacer.delay(), 1, 'a debt of 0.5 ms at 0.5 ms per ms: 1 ms')
+})
+
+t.test('ScrapePacer: share 1 never waits; burst 0 waits after every slice', async (t) => {
+  const clock = fakeClock()
+  const free = new ScrapePacer(1, 0, clock.read)
+  const strict = new ScrapePacer(0.25, 0, clock.read)
+  for (let i = 0; i < 100; i++) {
+    t.equal(free.delay(), 0)
+    clock.now += 7
+    free.spend(7)
+  }
+  t.equal(strict.delay(), 0, 'an empty bucket, not in debt: one slice may run')
+  clock.now += 2
+  strict.spend(2)
+  t.equal(strict.delay(), 6, '2 ms of work, 0.5 ms of it earned while it ran: 1.5 ms of debt at 0.25 ms per ms')
+})
+
+t.test('ScrapePacer: back to back, the busy share converges to `share`', async (t) => {
+  for (const [share, burst, slice] of [[0.3, 50, 10], [0.1, 0, 3], [0.5, 200, 0.7], [1, 50, 10]]) {
+    const clock = fakeClock()
+    const pacer = new ScrapePacer(share, burst, clock.read)
+    let busy = 0
+    const start = clock.now
+    while (clock.now - start < 60_000) {
+      const wait = pacer.delay()
+      if (wait > 0) {
+        clock.now += wait
+        continue
+      }
+      clock.now += slice
+      busy += slice
+      pacer.spend(slice)
+    }
+    const elapsed = clock.now - start
+    t.ok(busy <= share * elapsed + burst + slice, `share ${share}: busy ${busy.toFixed(0)} of ${elapsed.toFixed(0)} ms, at most share × elapsed + burst + one slice`)
+    // Waits are rounded up to whole ms: a short slice loses a little per wait, never a quarter.
+    t.ok(busy >= 0.75 * share * elapsed, `share ${share}: not starved (busy ${busy.toFixed(0)} ms ≥ 3/4 of share × elapsed)`)
+  }
+})
+
+t.test('ScrapePacer refuses a share or burst out of range', async (t) => {
+  for (const share of [0, -0.1, 1.01, NaN]) t.throws(() => new ScrapePacer(share, 10), RangeError, `share ${share}`)
+  for (const burst of [-1, Infinity, NaN]) t.throws(() => new ScrapePacer(0.5, burst), RangeError, `burst ${burst}`)
+})
+
+t.test('createSurface() options: defaults, errors naming the key, frozen', async (t) => {
+  t.same(resolveSurfaceOptions(undefined), { scrapeShare: DEFAULT_SCRAPE_SHARE, scrapeBurstMs: DEFAULT_SCRAPE_BURST_MS })
+  t.equal(DEFAULT_SCRAPE_SHARE, 0.3)
+  t.equal(DEFAULT_SCRAPE_BURST_MS, 50)
+  t.same(resolveSurfaceOptions({ scrapeShare: 1, scrapeBurstMs: 0 }), { scrapeShare: 1, scrapeBurstMs: 0 })
+  const cases = [
+    [null, 'options', /must be an object, got null/],
+    [[], 'options', /must be an object/],
+    [{ scrapeshare: 0.5 }, 'scrapeshare', /unknown option \(known options: scrapeShare, scrapeBurstMs\)/],
+    [{ scrapeShare: 0 }, 'scrapeShare', /above 0 and at most 1/],
+    [{ scrapeShare: 1.5 }, 'scrapeShare', /above 0 and at most 1/],
+    [{ scrapeShare: NaN }, 'scrapeShare', /above 0 and at most 1/],
+    [{ scrapeShare: '0.5' }, 'scrapeShare', /above 0 and at most 1 \(1: unpaced\), got the string "0\.5"/],
+    [{ scrapeBurstMs: -1 }, 'scrapeBurstMs', /from 0 to 60000, got -1/],
+    [{ scrapeBurstMs: Infinity }, 'scrapeBurstMs', /from 0 to 60000/],
+    [{ scrapeBurstMs: 60_001 }, 'scrapeBurstMs', /from 0 to 60000/],
+  ]
+  for (const [options, key, message] of cases) {
+    t.throws(() => lib.createSurface({}, options), { name: 'ConfigError', code: 'CONFIG_INVALID', key, message }, `${JSON.stringify(options)} names ${key}`)
+  }
+  const inherited = Object.create({ scrapeShare: 0.01 })
+  t.same(resolveSurfaceOptions(inherited), { scrapeShare: 0.3, scrapeBurstMs: 50 }, 'an inherited key is not an option')
+  const surface = lib.createSurface({}, { scrapeShare: 0.5 })
+  t.teardown(() => surface.close())
+  t.same(surface.options, { scrapeShare: 0.5, scrapeBurstMs: 50 })
+  t.ok(Object.isFrozen(surface.options))
+  t.notOk('scrapeShare' in surface.stats('config'), 'options are not broker configuration: /stats?filter=config is unchanged')
+})
+
+/** A handler call with a recording response: `sync` tells whether it was answered inside the call. */
+function call(surface, path, headers = {}) {
+  let resolve
+  const answered = new Promise((r) => { resolve = r })
+  const res = {
+    statusCode: 0, headersSent: false, destroyed: false, headers: {},
+    setHeader(name, value) { res.headers[name.toLowerCase()] = value },
+    once() { return res },
+    end(chunk) { res.body = chunk; resolve(res) },
+  }
+  t.equal(surface.handler({ url: path, method: 'GET', headers }, res), true)
+  return { sync: res.body !== undefined, answered: within(20_000, `GET ${path}`, answered) }
+}
+
+function fill(surface, topics) {
+  for (let i = 0; i < topics; i++) {
+    const topic = surface.topic(`t${i}`)
+    for (let p = 0; p < 4; p++) topic.produced(p, 10 + i, 100)
+    const group = topic.group('g')
+    group.dispatch(3)
+    group.delivered(2)
+  }
+}
+
+for (const backend of backends()) {
+  t.test(`${backend}: a scrape in debt waits, the event loop stays free, the body is exact`, async (t) => {
+    const surface = surfaceOn(t, backend, {}, { scrapeShare: 0.02, scrapeBurstMs: 0 })
+    fill(surface, 300)
+    const first = call(surface, '/metrics')
+    const expected = strip(surface.render())
+    t.equal(strip((await first.answered).body.toString('latin1')), expected)
+    // Right after, the bucket is in debt by about a render's time: ~50× that to wait.
+    const second = call(surface, '/metrics')
+    const gzipped = call(surface, '/metrics', { 'accept-encoding': 'gzip' })
+    t.notOk(second.sync, 'in debt: not answered inside the call')
+    t.notOk(gzipped.sync)
+    let ticks = 0
+    const ticker = setInterval(() => ticks++, 1)
+    const health = call(surface, '/healthz')
+    t.ok(health.sync, '/healthz is not paced')
+    t.equal((await health.answered).statusCode, 200)
+    const plain = await second.answered
+    const packed = await gzipped.answered
+    clearInterval(ticker)
+    t.ok(ticks > 0, `the event loop ran while the scrapes waited (${ticks} timer ticks)`)
+    t.equal(plain.statusCode, 200)
+    t.equal(strip(plain.body.toString('latin1')), expected, 'the paced plain scrape: the whole exposition')
+    t.equal(packed.headers['content-encoding'], 'gzip')
+    t.equal(strip(zlib.gunzipSync(packed.body).toString('latin1')), expected, 'the paced gzip scrape: the whole exposition')
+  })
+
+  t.test(`${backend}: unpaced (scrapeShare 1) and default options answer small scrapes at once`, async (t) => {
+    for (const options of [{ scrapeShare: 1, scrapeBurstMs: 0 }, undefined]) {
+      const surface = surfaceOn(t, backend, {}, options)
+      fill(surface, 20)
+      const expected = strip(surface.render())
+      for (let i = 0; i < (options ? 50 : 3); i++) {
+        const scrape = call(surface, '/metrics')
+        t.ok(scrape.sync, `${JSON.stringify(options)}: scrape ${i} answered inside the call`)
+        t.equal(strip((await scrape.answered).body.toString('latin1')), expected)
+      }
+    }
+  })
+
+  t.test(`${backend}: the scrape's moment is its first slice, after the wait`, async (t) => {
+    const surface = surfaceOn(t, backend, {}, { scrapeShare: 0.02, scrapeBurstMs: 0 })
+    fill(surface, 300)
+    await call(surface, '/metrics').answered
+    const waiting = call(surface, '/metrics')
+    t.notOk(waiting.sync)
+    surface.topic('t0').produced(0, 1000, 5) // recorded after the request, before its snapshot
+    const expected = strip(surface.render())
+    t.match(expected, /mq_topic_messages_produced_total\{topic="t0"\} \d+/)
+    t.equal(strip((await waiting.answered).body.toString('latin1')), expected, 'one moment, taken when the wait was over')
+  })
+
+  t.test(`${backend}: close() while a scrape waits: it is answered with an error, nothing thrown`, async (t) => {
+    const surface = surfaceOn(t, backend, {}, { scrapeShare: 0.01, scrapeBurstMs: 0 })
+    fill(surface, 300)
+    await call(surface, '/metrics').answered
+    const waiting = call(surface, '/metrics')
+    t.notOk(waiting.sync)
+    await surface.close()
+    const res = await waiting.answered
+    t.equal(res.statusCode, 500)
+    t.match(JSON.parse(res.body.toString('utf8')), { error: { code: 'INTERNAL', message: /closed/ } })
+  })
+}
+
+for (const [name, headers] of [['plain', {}], ['gzip', { 'accept-encoding': 'gzip' }]]) {
+  t.test(`a paced scrape in many slices (${name}) is one moment's numbers while recording goes on`, async (t) => {
+    // If this failed, the waits between slices (setTimeout, not setImmediate) would let a scrape
+    // mix numbers from before and after into one body.
+    // Large enough to take several 10 ms slices on a fast machine (the test checks it did).
+    const surface = lib.createSurface({}, { scrapeShare: 0.2, scrapeBurstMs: 0 })
+    t.teardown(() => surface.close())
+    const handles = []
+    for (let i = 0; i < 9000; i++) {
+      const topic = surface.topic(`torn-${i}`)
+      for (let p = 0; p < 8; p++) topic.produced(p, 10, 100)
+      topic.group('g').dispatch(1)
+      handles.push(topic)
+    }
+    let seq = 10
+    const meddle = setInterval(() => {
+      seq++
+      for (let i = seq % 10; i < handles.length; i += 10) handles[i].produced(seq % 8, seq, 7)
+      if (handles.length > 8500) surface.removeTopic(handles.pop().name)
+    }, 2)
+    const before = surface.render()
+    const started = performance.now()
+    const scrape = call(surface, '/metrics', headers)
+    t.notOk(scrape.sync, 'more than one slice: the first ran inside the call, the rest after waits')
+    const res = await scrape.answered
+    const ms = performance.now() - started
+    clearInterval(meddle)
+    t.ok(seq > 13, `recording went on while the scrape was under way (${seq - 10} rounds in ${ms.toFixed(0)} ms)`)
+    const body = name === 'gzip' ? zlib.gunzipSync(res.body) : res.body
+    t.equal(strip(body.toString('latin1')), strip(before), 'the body is the state when the scrape began, byte for byte')
+    t.not(strip(surface.render()), strip(before), 'while the state itself moved on')
+  })
+}
