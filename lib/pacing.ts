@@ -50,7 +50,7 @@ export class ScrapePacer {
 
 /** The second argument of createSurface(): how the endpoints share the main thread with the broker. */
 export interface SurfaceOptions {
-  /** The share of the main thread that /metrics work may take when scrapes come back to back, in (0, 1]; 1: unpaced. Default 0.3. */
+  /** The share of the main thread that /metrics work may take when scrapes come back to back, from 0.01 to 1; 1: unpaced. Default 0.3. */
   scrapeShare?: number
   /** How much scrape work (ms of the main thread) may run unpaced after a pause. Default 50. */
   scrapeBurstMs?: number
@@ -64,6 +64,7 @@ export interface ResolvedSurfaceOptions {
 export const DEFAULT_SCRAPE_SHARE = 0.3
 export const DEFAULT_SCRAPE_BURST_MS = 50
 const MAX_SCRAPE_BURST_MS = 60_000
+const MIN_SCRAPE_SHARE = 0.01
 
 /** Checks createSurface()'s options: unknown keys and values out of range are a ConfigError naming the key. */
 export function resolveSurfaceOptions(input: unknown): ResolvedSurfaceOptions {
@@ -79,8 +80,9 @@ export function resolveSurfaceOptions(input: unknown): ResolvedSurfaceOptions {
   }
   const own = (key: string): unknown => (Object.prototype.hasOwnProperty.call(given, key) ? given[key] : undefined)
   const share = own('scrapeShare') ?? DEFAULT_SCRAPE_SHARE
-  if (typeof share !== 'number' || !(share > 0 && share <= 1)) {
-    throw new ConfigError('scrapeShare', `must be a number above 0 and at most 1 (1: unpaced), got ${describe(share)}`)
+  // Below 1%, one 10 ms slice would wait over a second: a scrape would time out before it ends.
+  if (typeof share !== 'number' || !(share >= MIN_SCRAPE_SHARE && share <= 1)) {
+    throw new ConfigError('scrapeShare', `must be a number from ${MIN_SCRAPE_SHARE} to 1 (1: unpaced), got ${describe(share)}`)
   }
   const burst = own('scrapeBurstMs') ?? DEFAULT_SCRAPE_BURST_MS
   if (typeof burst !== 'number' || !(burst >= 0 && burst <= MAX_SCRAPE_BURST_MS)) {

@@ -84,14 +84,16 @@ t.test('createSurface() options: defaults, errors naming the key, frozen', async
   t.equal(DEFAULT_SCRAPE_SHARE, 0.3)
   t.equal(DEFAULT_SCRAPE_BURST_MS, 50)
   t.same(resolveSurfaceOptions({ scrapeShare: 1, scrapeBurstMs: 0 }), { scrapeShare: 1, scrapeBurstMs: 0 })
+  t.same(resolveSurfaceOptions({ scrapeShare: 0.01, scrapeBurstMs: 60_000 }), { scrapeShare: 0.01, scrapeBurstMs: 60_000 }, 'both ends of the ranges')
   const cases = [
     [null, 'options', /must be an object, got null/],
     [[], 'options', /must be an object/],
     [{ scrapeshare: 0.5 }, 'scrapeshare', /unknown option \(known options: scrapeShare, scrapeBurstMs\)/],
-    [{ scrapeShare: 0 }, 'scrapeShare', /above 0 and at most 1/],
-    [{ scrapeShare: 1.5 }, 'scrapeShare', /above 0 and at most 1/],
-    [{ scrapeShare: NaN }, 'scrapeShare', /above 0 and at most 1/],
-    [{ scrapeShare: '0.5' }, 'scrapeShare', /above 0 and at most 1 \(1: unpaced\), got the string "0\.5"/],
+    [{ scrapeShare: 0 }, 'scrapeShare', /from 0\.01 to 1/],
+    [{ scrapeShare: 0.009 }, 'scrapeShare', /from 0\.01 to 1 \(1: unpaced\), got 0\.009/],
+    [{ scrapeShare: 1.5 }, 'scrapeShare', /from 0\.01 to 1/],
+    [{ scrapeShare: NaN }, 'scrapeShare', /from 0\.01 to 1/],
+    [{ scrapeShare: '0.5' }, 'scrapeShare', /from 0\.01 to 1 \(1: unpaced\), got the string "0\.5"/],
     [{ scrapeBurstMs: -1 }, 'scrapeBurstMs', /from 0 to 60000, got -1/],
     [{ scrapeBurstMs: Infinity }, 'scrapeBurstMs', /from 0 to 60000/],
     [{ scrapeBurstMs: 60_001 }, 'scrapeBurstMs', /from 0 to 60000/],
