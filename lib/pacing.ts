@@ -48,6 +48,116 @@ export class ScrapePacer {
   }
 }
 
+/** A scrape in progress: advanced by `step(deadline)` until it returns true. */
+export interface SteppedJob {
+  step(deadline: number): boolean
+}
+
+/**
+ * Runs the scrapes of one surface one at a time, in order of arrival, in slices of `sliceMs`
+ * paced by `pacer`. One job at a time bounds the memory of concurrent scrapers (one snapshot and
+ * one body under way, however many clients wait) and gives each scrape the state as of its own
+ * start: a scrape that arrives while another is under way begins once that one has produced its
+ * body. A scrape that finds nothing under way and the bucket in credit runs its first slice inside
+ * the call; if that finishes it, the answer is returned as is, without a promise.
+ */
+export class ScrapeScheduler {
+  readonly pacer: ScrapePacer
+  readonly #sliceMs: number
+  /** A job has been started (or handed its turn) and has not finished. */
+  #busy = false
+  readonly #queue: Array<() => void> = []
+
+  constructor(pacer: ScrapePacer, sliceMs: number) {
+    this.pacer = pacer
+    this.#sliceMs = sliceMs
+  }
+
+  /** Scrapes waiting for their turn (not counting the one under way). */
+  get waiting(): number {
+    return this.#queue.length
+  }
+
+  /** `begin()` starts the job (the snapshot, in its first slice); `take(job)` gives the answer once it is done. */
+  run<J extends SteppedJob, T>(begin: () => J, take: (job: J) => T): T | Promise<T> {
+    const state: { begin: () => J; job: J | undefined } = { begin, job: undefined }
+    if (!this.#busy && this.#queue.length === 0 && this.pacer.delay() === 0) {
+      this.#busy = true
+      let done: boolean
+      try {
+        done = this.#slice(state)
+      } catch (error) {
+        this.#release()
+        throw error
+      }
+      if (done) {
+        this.#release()
+        return take(state.job!)
+      }
+      return new Promise((resolve, reject) => setImmediate(this.#stepper(state, take, resolve, reject)))
+    }
+    return new Promise((resolve, reject) => {
+      this.#queue.push(this.#stepper(state, take, resolve, reject))
+      this.#next()
+    })
+  }
+
+  /** One slice of `state`'s job (starting it first if need be), charged to the pacer; true once done. */
+  #slice<J extends SteppedJob>(state: { begin: () => J; job: J | undefined }): boolean {
+    const started = performance.now()
+    try {
+      state.job ??= state.begin()
+      return state.job.step(started + this.#sliceMs)
+    } finally {
+      this.pacer.spend(performance.now() - started)
+    }
+  }
+
+  /** The loop of one job that holds the turn: wait for the pacer, slice, yield; then answer and pass the turn on. */
+  #stepper<J extends SteppedJob, T>(
+    state: { begin: () => J; job: J | undefined }, take: (job: J) => T,
+    resolve: (value: T) => void, reject: (error: unknown) => void,
+  ): () => void {
+    const step = (): void => {
+      let result: T
+      try {
+        const wait = this.pacer.delay()
+        if (wait > 0) {
+          setTimeout(step, wait)
+          return
+        }
+        if (!this.#slice(state)) {
+          setImmediate(step)
+          return
+        }
+        result = take(state.job!)
+      } catch (error) {
+        this.#release()
+        reject(error)
+        return
+      }
+      this.#release()
+      resolve(result)
+    }
+    return step
+  }
+
+  /** The job under way is finished: the next in line gets the turn. */
+  #release(): void {
+    this.#busy = false
+    this.#next()
+  }
+
+  /** Hands the turn to the first waiting job, on a later turn of the event loop (never inside another job's answer). */
+  #next(): void {
+    if (this.#busy) return
+    const start = this.#queue.shift()
+    if (start === undefined) return
+    this.#busy = true
+    setImmediate(start)
+  }
+}
+
 /** The second argument of createSurface(): how the endpoints share the main thread with the broker. */
 export interface SurfaceOptions {
   /** The share of the main thread that /metrics work may take when scrapes come back to back, from 0.01 to 1; 1: unpaced. Default 0.3. */

@@ -18,7 +18,7 @@ import { Recorder, Topic } from './recording'
 import { MAX_WORKER_FAULT_ENTRIES, Registry, TopicEntity } from './registry'
 import { Renderer } from './render'
 import { LatencyQuantiles, QuorumState, Snapshot, SnapshotWithPartitions, TopicSnapshot, withPartitions } from './snapshot'
-import { ResolvedSurfaceOptions, ScrapePacer, SurfaceOptions, resolveSurfaceOptions } from './pacing'
+import { ResolvedSurfaceOptions, ScrapePacer, ScrapeScheduler, SurfaceOptions, resolveSurfaceOptions } from './pacing'
 import { StatsContext, statsFromQuery, statsView } from './stats'
 
 /** Slots [0, LATENCY_SLOTS) of every row hold the latency estimator's cumulative buckets. */
@@ -34,39 +34,6 @@ const WORKER_FAULT_POLL_MS = 1000
  * them; a scrape that fits in one slice is answered without a yield.
  */
 const RENDER_SLICE_MS = 10
-/**
- * Runs a scrape in slices and hands back `take(job)`: the first slice calls `begin()` (the
- * snapshot) and renders up to RENDER_SLICE_MS from its start, each next slice renders
- * RENDER_SLICE_MS more, with the event loop free between them. Every slice waits for `pacer`
- * first (setTimeout while it is in debt) and is charged to it. A scrape that fits in one slice,
- * with the pacer in credit, is answered at once, without a promise.
- */
-function inSlices<J extends { step(deadline: number): boolean }, T>(pacer: ScrapePacer, begin: () => J, take: (job: J) => T): T | Promise<T> {
-  let job: J | undefined
-  const slice = (): boolean => {
-    const started = performance.now()
-    try {
-      job ??= begin()
-      return job.step(started + RENDER_SLICE_MS)
-    } finally {
-      pacer.spend(performance.now() - started)
-    }
-  }
-  if (pacer.delay() === 0 && slice()) return take(job!)
-  return new Promise((resolve, reject) => {
-    const next = (): void => {
-      try {
-        const wait = pacer.delay()
-        if (wait > 0) setTimeout(next, wait)
-        else if (slice()) resolve(take(job!))
-        else setImmediate(next)
-      } catch (error) {
-        reject(error)
-      }
-    }
-    next()
-  })
-}
 
 export interface LatencyEstimator {
   /** Records one publish-to-ack latency in milliseconds (a no-op while e2e_latency is off). */
@@ -112,7 +79,7 @@ export class Surface extends EventEmitter {
   readonly #faults = new FaultLog()
   readonly #conservation: ConservationChecker
   readonly #renderer = new Renderer()
-  readonly #pacer: ScrapePacer
+  readonly #scrapes: ScrapeScheduler
   readonly #window: LatencyWindow
   readonly #timers: NodeJS.Timeout[] = []
   readonly #host: HttpHost
@@ -129,7 +96,7 @@ export class Surface extends EventEmitter {
     super()
     this.config = resolveConfig(config)
     this.options = resolveSurfaceOptions(options)
-    this.#pacer = new ScrapePacer(this.options.scrapeShare, this.options.scrapeBurstMs)
+    this.#scrapes = new ScrapeScheduler(new ScrapePacer(this.options.scrapeShare, this.options.scrapeBurstMs), RENDER_SLICE_MS)
     this.backend = chooseBackend()
     this.enabled = this.config.metrics_enabled
     this.#arena = createArena(this.backend)
@@ -324,16 +291,17 @@ export class Surface extends EventEmitter {
 
   /**
    * GET /metrics: the snapshot in one go (under the lock, which is never held across a yield),
-   * then the body in slices with setImmediate between them. The snapshot is immutable, so the
-   * body is exactly that one moment's numbers however many slices it takes: never a torn scrape.
+   * then the body in slices with the event loop free between them, one scrape at a time and paced
+   * (lib/pacing.ts). The snapshot is immutable, so the body is exactly that one moment's numbers
+   * however many slices it takes: never a torn scrape.
    */
   #metricsBody(): Buffer | Promise<Buffer> {
-    return inSlices(this.#pacer, () => this.#renderer.begin(this.#observe()), (job) => job.body())
+    return this.#scrapes.run(() => this.#renderer.begin(this.#observe()), (job) => job.body())
   }
 
   /** The same for a client that accepts gzip: only the chunks of topics that changed are compressed anew. */
   #metricsGzip(): GzipBody | Promise<GzipBody> {
-    return inSlices(this.#pacer, () => this.#renderer.beginGzip(this.#observe()), (job) => job.result())
+    return this.#scrapes.run(() => this.#renderer.beginGzip(this.#observe()), (job) => job.result())
   }
 
   /**

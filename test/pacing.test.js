@@ -6,7 +6,7 @@
 const t = require('tap')
 const zlib = require('node:zlib')
 const { lib, backends, surfaceOn, within } = require('./helpers')
-const { ScrapePacer, resolveSurfaceOptions, DEFAULT_SCRAPE_SHARE, DEFAULT_SCRAPE_BURST_MS } = require('../dist/pacing.js')
+const { ScrapePacer, ScrapeScheduler, resolveSurfaceOptions, DEFAULT_SCRAPE_SHARE, DEFAULT_SCRAPE_BURST_MS } = require('../dist/pacing.js')
 
 /** The exposition without its uptime line (the one value that moves between two renders of one state). */
 const strip = (s) => s.replace(/^mq_broker_uptime_seconds .*$/m, '')
@@ -111,14 +111,14 @@ t.test('createSurface() options: defaults, errors naming the key, frozen', async
 })
 
 /** A handler call with a recording response: `sync` tells whether it was answered inside the call. */
-function call(surface, path, headers = {}) {
+function call(surface, path, headers = {}, onEnd = () => {}) {
   let resolve
   const answered = new Promise((r) => { resolve = r })
   const res = {
     statusCode: 0, headersSent: false, destroyed: false, headers: {},
     setHeader(name, value) { res.headers[name.toLowerCase()] = value },
     once() { return res },
-    end(chunk) { res.body = chunk; resolve(res) },
+    end(chunk) { res.body = chunk; onEnd(res); resolve(res) },
   }
   t.equal(surface.handler({ url: path, method: 'GET', headers }, res), true)
   return { sync: res.body !== undefined, answered: within(20_000, `GET ${path}`, answered) }
@@ -203,20 +203,22 @@ for (const [name, headers] of [['plain', {}], ['gzip', { 'accept-encoding': 'gzi
   t.test(`a paced scrape in many slices (${name}) is one moment's numbers while recording goes on`, async (t) => {
     // If this failed, the waits between slices (setTimeout, not setImmediate) would let a scrape
     // mix numbers from before and after into one body.
-    // Large enough to take several 10 ms slices on a fast machine (the test checks it did).
+    // Large enough to take several 10 ms slices on a fast machine (~390,000 samples, twice the
+    // benchmark's 200,000, which render in ~13 ms there; the test checks it took more than one).
     const surface = lib.createSurface({}, { scrapeShare: 0.2, scrapeBurstMs: 0 })
     t.teardown(() => surface.close())
     const handles = []
     for (let i = 0; i < 9000; i++) {
       const topic = surface.topic(`torn-${i}`)
-      for (let p = 0; p < 8; p++) topic.produced(p, 10, 100)
+      for (let p = 0; p < 16; p++) topic.produced(p, 10, 100)
       topic.group('g').dispatch(1)
+      topic.group('h').dispatch(1)
       handles.push(topic)
     }
     let seq = 10
     const meddle = setInterval(() => {
       seq++
-      for (let i = seq % 10; i < handles.length; i += 10) handles[i].produced(seq % 8, seq, 7)
+      for (let i = seq % 10; i < handles.length; i += 10) handles[i].produced(seq % 16, seq, 7)
       if (handles.length > 8500) surface.removeTopic(handles.pop().name)
     }, 2)
     const before = surface.render()
@@ -230,5 +232,91 @@ for (const [name, headers] of [['plain', {}], ['gzip', { 'accept-encoding': 'gzi
     const body = name === 'gzip' ? zlib.gunzipSync(res.body) : res.body
     t.equal(strip(body.toString('latin1')), strip(before), 'the body is the state when the scrape began, byte for byte')
     t.not(strip(surface.render()), strip(before), 'while the state itself moved on')
+  })
+}
+
+t.test('ScrapeScheduler: one job at a time, in order of arrival; a failing job passes the turn on', async (t) => {
+  const scheduler = new ScrapeScheduler(new ScrapePacer(1, 0), 10)
+  let underWay = 0
+  let most = 0
+  const order = []
+  const job = (name, steps, { failAt } = {}) => () => {
+    underWay++
+    most = Math.max(most, underWay)
+    let n = 0
+    return {
+      step() {
+        if (++n === failAt) {
+          underWay--
+          throw new Error(`${name} failed`)
+        }
+        return n >= steps
+      },
+      name,
+    }
+  }
+  const take = (j) => {
+    underWay--
+    order.push(j.name)
+    return j.name
+  }
+  const sync = scheduler.run(job('quick', 1), take)
+  t.equal(sync, 'quick', 'nothing under way, bucket in credit, one slice: the answer itself, not a promise')
+  const runs = [
+    scheduler.run(job('a', 3), take),
+    scheduler.run(job('b', 2), take),
+    scheduler.run(job('c', 4, { failAt: 2 }), take),
+    scheduler.run(job('d', 1), take),
+  ]
+  t.equal(scheduler.waiting, 3, 'a under way, b, c and d in line')
+  const settled = await within(10_000, 'scheduler', Promise.allSettled(runs))
+  t.same(settled.map((r) => r.status), ['fulfilled', 'fulfilled', 'rejected', 'fulfilled'])
+  t.match(settled[2].reason.message, /c failed/)
+  t.same(order, ['quick', 'a', 'b', 'd'], 'answered in order of arrival')
+  t.equal(most, 1, 'never two jobs under way at once')
+  t.equal(scheduler.waiting, 0)
+  t.throws(() => scheduler.run(() => { throw new Error('begin failed') }, take), /begin failed/, 'a synchronous failure is thrown')
+  t.equal(scheduler.run(job('after', 1), take), 'after', 'and the turn is free again')
+})
+
+for (const backend of backends()) {
+  t.test(`${backend}: concurrent scrapes run one at a time, each from the state at its own start`, async (t) => {
+    // If this failed, a scrape that arrived while another was under way would have taken its
+    // snapshot at once — older than the first one's answer — and every concurrent scraper would
+    // hold a snapshot and a body at the same time.
+    const surface = surfaceOn(t, backend, {}, { scrapeShare: 1 })
+    for (let i = 0; i < 400; i++) {
+      const topic = surface.topic(`q${i}`)
+      for (let p = 0; p < 8; p++) topic.produced(p, 10, 100)
+      topic.group('g').dispatch(1)
+    }
+    // A clock that moves 50 ms at every read: every slice ends at its first clock check, so each
+    // scrape takes many slices on any machine (unpaced: the pacer never waits at share 1).
+    const realNow = performance.now
+    let fake = realNow.call(performance)
+    performance.now = () => (fake += 50)
+    t.teardown(() => { performance.now = realNow })
+    const t0 = surface.topic('q0')
+    const expected = [strip(surface.render())]
+    const answered = []
+    const after = (seq) => (res) => {
+      answered.push(seq)
+      t0.produced(0, seq, 1) // recorded once this scrape has its body, before the next one starts
+      expected.push(strip(surface.render()))
+    }
+    const a = call(surface, '/metrics', {}, after(100))
+    // Plain bodies: a gzip answer may go out after the next job's (compressed on the thread pool
+    // once its job is done), and this test records in the answer's callback.
+    const b = call(surface, '/metrics', {}, after(200))
+    const c = call(surface, '/metrics', {}, after(300))
+    t.notOk(a.sync, 'the first scrape takes more than one slice (else this test shows nothing)')
+    t.notOk(b.sync, 'the second waits for its turn')
+    t.notOk(c.sync)
+    const [ra, rb, rc] = await Promise.all([a.answered, b.answered, c.answered])
+    performance.now = realNow
+    t.same(answered, [100, 200, 300], 'answered in order of arrival')
+    t.equal(strip(ra.body.toString('latin1')), expected[0], 'the first: the state at its request')
+    t.equal(strip(rb.body.toString('latin1')), expected[1], 'the second: the state after the first one answered')
+    t.equal(strip(rc.body.toString('latin1')), expected[2], 'the third: the state after the second one answered')
   })
 }
