@@ -37,9 +37,11 @@
 //   the JS backend there so that the arena is counted exactly (its SharedArrayBuffer's length: the
 //   native backend maps the same chunks, but V8 counts each external view of them again).
 // - 2 workers: `produced()` + `delivered()` on 8 shared topics (each worker on its own partition),
-//   one worker alone vs two at once, exact totals asserted afterwards. In the same rounds, as
-//   control, the same two threads run a loop with no mq-metrics in it: what 2 threads get over
-//   1 on this machine at that moment, whatever they run.
+//   one worker alone vs two at once, exact totals asserted afterwards. In the same rounds, two
+//   more threads run the same recording loop each into a surface of its own (what the loop
+//   scales to with nothing shared between the threads), and, as a control, the same two threads
+//   run a loop with no mq-metrics in it: what 2 threads get over 1 on this machine at that
+//   moment, whatever they run.
 // - /metrics under load: a 200k-sample surface with the default options (scrape pacing on: back to
 //   back, scrapes take at most scrapeShare of the main thread) served on 127.0.0.1 (port 0), 2
 //   workers recording flat out; blocks of sequential gzip scrapes (one in flight, 10 s timeout each: "bounded")
@@ -501,6 +503,16 @@ async function workersSection(lib) {
   for (const name of topicNames) surface.topic(name).group('g')
   const shared = surface.share()
   const workers = await startWorkers(shared, topicNames, 'g', [0, 1])
+  // The second control: the same recording loop in two more threads, each recording into a
+  // surface of its own (nothing shared between them), in the same rounds. Threads of their own,
+  // so that each thread's JIT sees one surface, as the measured workers' does.
+  const privates = [0, 1].map(() => {
+    const own = lib.createSurface({ max_in_flight: MAX_IN_FLIGHT })
+    for (const name of topicNames) own.topic(name).group('g')
+    return own
+  })
+  const loners = await Promise.all(privates.map((own, k) => startWorkers(own.share(), topicNames, 'g', [k]).then(([w]) => w)))
+  const runOwn = (indices, count) => Promise.all(indices.map((i) => request(loners[i], { cmd: 'run', n: count }, (m) => m.n !== undefined)))
   const run = (indices, n, cmd = 'run') => Promise.all(indices.map((i) => request(workers[i], { cmd, n }, (m) => m.n !== undefined)))
 
   // Calibrate: one worker, ~250 ms per run, a multiple of the topic count.
@@ -521,13 +533,17 @@ async function workersSection(lib) {
   const warmUp = []
   for (const worker of [0, 1]) warmUp.push(await settle(() => run([worker], n).then(([r]) => r.end - r.start)))
   for (const worker of [0, 1]) await settle(() => run([worker], controlN, 'control').then(([r]) => r.end - r.start))
-  const samples = { single: [], pair: [], controlSingle: [], controlPair: [] }
+  for (const worker of [0, 1]) await settle(() => runOwn([worker], n).then(([r]) => r.end - r.start))
+  const samples = { single: [], pair: [], controlSingle: [], controlPair: [], ownSingle: [], ownPair: [] }
   for (let round = 0; round <= ROUNDS; round++) {
-    const order = round % 2 ? ['pair', 'single', 'controlPair', 'controlSingle'] : ['single', 'pair', 'controlSingle', 'controlPair']
+    const order = round % 2
+      ? ['pair', 'single', 'controlPair', 'controlSingle', 'ownPair', 'ownSingle']
+      : ['single', 'pair', 'controlSingle', 'controlPair', 'ownSingle', 'ownPair']
     for (const which of order) {
       const isControl = which.startsWith('control')
       const count = isControl ? controlN : n
-      const results = await run(which.endsWith('ingle') ? [0] : [0, 1], count, isControl ? 'control' : 'run')
+      const indices = which.endsWith('ingle') ? [0] : [0, 1]
+      const results = which.startsWith('own') ? await runOwn(indices, count) : await run(indices, count, isControl ? 'control' : 'run')
       const start = Math.min(...results.map((r) => r.start))
       const end = Math.max(...results.map((r) => r.end))
       if (round > 0) samples[which].push((results.length * count) / ((end - start) / 1000))
@@ -536,7 +552,9 @@ async function workersSection(lib) {
   const { single, pair } = samples
   const totals = await checkTotals(surface, workers, topicNames, 'g', [0, 1])
   await stopWorkers(workers)
+  await stopWorkers(loners)
   await surface.close()
+  for (const own of privates) await own.close()
   return {
     messagesPerRun: n,
     warmUpRunsMs: warmUp,
@@ -548,6 +566,13 @@ async function workersSection(lib) {
       oneThreadLoopsPerSecond: median(samples.controlSingle),
       twoThreadsLoopsPerSecond: median(samples.controlPair),
       scaling: median(samples.controlPair) / median(samples.controlSingle),
+    },
+    ownSurfaces: {
+      oneThreadMessagesPerSecond: median(samples.ownSingle),
+      twoThreadsMessagesPerSecond: median(samples.ownPair),
+      scaling: median(samples.ownPair) / median(samples.ownSingle),
+      oneThreadSamples: samples.ownSingle,
+      twoThreadsSamples: samples.ownPair,
     },
     oneThreadSamples: single,
     twoThreadsSamples: pair,
@@ -1050,6 +1075,7 @@ async function main() {
     results.workers = workers
     table.push([`2 worker threads recording on 8 shared topics (\`produced\` + \`delivered\` per message; 1 thread: ${formatRate(workers.oneThreadMessagesPerSecond)}; exact totals ✓)`, '—', formatRate(workers.twoThreadsMessagesPerSecond), `${workers.scaling.toFixed(2)}× one thread`, '≥ 1.7× one thread, exact totals', pass(workers.scaling >= 1.7 && workers.exactTotals.ok)])
     table.push([`control: the same 2 threads, same rounds, running a loop with no mq-metrics in it (4 adds per message into a private array; 1 thread: ${formatRate(workers.control.oneThreadLoopsPerSecond)})`, '—', formatRate(workers.control.twoThreadsLoopsPerSecond), `${workers.control.scaling.toFixed(2)}× one thread`, '—', 'info'])
+    table.push([`control: the same recording loop, same rounds, in 2 threads that each record into a surface of their own (nothing shared; 1 thread: ${formatRate(workers.ownSurfaces.oneThreadMessagesPerSecond)})`, '—', formatRate(workers.ownSurfaces.twoThreadsMessagesPerSecond), `${workers.ownSurfaces.scaling.toFixed(2)}× one thread`, '—', 'info'])
   }
 
   let render
