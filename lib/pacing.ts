@@ -2,9 +2,10 @@
 // scrape work of one surface on the main thread — snapshot, conservation check, render,
 // compression — is paced by a token bucket kept in milliseconds of the main thread's time: it
 // fills at `share` ms per ms of wall-clock time up to `burstMs`, and a slice of scrape work runs
-// only while the bucket is not empty (then takes what the slice took, even into debt). A scrape now
-// and then (Prometheus every 15 s) finds the bucket full and runs at full speed; scrapes back to
-// back settle at `share` of the main thread, and the rest of the time is the broker's.
+// only while the bucket is not in debt (then takes what the slice took, into debt if need be). A
+// scrape now and then (Prometheus every 15 s) finds the bucket full and runs at full speed;
+// scrapes back to back settle at `share` of the main thread, and the rest of the time is the
+// broker's. ScrapeScheduler (below) runs a surface's scrapes one at a time through its pacer.
 //
 // Slices are timed by the wall clock, not by CPU time: on a busy machine a slice's wall time also
 // counts the moments the scheduler gave its core to another thread, so the pacing errs towards the
