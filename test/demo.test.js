@@ -138,6 +138,10 @@ t.test('degraded run: live endpoints, quorum cycle, honest books, exits 0 after 
 t.test('SIGTERM: stops producing, drains, closes the server, exits 0', async (t) => {
   const demo = startDemo(t, ['--port', '0', '--topics', '2', '--rate', '1000'])
   const base = await demo.url
+  // The line after the URLs may come in a later chunk of stdout than they did: wait for it (bounded).
+  for (const end = Date.now() + 5000; !/press Ctrl-C to stop/.test(demo.out.stdout) && Date.now() < end;) {
+    await new Promise((r) => setTimeout(r, 25))
+  }
   t.match(demo.out.stdout, /press Ctrl-C to stop/, 'without --duration it runs until a signal')
   await new Promise((r) => setTimeout(r, 1500))
   const m = await get(`${base}/metrics`)
