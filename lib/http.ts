@@ -10,20 +10,25 @@ import { GZIP_LEVEL, GzipBody } from './gzip'
 import { METRICS_CONTENT_TYPE } from './allowlist'
 import { toJSON } from './json'
 import { describe } from './labels'
+import { ScrapeAbandoned } from './pacing'
 
 export interface HttpHost {
   /** metrics_enabled at startup: false ⇒ nothing is served and no port is opened. */
   readonly enabled: boolean
   /** metrics_auth_token: when set, every endpoint requires `Authorization: Bearer <token>`. */
   readonly authToken: string | undefined
-  /** The /metrics exposition: at once, or a promise of it (a large scrape renders in slices). */
-  metricsBody(): Buffer | Promise<Buffer>
+  /**
+   * The /metrics exposition: at once, or a promise of it (a large scrape renders in slices, one
+   * scrape at a time). `abandoned()` tells whether the client has gone away: a scrape still
+   * waiting for its turn then rejects with ScrapeAbandoned instead of starting.
+   */
+  metricsBody(abandoned?: () => boolean): Buffer | Promise<Buffer>
   /**
    * For a client that accepts gzip: the exposition as one gzip member (its gunzipped bytes are
    * what metricsBody() gives), or the plain body when it is cheaper to compress whole — compressed
    * here as metricsBody() is, and then handed to metricsSent(). Without it, metricsBody() serves.
    */
-  metricsGzip?(): GzipBody | Promise<GzipBody>
+  metricsGzip?(abandoned?: () => boolean): GzipBody | Promise<GzipBody>
   /** A metricsBody() result that nothing reads any more (sent, or compressed): its memory may be reused. */
   metricsSent?(body: Buffer): void
   /** /healthz: status code and a JSON-able body (bigints allowed). */
@@ -225,8 +230,10 @@ function serve(host: HttpHost, route: Route, query: string, req: IncomingMessage
         else if (metrics.gzip === undefined) respond(host, req, res, 200, METRICS_CONTENT_TYPE, metrics.plain, sent)
         else send(req, res, 200, { 'Content-Type': METRICS_CONTENT_TYPE, Vary: 'Accept-Encoding', 'Content-Encoding': 'gzip' }, metrics.gzip)
       }
-      const metrics = host.metricsGzip !== undefined && acceptsGzip(req.headers['accept-encoding']) ? host.metricsGzip() : host.metricsBody()
-      if ('then' in metrics) metrics.then(answer, (error: unknown) => internalError(host, req, res, error))
+      const abandoned = (): boolean => res.destroyed === true
+      const metrics = host.metricsGzip !== undefined && acceptsGzip(req.headers['accept-encoding']) ? host.metricsGzip(abandoned) : host.metricsBody(abandoned)
+      // A skipped scrape has nobody to answer and is no error.
+      if ('then' in metrics) metrics.then(answer, (error: unknown) => { if (!(error instanceof ScrapeAbandoned)) internalError(host, req, res, error) })
       else answer(metrics)
       return
     }

@@ -49,6 +49,14 @@ export class ScrapePacer {
   }
 }
 
+/** What a scrape's promise rejects with when its client went away before its turn: it was never started. */
+export class ScrapeAbandoned extends Error {
+  constructor() {
+    super('the client went away before its scrape began')
+    this.name = 'ScrapeAbandoned'
+  }
+}
+
 /** A scrape in progress: advanced by `step(deadline)` until it returns true. */
 export interface SteppedJob {
   step(deadline: number): boolean
@@ -79,8 +87,13 @@ export class ScrapeScheduler {
     return this.#queue.length
   }
 
-  /** `begin()` starts the job (the snapshot, in its first slice); `take(job)` gives the answer once it is done. */
-  run<J extends SteppedJob, T>(begin: () => J, take: (job: J) => T): T | Promise<T> {
+  /**
+   * `begin()` starts the job (the snapshot, in its first slice); `take(job)` gives the answer once
+   * it is done. `abandoned()`, when given, is asked when a waiting scrape's turn comes: true (its
+   * client went away) and the scrape is skipped — never started, rejected with ScrapeAbandoned —
+   * so that requests nobody waits for any more cost no snapshot and no render.
+   */
+  run<J extends SteppedJob, T>(begin: () => J, take: (job: J) => T, abandoned?: () => boolean): T | Promise<T> {
     const state: { begin: () => J; job: J | undefined } = { begin, job: undefined }
     if (!this.#busy && this.#queue.length === 0 && this.pacer.delay() === 0) {
       this.#busy = true
@@ -95,10 +108,10 @@ export class ScrapeScheduler {
         this.#release()
         return take(state.job!)
       }
-      return new Promise((resolve, reject) => setImmediate(this.#stepper(state, take, resolve, reject)))
+      return new Promise((resolve, reject) => setImmediate(this.#stepper(state, take, resolve, reject, abandoned)))
     }
     return new Promise((resolve, reject) => {
-      this.#queue.push(this.#stepper(state, take, resolve, reject))
+      this.#queue.push(this.#stepper(state, take, resolve, reject, abandoned))
       this.#next()
     })
   }
@@ -117,11 +130,12 @@ export class ScrapeScheduler {
   /** The loop of one job that holds the turn: wait for the pacer, slice, yield; then answer and pass the turn on. */
   #stepper<J extends SteppedJob, T>(
     state: { begin: () => J; job: J | undefined }, take: (job: J) => T,
-    resolve: (value: T) => void, reject: (error: unknown) => void,
+    resolve: (value: T) => void, reject: (error: unknown) => void, abandoned?: () => boolean,
   ): () => void {
     const step = (): void => {
       let result: T
       try {
+        if (state.job === undefined && abandoned?.() === true) throw new ScrapeAbandoned()
         const wait = this.pacer.delay()
         if (wait > 0) {
           setTimeout(step, wait)

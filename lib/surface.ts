@@ -118,8 +118,8 @@ export class Surface extends EventEmitter {
     this.#host = {
       enabled: this.enabled,
       authToken: this.config.metrics_auth_token,
-      metricsBody: () => this.#metricsBody(),
-      metricsGzip: () => this.#metricsGzip(),
+      metricsBody: (abandoned) => this.#metricsBody(abandoned),
+      metricsGzip: (abandoned) => this.#metricsGzip(abandoned),
       metricsSent: (body) => this.#renderer.recycle(body),
       healthz: () => {
         const body = this.#healthz()
@@ -295,13 +295,13 @@ export class Surface extends EventEmitter {
    * (lib/pacing.ts). The snapshot is immutable, so the body is exactly that one moment's numbers
    * however many slices it takes: never a torn scrape.
    */
-  #metricsBody(): Buffer | Promise<Buffer> {
-    return this.#scrapes.run(() => this.#renderer.begin(this.#observe()), (job) => job.body())
+  #metricsBody(abandoned?: () => boolean): Buffer | Promise<Buffer> {
+    return this.#scrapes.run(() => this.#renderer.begin(this.#observe()), (job) => job.body(), abandoned)
   }
 
   /** The same for a client that accepts gzip: only the chunks of topics that changed are compressed anew. */
-  #metricsGzip(): GzipBody | Promise<GzipBody> {
-    return this.#scrapes.run(() => this.#renderer.beginGzip(this.#observe()), (job) => job.result())
+  #metricsGzip(abandoned?: () => boolean): GzipBody | Promise<GzipBody> {
+    return this.#scrapes.run(() => this.#renderer.beginGzip(this.#observe()), (job) => job.result(), abandoned)
   }
 
   /**

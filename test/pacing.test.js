@@ -124,6 +124,43 @@ function call(surface, path, headers = {}, onEnd = () => {}) {
   return { sync: res.body !== undefined, answered: within(20_000, `GET ${path}`, answered) }
 }
 
+/**
+ * Puts the pacer deep in debt after the next scrape, on any machine, however loaded: the clock
+ * jumps `ms` forward as that scrape's last slice ends, so the pacer charges that slice `ms` more
+ * (without it, a scrape that took several slices leaves only its last, maybe tiny, slice as debt).
+ * Also counts the renders begun (surface.render() counts too). Undone at teardown.
+ */
+function debtAfterNextScrape(t, ms) {
+  const { Renderer } = require('../dist/render.js')
+  const realNow = performance.now
+  let offset = 0
+  performance.now = () => realNow.call(performance) + offset
+  const { begin, beginGzip } = Renderer.prototype
+  const counter = { begins: 0 }
+  let armed = true
+  const wrap = (original) => function (...args) {
+    counter.begins++
+    const job = original.apply(this, args)
+    if (armed) {
+      armed = false
+      const step = job.step
+      job.step = function (deadline) {
+        const done = step.call(this, deadline)
+        if (done) offset += ms
+        return done
+      }
+    }
+    return job
+  }
+  Renderer.prototype.begin = wrap(begin)
+  Renderer.prototype.beginGzip = wrap(beginGzip)
+  t.teardown(() => {
+    performance.now = realNow
+    Object.assign(Renderer.prototype, { begin, beginGzip })
+  })
+  return counter
+}
+
 function fill(surface, topics) {
   for (let i = 0; i < topics; i++) {
     const topic = surface.topic(`t${i}`)
@@ -136,12 +173,13 @@ function fill(surface, topics) {
 
 for (const backend of backends()) {
   t.test(`${backend}: a scrape in debt waits, the event loop stays free, the body is exact`, async (t) => {
-    const surface = surfaceOn(t, backend, {}, { scrapeShare: 0.02, scrapeBurstMs: 0 })
+    const surface = surfaceOn(t, backend, {}, { scrapeShare: 0.1, scrapeBurstMs: 0 })
     fill(surface, 300)
+    debtAfterNextScrape(t, 100)
     const first = call(surface, '/metrics')
     const expected = strip(surface.render())
     t.equal(strip((await first.answered).body.toString('latin1')), expected)
-    // Right after, the bucket is in debt by about a render's time: ~50× that to wait.
+    // Right after, the bucket is ≥ 100 ms in debt: ≥ 1 s to wait at 10%.
     const second = call(surface, '/metrics')
     const gzipped = call(surface, '/metrics', { 'accept-encoding': 'gzip' })
     t.notOk(second.sync, 'in debt: not answered inside the call')
@@ -175,8 +213,9 @@ for (const backend of backends()) {
   })
 
   t.test(`${backend}: the scrape's moment is its first slice, after the wait`, async (t) => {
-    const surface = surfaceOn(t, backend, {}, { scrapeShare: 0.02, scrapeBurstMs: 0 })
+    const surface = surfaceOn(t, backend, {}, { scrapeShare: 0.1, scrapeBurstMs: 0 })
     fill(surface, 300)
+    debtAfterNextScrape(t, 100)
     await call(surface, '/metrics').answered
     const waiting = call(surface, '/metrics')
     t.notOk(waiting.sync)
@@ -187,8 +226,9 @@ for (const backend of backends()) {
   })
 
   t.test(`${backend}: close() while a scrape waits: it is answered with an error, nothing thrown`, async (t) => {
-    const surface = surfaceOn(t, backend, {}, { scrapeShare: 0.01, scrapeBurstMs: 0 })
+    const surface = surfaceOn(t, backend, {}, { scrapeShare: 0.1, scrapeBurstMs: 0 })
     fill(surface, 300)
+    debtAfterNextScrape(t, 100)
     await call(surface, '/metrics').answered
     const waiting = call(surface, '/metrics')
     t.notOk(waiting.sync)
@@ -318,5 +358,66 @@ for (const backend of backends()) {
     t.equal(strip(ra.body.toString('latin1')), expected[0], 'the first: the state at its request')
     t.equal(strip(rb.body.toString('latin1')), expected[1], 'the second: the state after the first one answered')
     t.equal(strip(rc.body.toString('latin1')), expected[2], 'the third: the state after the second one answered')
+  })
+}
+
+t.test('ScrapeScheduler: a waiting scrape whose client went away is skipped, never started', async (t) => {
+  const scheduler = new ScrapeScheduler(new ScrapePacer(1, 0), 10)
+  const begun = []
+  const job = (name, steps) => () => {
+    begun.push(name)
+    let n = 0
+    return { step: () => ++n >= steps, name }
+  }
+  const take = (j) => j.name
+  let gone = false
+  const a = scheduler.run(job('a', 3), take)
+  const b = scheduler.run(job('b', 1), take, () => gone)
+  const c = scheduler.run(job('c', 1), take, () => false)
+  gone = true // b's client leaves while a is under way
+  const settled = await within(10_000, 'scheduler', Promise.allSettled([a, b, c]))
+  t.same(settled.map((r) => r.status), ['fulfilled', 'rejected', 'fulfilled'])
+  t.equal(settled[1].reason.name, 'ScrapeAbandoned')
+  t.same(begun, ['a', 'c'], 'b was never started')
+})
+
+for (const backend of backends()) {
+  t.test(`${backend}: a client that leaves while its scrape waits costs no render, and nothing breaks`, async (t) => {
+    const http = require('node:http')
+    const surface = surfaceOn(t, backend, {}, { scrapeShare: 0.1, scrapeBurstMs: 0 })
+    fill(surface, 300)
+    const errors = []
+    surface.on('error', (e) => errors.push(e))
+    const counter = debtAfterNextScrape(t, 100)
+    let received
+    const server = http.createServer((req, res) => {
+      t.ok(surface.handler(req, res))
+      received?.()
+    })
+    await new Promise((r) => server.listen(0, '127.0.0.1', r))
+    t.teardown(() => new Promise((r) => server.close(r)))
+    const port = server.address().port
+    const get = (onRequest) => new Promise((resolve, reject) => {
+      const req = http.get({ host: '127.0.0.1', port, path: '/metrics', agent: false }, (res) => {
+        let body = ''
+        res.setEncoding('latin1').on('data', (d) => (body += d)).on('end', () => resolve({ status: res.statusCode, body }))
+      })
+      req.on('error', reject)
+      onRequest?.(req)
+    })
+    const first = await within(20_000, 'first scrape', get())
+    t.equal(first.status, 200)
+    t.equal(counter.begins, 1)
+    // The bucket is now ≥ 100 ms in debt: the next scrape waits ≥ 1 s at 10%.
+    const arrived = new Promise((r) => { received = r })
+    const leaving = get((req) => arrived.then(() => req.destroy())).catch((e) => e)
+    await arrived
+    received = undefined
+    t.match((await leaving).code, /ECONNRESET/, 'the client left before its answer')
+    const second = await within(30_000, 'second scrape', get())
+    t.equal(second.status, 200)
+    t.equal(counter.begins, 2, 'the abandoned scrape was never started: one render for each client still there')
+    t.equal(strip(second.body), strip(surface.render()), 'the next client gets the whole exposition')
+    t.same(errors, [])
   })
 }
