@@ -512,8 +512,10 @@ async function workersSection(lib) {
     return own
   })
   const loners = await Promise.all(privates.map((own, k) => startWorkers(own.share(), topicNames, 'g', [k]).then(([w]) => w)))
-  const runOwn = (indices, count) => Promise.all(indices.map((i) => request(loners[i], { cmd: 'run', n: count }, (m) => m.n !== undefined)))
-  const run = (indices, n, cmd = 'run') => Promise.all(indices.map((i) => request(workers[i], { cmd, n }, (m) => m.n !== undefined)))
+  /** Runs `cmd` for `n` messages on the threads `indices` of `pool` at once; their answers. */
+  const runOn = (pool) => (indices, n, cmd = 'run') => Promise.all(indices.map((i) => request(pool[i], { cmd, n }, (m) => m.n !== undefined)))
+  const run = runOn(workers)
+  const runOwn = runOn(loners)
 
   // Calibrate: one worker, ~250 ms per run, a multiple of the topic count.
   const calibrate = async (cmd) => {

@@ -40,22 +40,30 @@ const KEYS: Record<keyof Config, { kind: Kind; default: unknown; max?: number }>
   max_groups_per_topic: { kind: 'positive integer', default: 256, max: 100_000 },
 }
 
-export function resolveConfig(input: unknown): ResolvedConfig {
+/**
+ * Checks that `input` (named `what`; undefined reads as {}) is a plain object with no key outside
+ * `known` (ConfigError naming the first one, with `unknown` as its message) and returns a reader
+ * of its own properties: a key inherited from a prototype (or a polluted Object.prototype) is not
+ * something the caller wrote, and reads as undefined.
+ */
+export function ownFields(input: unknown, what: string, known: readonly string[], unknown: string): (key: string) => unknown {
   if (input === undefined) input = {}
   if (input === null || typeof input !== 'object' || Array.isArray(input)) {
-    throw new ConfigError('config', `must be an object, got ${describe(input)}`)
+    throw new ConfigError(what, `must be an object, got ${describe(input)}`)
   }
   const given = input as Record<string, unknown>
   for (const key of Object.keys(given)) {
-    if (!Object.prototype.hasOwnProperty.call(KEYS, key)) {
-      throw new ConfigError(key, `unknown configuration key (known keys: ${Object.keys(KEYS).join(', ')})`)
-    }
+    if (!known.includes(key)) throw new ConfigError(key, unknown)
   }
+  return (key) => (Object.prototype.hasOwnProperty.call(given, key) ? given[key] : undefined)
+}
+
+export function resolveConfig(input: unknown): ResolvedConfig {
+  const known = Object.keys(KEYS)
+  const own = ownFields(input, 'config', known, `unknown configuration key (known keys: ${known.join(', ')})`)
   const out: Record<string, unknown> = {}
   for (const [key, rule] of Object.entries(KEYS)) {
-    // Own properties only: a key inherited from a prototype (or a polluted Object.prototype) is
-    // not configuration the broker wrote.
-    const value = Object.prototype.hasOwnProperty.call(given, key) ? given[key] : undefined
+    const value = own(key)
     out[key] = value === undefined ? rule.default : check(key, rule.kind, value, rule.max)
   }
   return Object.freeze(out) as unknown as ResolvedConfig

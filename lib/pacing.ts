@@ -10,6 +10,7 @@
 // Slices are timed by the wall clock, not by CPU time: on a busy machine a slice's wall time also
 // counts the moments the scheduler gave its core to another thread, so the pacing errs towards the
 // broker.
+import { ownFields } from './config'
 import { ConfigError } from './errors'
 import { describe } from './labels'
 
@@ -30,10 +31,15 @@ export class ScrapePacer {
     this.#at = now()
   }
 
+  /** The bucket's content at `now`: refilled since the last reading, never above the burst. */
+  #level(now: number): number {
+    return Math.min(this.burstMs, this.#tokens + (now - this.#at) * this.share)
+  }
+
   /** How many ms to wait before the next slice may run: 0 when it may run now. */
   delay(): number {
     const now = this.#now()
-    this.#tokens = Math.min(this.burstMs, this.#tokens + (now - this.#at) * this.share)
+    this.#tokens = this.#level(now)
     this.#at = now
     return this.#tokens >= 0 ? 0 : Math.max(1, Math.ceil(-this.#tokens / this.share))
   }
@@ -45,7 +51,7 @@ export class ScrapePacer {
 
   /** The bucket's content now, in ms (negative: in debt). For tests and diagnostics. */
   get tokens(): number {
-    return Math.min(this.burstMs, this.#tokens + (this.#now() - this.#at) * this.share)
+    return this.#level(this.#now())
   }
 }
 
@@ -190,20 +196,11 @@ export const DEFAULT_SCRAPE_SHARE = 0.3
 export const DEFAULT_SCRAPE_BURST_MS = 50
 const MAX_SCRAPE_BURST_MS = 60_000
 const MIN_SCRAPE_SHARE = 0.01
+const OPTION_KEYS: readonly (keyof SurfaceOptions)[] = ['scrapeShare', 'scrapeBurstMs']
 
 /** Checks createSurface()'s options: unknown keys and values out of range are a ConfigError naming the key. */
 export function resolveSurfaceOptions(input: unknown): ResolvedSurfaceOptions {
-  if (input === undefined) input = {}
-  if (input === null || typeof input !== 'object' || Array.isArray(input)) {
-    throw new ConfigError('options', `must be an object, got ${describe(input)}`)
-  }
-  const given = input as Record<string, unknown>
-  for (const key of Object.keys(given)) {
-    if (key !== 'scrapeShare' && key !== 'scrapeBurstMs') {
-      throw new ConfigError(key, 'unknown option (known options: scrapeShare, scrapeBurstMs)')
-    }
-  }
-  const own = (key: string): unknown => (Object.prototype.hasOwnProperty.call(given, key) ? given[key] : undefined)
+  const own = ownFields(input, 'options', OPTION_KEYS, `unknown option (known options: ${OPTION_KEYS.join(', ')})`)
   const share = own('scrapeShare') ?? DEFAULT_SCRAPE_SHARE
   // Below 1%, one 10 ms slice would wait over a second: a scrape would time out before it ends.
   if (typeof share !== 'number' || !(share >= MIN_SCRAPE_SHARE && share <= 1)) {

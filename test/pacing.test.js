@@ -171,6 +171,20 @@ function fill(surface, topics) {
   }
 }
 
+/**
+ * A surface of 300 topics whose pacer is ≥ 100 ms in debt after one scrape (≥ 1 s to wait at
+ * 10%), and a second scrape, made then, still waiting for its turn.
+ */
+async function waitingScrape(t, backend) {
+  const surface = surfaceOn(t, backend, {}, { scrapeShare: 0.1, scrapeBurstMs: 0 })
+  fill(surface, 300)
+  debtAfterNextScrape(t, 100)
+  await call(surface, '/metrics').answered
+  const waiting = call(surface, '/metrics')
+  t.notOk(waiting.sync, 'in debt: the second scrape is not answered inside the call')
+  return { surface, waiting }
+}
+
 for (const backend of backends()) {
   t.test(`${backend}: a scrape in debt waits, the event loop stays free, the body is exact`, async (t) => {
     const surface = surfaceOn(t, backend, {}, { scrapeShare: 0.1, scrapeBurstMs: 0 })
@@ -213,12 +227,7 @@ for (const backend of backends()) {
   })
 
   t.test(`${backend}: the scrape's moment is its first slice, after the wait`, async (t) => {
-    const surface = surfaceOn(t, backend, {}, { scrapeShare: 0.1, scrapeBurstMs: 0 })
-    fill(surface, 300)
-    debtAfterNextScrape(t, 100)
-    await call(surface, '/metrics').answered
-    const waiting = call(surface, '/metrics')
-    t.notOk(waiting.sync)
+    const { surface, waiting } = await waitingScrape(t, backend)
     surface.topic('t0').produced(0, 1000, 5) // recorded after the request, before its snapshot
     const expected = strip(surface.render())
     t.match(expected, /mq_topic_messages_produced_total\{topic="t0"\} \d+/)
@@ -226,12 +235,7 @@ for (const backend of backends()) {
   })
 
   t.test(`${backend}: close() while a scrape waits: it is answered with an error, nothing thrown`, async (t) => {
-    const surface = surfaceOn(t, backend, {}, { scrapeShare: 0.1, scrapeBurstMs: 0 })
-    fill(surface, 300)
-    debtAfterNextScrape(t, 100)
-    await call(surface, '/metrics').answered
-    const waiting = call(surface, '/metrics')
-    t.notOk(waiting.sync)
+    const { surface, waiting } = await waitingScrape(t, backend)
     await surface.close()
     const res = await waiting.answered
     t.equal(res.statusCode, 500)
