@@ -32,6 +32,7 @@ export const C_WORKER_FAULTS = 7 // fault entries workers appended to the log (b
 const C_ROW_OWNERS = 8 // arena chunk of the row-owner table (0 = none yet; see claimRow)
 const C_NEXT_ANONYMOUS = 9 // lock tags of threads with no row and no known tid (see lockTag)
 export const C_CLOSED = 10 // 1 once the surface is closed (Registry.close): nothing records or registers after it
+export const C_FAULT_CHANNEL = 11 // arena chunk of the worker fault channel (0 = none yet; see worker-faults.ts)
 const C_ROW_DIRECTORY = 64 // [MAX_ROWS]: chunk holding row r's directory, 0 = none yet
 const C_LOG_DIRECTORY = C_ROW_DIRECTORY + MAX_ROWS // [MAX_LOG_CHUNKS]: chunks of the log
 export const MAX_LOG_CHUNKS = DIRECTORY_ENTRIES - C_LOG_DIRECTORY
