@@ -39,6 +39,15 @@ export class RemovedTopicError extends Error {
   }
 }
 
+/** A group handle used after its group was removed with `topic.removeGroup()`. */
+export class RemovedGroupError extends Error {
+  readonly code = 'GROUP_REMOVED'
+  constructor(topic: string, group: string) {
+    super(`group ${JSON.stringify(group)} of topic ${JSON.stringify(topic)} was removed; resolve a new handle with topic.group()`)
+    this.name = 'RemovedGroupError'
+  }
+}
+
 /** The surface (or the recorder of a worker) was used after `close()`. */
 export class ClosedError extends Error {
   readonly code = 'SURFACE_CLOSED'

@@ -8,7 +8,7 @@
 // cells that need a read-modify-write across threads (in_flight, the dlq credit, the last_seq
 // hint, a topic's liveness tag), updated with Atomics where the spec needs an exact bound.
 //
-// Chunk 0 is the control block (Int32 cells, below). Every other chunk is 8,192 Float64 slots.
+// Chunk 0 is the control block (Int32 cells and a few BigInt64 cells, below). Every other chunk is 8,192 Float64 slots.
 // A slot id names the same cell in every row; row r's slots [c·8192, (c+1)·8192) live in the
 // chunk that row r's directory names at index c (allocated the first time row r needs it).
 import { readFileSync } from 'node:fs'
@@ -25,17 +25,22 @@ export const C_LOCK = 0 // 0 free, else the holder's lock tag (see lockTag)
 export const C_NEXT_CHUNK = 1 // next arena chunk to hand out
 export const C_NEXT_ROW = 2 // next thread row to claim
 export const C_NEXT_SLOT = 3 // next never-used slot id
-export const C_QUORUM = 4 // SPEC §6: the one copy of the quorum tier (0, 1, 2)
+export const C_QUORUM = 4 // design §quorum: the one copy of the quorum tier (0, 1, 2)
 export const C_LOG_END = 5 // published end of the registration log, in Int32 units
-export const C_NEXT_ID = 6 // next topic / group id (ids are never reused)
-export const C_WORKER_FAULTS = 7 // fault entries workers appended to the log (bounded)
+export const C_LOG_GENERATION = 6 // bumped by every compaction of the log (see log.ts)
+export const C_LOG_CHECKPOINT = 7 // length of the current generation's checkpoint, in Int32 units
 const C_ROW_OWNERS = 8 // arena chunk of the row-owner table (0 = none yet; see claimRow)
 const C_NEXT_ANONYMOUS = 9 // lock tags of threads with no row and no known tid (see lockTag)
 export const C_CLOSED = 10 // 1 once the surface is closed (Registry.close): nothing records or registers after it
 export const C_FAULT_CHANNEL = 11 // arena chunk of the worker fault channel (0 = none yet; see worker-faults.ts)
 const C_ROW_DIRECTORY = 64 // [MAX_ROWS]: chunk holding row r's directory, 0 = none yet
-const C_LOG_DIRECTORY = C_ROW_DIRECTORY + MAX_ROWS // [MAX_LOG_CHUNKS]: chunks of the log
-export const MAX_LOG_CHUNKS = DIRECTORY_ENTRIES - C_LOG_DIRECTORY
+// BigInt64 cells (indices into the same chunk viewed as a BigInt64Array): numbers that must never
+// wrap over a surface's life.
+export const B_EPOCH = 8 // the reclamation epoch (reclamation.ts), Int32 cells 16–17
+export const B_NEXT_ID = 9 // next topic / group id: ids are never reused, Int32 cells 18–19
+export const B_ANNOUNCE = (C_ROW_DIRECTORY + MAX_ROWS) / 2 // [MAX_ROWS]: the epoch each row last announced
+const C_LOG_DIRECTORIES = C_ROW_DIRECTORY + MAX_ROWS + 2 * MAX_ROWS // two [MAX_LOG_CHUNKS]: the log's chunks, by generation parity
+export const MAX_LOG_CHUNKS = Math.floor((DIRECTORY_ENTRIES - C_LOG_DIRECTORIES) / 2)
 export const LOG_CHUNK_INTS = CHUNK_BYTES / 4
 
 /**
@@ -98,35 +103,29 @@ export function release(cells: Int32Array, index: number, tag: number): void {
 export class Memory {
   readonly arena: Arena
   readonly control: Int32Array
+  /** The control block as BigInt64 cells (B_*): the epoch, the next id, each row's announcement. */
+  readonly wide: BigInt64Array
   readonly #f64 = new Map<number, Float64Array>()
   readonly #i32 = new Map<number, Int32Array>()
   readonly #i64 = new Map<number, BigInt64Array>()
   readonly #directories = new Map<number, Int32Array>()
   readonly #liveness: (tid: number, start: number) => ThreadState
-  readonly #progress: (tid: number) => ThreadProgress | undefined
   #lockDepth = 0
   #lockTag = 0
   #heldTag = 0 // the tag the registration lock was taken with (claimRow changes lockTag inside it)
   #row = 0
 
-  /**
-   * `liveness` answers whether a row owner still runs, `progress` what it has done since (both
-   * read from /proc, unless a test stands in for them).
-   */
-  constructor(
-    arena: Arena,
-    fresh: boolean,
-    liveness: (tid: number, start: number) => ThreadState = threadState,
-    progress: (tid: number) => ThreadProgress | undefined = threadProgress,
-  ) {
+  /** `liveness` answers whether a row owner still runs (read from /proc, unless a test stands in). */
+  constructor(arena: Arena, fresh: boolean, liveness: (tid: number, start: number) => ThreadState = threadState) {
     this.arena = arena
     this.#liveness = liveness
-    this.#progress = progress
     this.control = new Int32Array(arena.chunk(0), chunkOffset(arena, 0), CHUNK_BYTES / 4)
+    this.wide = new BigInt64Array(arena.chunk(0), chunkOffset(arena, 0), CHUNK_BYTES / 8)
     if (fresh) {
       this.control[C_NEXT_CHUNK] = 1
       this.control[C_NEXT_ROW] = MAIN_ROW
-      this.control[C_NEXT_ID] = 1
+      this.wide[B_NEXT_ID] = 1n
+      this.wide[B_EPOCH] = 1n
     }
   }
 
@@ -174,6 +173,9 @@ export class Memory {
         }
         this.#lockTag = tagOf(row, generation)
         this.#row = row
+        // A thread that claims a row now holds no handle resolved before now: it is past every
+        // removal so far (reclamation.ts).
+        Atomics.store(this.wide, B_ANNOUNCE + row, Atomics.load(this.wide, B_EPOCH))
         return row
       } finally {
         this.unlock()
@@ -210,62 +212,20 @@ export class Memory {
     return this.chunkI32(k)
   }
 
-  /**
-   * A fence for memory that is being freed (a removed topic's slot blocks): what every other
-   * thread with a row has done so far, as log fields. A thread may be stopped between a handle's
-   * liveness check and its write, and would then write into the block once it runs again; the
-   * block may be reused only once fencePassed() says every such thread is past that point. A
-   * thread asleep in the kernel right now is in no such stretch (it never blocks there) and is
-   * left out. Fields: [1 (0: no /proc), removal time (ms) high, low, then per thread that may be
-   * running: the tag it locks with (row and owner generation, see lockTag), CPU time in µs mod
-   * 2^32, times it blocked mod 2^32 (−1, −1: not known: the time rule applies)]. Caller holds the
-   * lock.
-   */
-  fence(): number[] {
-    const now = Date.now()
-    const k = this.control[C_ROW_OWNERS]
-    const known = threadIdentity() !== undefined && k !== 0
-    const fields = [known ? 1 : 0, Math.floor(now / 2 ** 32), now % 2 ** 32 | 0]
-    if (!known) return fields
-    const owners = this.chunkI32(k)
-    for (let row = MAIN_ROW; row < this.rowCount(); row++) {
-      const tag = tagOf(row, generationOf(owners, row))
-      if (row === this.#row || this.holderState(tag) === 'gone') continue
-      const owner = ownerOf(owners, row)
-      const progress = owner === undefined ? undefined : this.#progress(owner.tid)
-      if (progress?.sleeping) continue
-      fields.push(tag, progress === undefined ? -1 : microseconds(progress.cpuNs), progress === undefined ? -1 : progress.blocked | 0)
-    }
-    return fields
+  /** The row this thread claimed (0: none yet). */
+  get row(): number {
+    return this.#row
   }
 
   /**
-   * Whether every thread a fence names is past any handle call it was in when the fence was
-   * taken: it has exited (or its row has another owner), or it is asleep in the kernel now or has
-   * blocked since (a recording call's stretch between its last liveness check and its write never
-   * blocks: every wait comes before a check), or it has run more than FENCE_CPU_NS on a CPU since
-   * (far more than that stretch takes; /proc's CPU time may lag by a scheduler tick). A thread /proc
-   * says nothing of (and no /proc at all): once NO_PROC_FENCE_MS have passed since the removal.
+   * Whether `row`'s owner has provably exited (/proc: its tid is gone, or reused by a thread that
+   * started later). A row with no known owner, or one /proc cannot tell of, is not gone.
    */
-  fencePassed(fields: readonly number[], now = Date.now()): boolean {
-    const waited = now - (fields[1] * 2 ** 32 + (fields[2] >>> 0)) >= NO_PROC_FENCE_MS
-    if (fields[0] === 0) return waited
-    const owners = this.chunkI32(this.control[C_ROW_OWNERS])
-    for (let i = 3; i < fields.length; i += 3) {
-      // Gone as a lock holder is gone (exited, or its row has another owner since).
-      if (this.holderState(fields[i]) === 'gone') continue
-      const owner = ownerOf(owners, tagRow(fields[i]))
-      const progress = owner === undefined ? undefined : this.#progress(owner.tid)
-      if (progress === undefined || (fields[i + 1] === -1 && fields[i + 2] === -1)) {
-        if (waited) continue
-        return false
-      }
-      if (progress.sleeping || (progress.blocked | 0) !== fields[i + 2]) continue
-      // µs mod 2^32 (71 minutes): a wrapped difference can only read as less, never as more.
-      if ((microseconds(progress.cpuNs) - fields[i + 1]) >>> 0 > FENCE_CPU_NS / 1000) continue
-      return false
-    }
-    return true
+  ownerGone(row: number): boolean {
+    const k = Atomics.load(this.control, C_ROW_OWNERS)
+    if (k === 0 || row <= SHARED_ROW || row >= MAX_ROWS) return false
+    const owner = ownerOf(this.chunkI32(k), row)
+    return owner !== undefined && this.#liveness(owner.tid, owner.start) === 'gone'
   }
 
   /** Rows ever claimed, the main thread's included (rows of exited threads are reused). */
@@ -405,15 +365,20 @@ export class Memory {
     return this.chunkI64(Atomics.load(this.#directory(SHARED_ROW, true)!, c))
   }
 
-  /** The arena chunks that hold the registration log, in order (allocated under the lock). */
-  logChunk(i: number, create: boolean): Int32Array | undefined {
+  /**
+   * Chunk `i` of the registration log of `generation` (log.ts): the log lives in one of two
+   * directories by the generation's parity, and a compaction writes the next generation into the
+   * other one, reusing its chunks (allocated under the lock, kept for the surface's life).
+   */
+  logChunk(generation: number, i: number, create: boolean): Int32Array | undefined {
     if (i >= MAX_LOG_CHUNKS) throw new RangeError('mq-metrics: the registration log is full')
-    let k = Atomics.load(this.control, C_LOG_DIRECTORY + i)
+    const cell = C_LOG_DIRECTORIES + (generation & 1) * MAX_LOG_CHUNKS + i
+    let k = Atomics.load(this.control, cell)
     if (k === 0) {
       if (!create) return undefined
       k = this.allocateChunk()
       this.arena.chunk(k)
-      Atomics.store(this.control, C_LOG_DIRECTORY + i, k)
+      Atomics.store(this.control, cell, k)
     }
     return this.chunkI32(k)
   }
@@ -468,20 +433,15 @@ export function parseStat(text: string): ThreadIdentity | undefined {
   return { tid, start }
 }
 
-/** See Memory.fencePassed: CPU time after which a fenced thread is surely past its write. */
-const FENCE_CPU_NS = 50e6
-/** See Memory.fencePassed: without /proc, how long freed memory waits before it is reused. */
-const NO_PROC_FENCE_MS = 10_000
-
 /** What a thread has done so far: CPU time it has run, how often it blocked, and if it is asleep. */
 export interface ThreadProgress {
   cpuNs: number
   blocked: number
-  /** In the kernel, waiting (state S): in no stretch of a recording call (see Memory.fence). */
+  /** In the kernel, waiting (state S). */
   sleeping: boolean
 }
 
-/** ThreadProgress of this process's thread `tid` from /proc (undefined: gone, or no /proc). */
+/** ThreadProgress of this process's thread `tid` from /proc (undefined: gone, or no /proc). The bench's CPU accounting. */
 export function threadProgress(tid: number): ThreadProgress | undefined {
   try {
     const cpuNs = Number(readFileSync(`/proc/self/task/${tid}/schedstat`, 'latin1').split(' ')[0])
@@ -493,11 +453,6 @@ export function threadProgress(tid: number): ThreadProgress | undefined {
   } catch {
     return undefined
   }
-}
-
-/** CPU time as the fence keeps it: µs, mod 2^32, as an Int32. */
-function microseconds(ns: number): number {
-  return Math.floor(ns / 1000) % 2 ** 32 | 0
 }
 
 /** Linux's limit on pids and tids (pid_max can be at most 2^22). */

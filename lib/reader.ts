@@ -31,6 +31,8 @@ export class SnapshotReader {
   /** Per group index: floors read only to derive depth and lag (see #topic), reused across reads. */
   readonly #scratchFloors: Float64Array[] = []
   readonly #scratchRows: Float64Array[] = []
+  /** Groups whose in_flight read below 0 (more settled than dispatched): the surface repairs them. */
+  underflows: GroupEntity[] = []
 
   constructor(registry: Registry) {
     this.#registry = registry
@@ -67,6 +69,8 @@ export class SnapshotReader {
   }
 
   #beginRead(): void {
+    this.#registry.reclaim()
+    this.underflows = []
     this.#rows = []
     this.#shared = []
     this.#rowCount = this.#memory.rowCount()
@@ -193,19 +197,20 @@ export class SnapshotReader {
         if (behind > lag) lag = behind
         groupDepth += behind
       }
-      // Σ of the per-thread shares; racing settlements of one message in two threads (a broker
-      // bug) could leave it below 0 for a moment — SPEC §5 says it never shows below 0.
-      const inFlight = unboxed(Math.max(0, this.#sum(group.slot + G_IN_FLIGHT)))
+      // Σ of the per-thread shares. Below 0 only when more was settled than dispatched by threads
+      // that raced past their own shares: it shows as 0 and the surface repairs it with a fault.
+      const inFlightSum = this.#sum(group.slot + G_IN_FLIGHT)
+      if (inFlightSum < 0) this.underflows.push(group)
+      const inFlight = unboxed(Math.max(0, inFlightSum))
       // dlq before dropped: a thread that runs dropped() then deadLettered() between the two
-      // reads must not make a scrape show dlq > dropped (SPEC §4: at all times). Plain loads may
-      // be reordered on weakly ordered CPUs, so the read is also capped at dropped.
+      // reads must not make a scrape show dlq > dropped. Never capped: a violation shows.
       const dlqRead = this.#count(group.slot + G_DLQ)
       const droppedRead = this.#count(group.slot + G_DROPPED)
       const snapshot = groupSnapshot(
         group,
         this.#count(group.slot + G_DELIVERED),
         droppedRead,
-        dlqRead > droppedRead ? droppedRead : dlqRead,
+        dlqRead,
         this.#count(group.slot + G_RETRIES),
         inFlight,
         unboxed(lag),
@@ -216,6 +221,20 @@ export class SnapshotReader {
       dropped = addCount(dropped, snapshot.dropped)
       dlq = addCount(dlq, snapshot.dlq)
       groups[g] = snapshot
+    }
+    // Removed groups: their counts stay in the topic's (counters never go down), read from their
+    // cells while a late call may still land there, then from the totals they retired into.
+    const retiring = topic.retiring
+    for (let g = 0; g < retiring.length; g++) {
+      const slot = retiring[g].slot
+      delivered = addCount(delivered, this.#count(slot + G_DELIVERED))
+      dlq = addCount(dlq, this.#count(slot + G_DLQ))
+      dropped = addCount(dropped, this.#count(slot + G_DROPPED))
+    }
+    if (topic.retiredDelivered !== 0 || topic.retiredDropped !== 0 || topic.retiredDlq !== 0) {
+      delivered = addCount(delivered, topic.retiredDelivered)
+      dropped = addCount(dropped, topic.retiredDropped)
+      dlq = addCount(dlq, topic.retiredDlq)
     }
     return topicSnapshot(topic, this.#count(topic.slot), this.#count(topic.slot + 1), delivered, dropped, dlq, lastSeq, depth, groups, this.#sum(topic.slot + 2) !== 0)
   }

@@ -3,7 +3,7 @@
 // a rejected call leaves every number as it was. Counters go to this thread's own row (a plain
 // Float64Array add: no lock, no atomic, no N-API call); the few cells that need an exact bound
 // across threads (in_flight, the dlq credit) use Atomics on the shared row.
-import { ClosedError, FatalInvariantError, RemovedTopicError } from './errors'
+import { ClosedError, FatalInvariantError, RemovedGroupError, RemovedTopicError } from './errors'
 import { describe, validateName } from './labels'
 import { C_CLOSED, C_NEXT_ROW, C_QUORUM, MAX_ROWS, Memory, SHARED_ROW, SLOTS_PER_CHUNK, acquire, release } from './memory'
 import { MAX_IN_FLIGHT_LIMIT } from './config'
@@ -130,8 +130,15 @@ export class Recorder {
     return handle
   }
 
-  forget(name: string): void {
-    this.#topics.delete(name)
+  /** Lets the handle of a removed topic go (only that topic's: the name may be registered again). */
+  forget(name: string, topic?: TopicEntity): void {
+    if (topic === undefined || this.#topics.get(name)?.entity === topic) this.#topics.delete(name)
+  }
+
+  /** A group was removed (by any thread): its topic's handle lets the group's handle go. */
+  forgetGroup(group: GroupEntity): void {
+    const topic = this.#topics.get(group.topic.name)
+    if (topic !== undefined && topic.entity === group.topic) topic.dropGroupHandle(group)
   }
 
   readOnly(): boolean {
@@ -222,13 +229,26 @@ export class Recorder {
   }
 
   /**
-   * Adds to a row cell of `topic`; past 2^53 the excess moves to the log so the total stays exact
-   * (under the registration lock, which checks again that the topic was not removed meanwhile).
+   * Adds to a row cell of `topic` (of `group`, for a group's cell); past 2^53 the excess moves to
+   * the log so the total stays exact (under the registration lock, which checks again that the
+   * topic or group was not removed meanwhile).
    */
-  add(row: Float64Array, index: number, slot: number, n: number, topic: TopicEntity): void {
+  add(row: Float64Array, index: number, slot: number, n: number, topic: TopicEntity, group?: GroupEntity): void {
     const value = row[index] + n
     if (value <= MAX_SAFE) row[index] = value
-    else this.registry.fold(row, index, slot, row[index], topic), (row[index] = n)
+    else this.registry.fold(row, index, slot, row[index], topic, group), (row[index] = n)
+  }
+
+  /**
+   * Σ over every thread row of a cell, and its folds: a number while that is exact, else a
+   * bigint. The registry is synced first (another thread's folds are log entries).
+   */
+  exactTotal(rows: readonly (Float64Array | undefined)[], rowCount: number, index: number, slot: number): number | bigint {
+    this.registry.sync()
+    let sum = 0
+    for (let row = 1; row < rowCount; row++) sum += rows[row]?.[index] ?? 0
+    if (sum <= MAX_SAFE && !this.registry.folds.has(slot)) return sum
+    return this.registry.exactSum(slot)
   }
 }
 
@@ -398,6 +418,11 @@ export class Topic {
     }
     this.alive()
     let handle = this.#groupHandle(name)
+    if (handle !== undefined && !this.#recorder.registry.isGroupLive(handle.entity)) {
+      // Removed (by this or another thread): a group created again under the name starts afresh.
+      this.dropGroupHandle(handle.entity)
+      handle = undefined
+    }
     if (handle === undefined) {
       const entity = this.#recorder.registry.group(this.entity, name, maxInFlight)
       handle = new Group(this.#recorder, this, entity)
@@ -407,6 +432,30 @@ export class Topic {
       throw new RangeError(`group ${JSON.stringify(name)} of topic ${JSON.stringify(this.name)} is registered with max_in_flight ${handle.entity.maxInFlight}, not ${maxInFlight}`)
     }
     return handle
+  }
+
+  /**
+   * Removes the group (from any thread): its series leave the next scrape, its delivered, dropped
+   * and dlq stay in the topic's counters, its handles throw RemovedGroupError (GROUP_REMOVED),
+   * and a group created again under the name starts from zero. false: no such group.
+   */
+  removeGroup(name: string): boolean {
+    validateName('group name', name)
+    this.alive()
+    const handle = this.#groupHandle(name)
+    const removed = this.#recorder.registry.removeGroup(this.entity, name)
+    if (handle !== undefined) this.dropGroupHandle(handle.entity)
+    return removed
+  }
+
+  /** Lets this topic's handle for `group` go (the group was removed). */
+  dropGroupHandle(group: GroupEntity): void {
+    const groups = this.#groups
+    if (groups instanceof Map) {
+      if (groups.get(group.name)?.entity === group) groups.delete(group.name)
+    } else {
+      this.#groups = groups.filter((handle) => handle.entity !== group)
+    }
   }
 
   #groupHandle(name: string): Group | undefined {
@@ -451,8 +500,7 @@ export class Topic {
     const slot = this.#recorder.registry.partition(this.entity, number)
     this.#recorder.resolveChunk(slot)
     // Each step may have waited for the registration lock: checked again before each write —
-    // the hint claim, then the caller's (a removal's freed blocks are reused once every thread
-    // has blocked since; Memory.fence).
+    // the hint claim, then the caller's (a call that waits checks again: docs/reclamation.md).
     this.alive()
     this.#recorder.claimLastSeq(slot)
     this.alive()
@@ -500,10 +548,13 @@ export class Group {
   readonly #row: Float64Array
   readonly #index: number
   readonly #slot: number
-  // The topic's liveness cell, copied here: `this.topic.alive()` walked three objects per call.
-  readonly #topicTag: Float64Array
-  readonly #topicTagIndex: number
-  readonly #topicId: number
+  /**
+   * The shared row's cells of this group's block: at #index its liveness tag (the group's id while
+   * it lives; removing the group or its topic, or closing the surface, clears it). One check covers
+   * all three, and it reads this handle's own fields only.
+   */
+  readonly #tag: Float64Array
+  readonly #id: number
   readonly #memory: Memory
   /** Each thread row's chunk holding this group's cells (index = row; Recorder.allRowsOf, shared). */
   readonly #rowChunks: (Float64Array | undefined)[]
@@ -519,7 +570,8 @@ export class Group {
     this.#slot = entity.slot
     this.#maxInFlight = entity.maxInFlight
     ;[this.#row, this.#index] = recorder.cells(entity.slot)
-    ;[this.#topicTag, this.#topicTagIndex, this.#topicId] = topic.liveness()
+    ;[this.#tag] = recorder.sharedCells(entity.slot)
+    this.#id = entity.id
     this.#memory = recorder.registry.memory
     this.#rowChunks = recorder.allRowsOf(entity.slot >>> Chunk.Shift)
     this.#lock = recorder.registry.memory.sharedI32(Math.floor(entity.slot / SLOTS_PER_CHUNK))
@@ -533,24 +585,65 @@ export class Group {
   // takes the group's lock so that the SPEC §5 bound is exact across threads; settlements only
   // lower in_flight, so a dispatch that reads a share a moment old can only be stricter.
 
-  /** SPEC §5: in_flight += n, or false (nothing changes) if that would pass max_in_flight. */
+  /**
+   * Design §invariants: in_flight += n, or false (nothing changes) if that would pass
+   * max_in_flight. Checked against every thread's share under the group's lock; an in_flight
+   * found below 0 (more settled than dispatched, by threads that raced) is repaired to 0 with
+   * IN_FLIGHT_UNDERFLOW first, so the bound holds whatever happened before.
+   */
   dispatch(n = 1): boolean {
     if (!isCount(n)) checkCount('n', n)
-    if (this.#topicTag[this.#topicTagIndex] !== this.#topicId) throw this.#gone()
+    if (this.#tag[this.#index] !== this.#id) throw this.#gone()
     const tag = this.#memory.lockTag
+    let below = 0
     acquire(this.#lock, this.#lockIndex, tag, this.#memory)
     try {
-      const inFlight = this.#inFlightAll()
-      // Checked again right before the write: the wait for the lock (and a first look at another
-      // thread's row in #sumAll) may block, and a removal's freed blocks are reused once every
-      // thread has blocked since (Memory.fence).
-      if (this.#topicTag[this.#topicTagIndex] !== this.#topicId) throw this.#gone()
+      let inFlight = this.#inFlightAll()
+      // Checked again before any write: the wait for the lock (and a first look at another
+      // thread's row in #sumAll) may have let a removal land; a call that waits checks again.
+      if (this.#tag[this.#index] !== this.#id) throw this.#gone()
+      if (inFlight < 0) {
+        below = inFlight
+        this.#row[this.#index + GroupCell.InFlight] -= inFlight
+        inFlight = 0
+      }
       if (inFlight + n > this.#maxInFlight) return false
       this.#row[this.#index + GroupCell.InFlight] += n
       return true
     } finally {
       release(this.#lock, this.#lockIndex, tag)
+      if (below < 0) this.#underflow(0, below)
     }
+  }
+
+  /**
+   * in_flight was found at `attempted` < 0 (more settled than dispatched) and is 0 again: the
+   * fault, raised after the call's last write (faults are always raised last: docs/reclamation.md).
+   */
+  #underflow(previous: number, attempted: number): void {
+    this.#recorder.fault('IN_FLIGHT_UNDERFLOW', 'mq_group_in_flight', this.#labels(), previous, attempted)
+  }
+
+  /**
+   * An in_flight below 0 that no dispatch or settlement has met yet (a scrape found it): repaired
+   * to 0 in this thread's share, with IN_FLIGHT_UNDERFLOW. Returns whether there was one.
+   */
+  repairInFlight(): boolean {
+    if (this.#tag[this.#index] !== this.#id) return false
+    const tag = this.#memory.lockTag
+    let below = 0
+    acquire(this.#lock, this.#lockIndex, tag, this.#memory)
+    try {
+      const inFlight = this.#inFlightAll()
+      if (inFlight < 0 && this.#tag[this.#index] === this.#id) {
+        below = inFlight
+        this.#row[this.#index + GroupCell.InFlight] -= inFlight
+      }
+    } finally {
+      release(this.#lock, this.#lockIndex, tag)
+    }
+    if (below < 0) this.#underflow(0, below)
+    return below < 0
   }
 
   /** delivered += n (group and topic), in_flight −= n (SPEC §5: never below 0). */
@@ -559,7 +652,7 @@ export class Group {
     // cell read from this handle, and both cells written only when the counter stays below 2^53
     // and this thread's in_flight share covers n; anything else takes #settle (the exact path).
     if (!isCount(n)) checkCount('n', n)
-    if (this.#topicTag[this.#topicTagIndex] !== this.#topicId) throw this.#gone()
+    if (this.#tag[this.#index] !== this.#id) throw this.#gone()
     const row = this.#row
     const at = this.#index
     const delivered = row[at + GroupCell.Delivered] + n
@@ -575,7 +668,7 @@ export class Group {
   /** dropped += n (group and topic), in_flight −= n; each drop is credit for one DLQ success. */
   dropped(n = 1): void {
     if (!isCount(n)) checkCount('n', n)
-    if (this.#topicTag[this.#topicTagIndex] !== this.#topicId) throw this.#gone()
+    if (this.#tag[this.#index] !== this.#id) throw this.#gone()
     const row = this.#row
     const at = this.#index
     const dropped = row[at + GroupCell.Dropped] + n
@@ -591,63 +684,81 @@ export class Group {
   /** retries += n. */
   redelivered(n = 1): void {
     if (!isCount(n)) checkCount('n', n)
-    if (this.#topicTag[this.#topicTagIndex] !== this.#topicId) throw this.#gone()
+    if (this.#tag[this.#index] !== this.#id) throw this.#gone()
     const row = this.#row
     const at = this.#index + GroupCell.Retries
     const retries = row[at] + n
     if (retries <= MAX_SAFE) row[at] = retries
-    else this.#recorder.add(row, at, this.#slot + GroupCell.Retries, n, this.topic.entity)
+    else this.#recorder.add(row, at, this.#slot + GroupCell.Retries, n, this.topic.entity, this.entity)
   }
 
-  /** See Topic.#gone. */
+  /** Throws when the group (or its topic) was removed, or the surface closed. */
+  #alive(): void {
+    if (this.#tag[this.#index] !== this.#id) throw this.#gone()
+  }
+
+  /** Which of the three cleared the tag: the surface closed, the topic removed, or the group. */
   #gone(): Error {
-    return goneError(this.#memory.control, this.topic.name)
+    const registry = this.#recorder.registry
+    if (this.#memory.control[C_CLOSED] === 1 || !registry.isLive(this.topic.entity)) return goneError(this.#memory.control, this.topic.name)
+    return new RemovedGroupError(this.topic.name, this.name)
   }
 
   /** The slow half of delivered()/dropped(): a counter nearing 2^53, or a share that does not cover n. */
   #settle(offset: number, n: number): void {
     const row = this.#row
     const index = this.#index
-    this.#recorder.add(row, index + offset, this.#slot + offset, n, this.topic.entity)
+    this.#recorder.add(row, index + offset, this.#slot + offset, n, this.topic.entity, this.entity)
     const share = row[index + GroupCell.InFlight]
     if (share >= n) row[index + GroupCell.InFlight] = share - n
     else this.#settleAcrossThreads(n)
   }
 
-  /** SPEC §4: dlq += n, never beyond dropped (fault DLQ_WITHOUT_DROP, nothing counted). */
+  /**
+   * Design §counters: dlq += n, never beyond dropped (fault DLQ_WITHOUT_DROP, nothing counted).
+   * Always checked against every thread's drops and DLQ successes, folds past 2^53 included,
+   * under the group's lock: a thread's own drops are no credit of their own (another thread may
+   * have dead-lettered them already). DLQ writes are rare next to deliveries.
+   */
   deadLettered(n = 1): boolean {
     checkCount('n', n)
-    this.topic.alive()
+    this.#alive()
     const row = this.#row
     const index = this.#index
-    // Fast path: this thread's own drops cover it. Otherwise check every thread's, under the lock.
-    if (row[index + GroupCell.Dropped] - row[index + GroupCell.Dlq] < n) {
-      const memory = this.#recorder.registry.memory
-      const tag = memory.lockTag
-      acquire(this.#lock, this.#lockIndex, tag, memory)
-      let credit: number
-      try {
-        credit = this.#sumAll(GroupCell.Dropped) - this.#sumAll(GroupCell.Dlq)
-        this.topic.alive() // again, right before the write (see dispatch)
-        if (credit >= n) this.#recorder.add(row, index + GroupCell.Dlq, this.#slot + GroupCell.Dlq, n, this.topic.entity)
-      } finally {
-        release(this.#lock, this.#lockIndex, tag)
-      }
-      if (credit < n) {
-        this.#recorder.fault('DLQ_WITHOUT_DROP', 'mq_topic_messages_dlq_total', this.#labels(), credit, n)
-        return false
-      }
-      return true
+    const memory = this.#memory
+    const tag = memory.lockTag
+    let credit: number | bigint
+    acquire(this.#lock, this.#lockIndex, tag, memory)
+    try {
+      credit = this.#creditAll()
+      this.#alive() // again, right before the write (see dispatch)
+      if (credit >= n) this.#recorder.add(row, index + GroupCell.Dlq, this.#slot + GroupCell.Dlq, n, this.topic.entity, this.entity)
+    } finally {
+      release(this.#lock, this.#lockIndex, tag)
     }
-    this.#recorder.add(row, index + GroupCell.Dlq, this.#slot + GroupCell.Dlq, n, this.topic.entity)
+    if (credit < n) {
+      this.#recorder.fault('DLQ_WITHOUT_DROP', 'mq_topic_messages_dlq_total', this.#labels(), Number(credit), n)
+      return false
+    }
     return true
+  }
+
+  /** Σ dropped − Σ dlq over every thread, folds included, exactly. Caller holds the group's lock. */
+  #creditAll(): number | bigint {
+    const rows = this.#rowsAll()
+    const count = Math.min(this.#memory.control[C_NEXT_ROW], MAX_ROWS)
+    const dropped = this.#recorder.exactTotal(rows, count, this.#index + GroupCell.Dropped, this.#slot + GroupCell.Dropped)
+    const dlq = this.#recorder.exactTotal(rows, count, this.#index + GroupCell.Dlq, this.#slot + GroupCell.Dlq)
+    if (typeof dropped === 'number' && typeof dlq === 'number') return dropped - dlq
+    const credit = BigInt(dropped) - BigInt(dlq)
+    return credit <= BigInt(MAX_SAFE) && credit >= -BigInt(MAX_SAFE) ? Number(credit) : credit
   }
 
   /** SPEC §5: the ack floor only rises and never passes last_seq (fault ACK_FLOOR_INVALID). */
   ackFloor(partition: number, floor: number): boolean {
     checkPartition(partition)
     checkCount('floor', floor)
-    this.topic.alive()
+    this.#alive()
     const lastSeqSlot = this.topic.knownPartition(partition)
     const lastSeq = lastSeqSlot === undefined ? 0 : this.topic.lastSeqOf(lastSeqSlot)
     // The registry's sorted floor arrays, not a cache of our own (8 B per floor saved: ~1.6 MB at
@@ -668,9 +779,8 @@ export class Group {
     // SPEC §4: an ack floor makes the partition seen (its series appear) — only once accepted.
     if (lastSeqSlot === undefined) this.topic.ensurePartition(partition)
     if (slot === undefined) slot = this.#resolveFloor(partition)
-    // The reads above may have waited for the registration lock: checked again before the writes
-    // (a removal's freed blocks are reused once every thread has blocked since; Memory.fence).
-    this.topic.alive()
+    // The reads above may have waited for the registration lock: checked again before the writes.
+    this.#alive()
     const hints = sharedChunks[slot >>> Chunk.Shift]
     const at = slot & Chunk.Mask
     rowChunks[slot >>> Chunk.Shift][at] = floor
@@ -680,31 +790,46 @@ export class Group {
 
   /** Current in_flight across every thread. */
   inFlight(): number {
-    if (this.#topicTag[this.#topicTagIndex] !== this.#topicId) throw this.#gone() // see lastSeqKnown
+    if (this.#tag[this.#index] !== this.#id) throw this.#gone() // see lastSeqKnown
     return Math.max(0, this.#inFlightAll())
   }
 
-  /** This thread's share does not cover the settlement: another thread dispatched it, or nobody did. */
+  /**
+   * This thread's share does not cover the settlement: another thread dispatched it, or nobody
+   * did. Checked against every thread's share under the group's lock; a total below 0 found here
+   * (threads that raced past their own shares) is repaired to 0 as well.
+   */
   #settleAcrossThreads(n: number): void {
-    const memory = this.#recorder.registry.memory
-    let before: number
+    const memory = this.#memory
+    let available: number
     const tag = memory.lockTag
     acquire(this.#lock, this.#lockIndex, tag, memory)
     try {
-      before = Math.max(0, this.#inFlightAll())
-      this.topic.alive() // again, right before the write (see dispatch)
-      this.#row[this.#index + GroupCell.InFlight] -= Math.min(n, before)
+      const inFlight = this.#inFlightAll()
+      available = Math.max(0, inFlight)
+      this.#alive() // again, right before the write (see dispatch)
+      this.#row[this.#index + GroupCell.InFlight] -= Math.min(inFlight, 0) + Math.min(n, available)
     } finally {
       release(this.#lock, this.#lockIndex, tag)
     }
-    if (before < n) {
-      // SPEC §5: the delivery/drop happened and is counted; in_flight stays at 0.
-      this.#recorder.fault('IN_FLIGHT_UNDERFLOW', 'mq_group_in_flight', this.#labels(), before, before - n)
-    }
+    // Design §invariants: the delivery/drop happened and is counted; in_flight stays at 0.
+    if (available < n) this.#underflow(available, available - n)
   }
 
   #inFlightAll(): number {
     return this.#sumAll(GroupCell.InFlight)
+  }
+
+  /** Every thread row's chunk holding this group's cells, mapped so far (index = row). */
+  #rowsAll(): readonly (Float64Array | undefined)[] {
+    const rows = Math.min(this.#memory.control[C_NEXT_ROW], MAX_ROWS)
+    for (let row = 1; row < rows; row++) {
+      if (this.#rowChunks[row] === undefined) {
+        const chunk = this.#memory.rowChunk(row, this.#slot >>> Chunk.Shift, false)
+        if (chunk !== undefined) this.#rowChunks[row] = chunk
+      }
+    }
+    return this.#rowChunks
   }
 
   /**

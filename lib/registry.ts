@@ -1,21 +1,26 @@
 // Names → slots, shared by every thread of the process.
 //
-// Registration is rare and goes through an append-only log in shared memory, written under the
-// lock: every thread replays the same entries in the same order, so each holds an identical
-// local picture (names, slot bases, free lists) without any message passing — a topic first
-// seen in a worker is in the main thread's next snapshot because the snapshot replays the log
-// first. Recording never touches the log (see recording.ts).
+// Registration is rare and goes through the registration log in shared memory (log.ts), written
+// under the lock: every thread replays the same entries in the same order, so each holds an
+// identical local picture (names, slot bases, free lists) without any message passing — a topic
+// first seen in a worker is in the main thread's next snapshot because the snapshot replays the
+// log first. The log is compacted into a checkpoint of what is alive, so neither it nor any
+// thread's picture grows with history. Removed topics' and groups' blocks are reused only once no
+// recording call can still write into them (reclamation.ts). Recording never touches the log.
 import { ResolvedConfig } from './config'
-import { ClosedError, RemovedTopicError } from './errors'
+import { ClosedError, RemovedGroupError, RemovedTopicError } from './errors'
 import { sanitizeLabelValue } from './labels'
+import { Entry, RegistrationLog, narrow, readText, wide, wideAmount } from './log'
 import {
-  C_CLOSED, C_LOG_END, C_NEXT_CHUNK, C_NEXT_ID, C_NEXT_SLOT, C_WORKER_FAULTS, LOG_CHUNK_INTS, Memory, SHARED_ROW, SLOTS_PER_CHUNK,
+  B_NEXT_ID, C_CLOSED, C_LOG_CHECKPOINT, C_LOG_END, C_LOG_GENERATION, C_NEXT_CHUNK, C_NEXT_SLOT, Memory, SHARED_ROW, SLOTS_PER_CHUNK,
 } from './memory'
+import { advanceEpoch, passedEpoch } from './reclamation'
+import { Count, addCount } from './snapshot'
 
 // Slot block sizes. Thread rows use the counter cells; the shared row uses the rest.
-export const TOPIC_SLOTS = 3 // rows: produced, bytes, writing marker · shared: liveness tag (the topic id)
+export const TOPIC_SLOTS = 3 // rows: produced, bytes, writing marker · shared: +0 liveness tag (the topic id)
 export const PARTITION_SLOTS = 1 // rows: last_seq · shared: last_seq hint (max seen by any thread)
-export const GROUP_SLOTS = 6 // rows: delivered, dropped, dlq, retries, in_flight share · shared: +5 dispatch lock (Int32)
+export const GROUP_SLOTS = 6 // rows: delivered, dropped, dlq, retries, in_flight share · shared: +0 liveness tag (the group id), +5 dispatch lock (Int32)
 export const FLOOR_SLOTS = 1 // rows: ack_floor · shared: ack_floor hint
 export const G_DELIVERED = 0
 export const G_DROPPED = 1
@@ -24,43 +29,20 @@ export const G_RETRIES = 3
 /** This thread's share of in_flight: dispatched here − settled here (may be < 0, see recording.ts). */
 export const G_IN_FLIGHT = 4
 export const G_LOCK = 5
+/** In the shared row: the group's liveness tag (its id while it lives, else 0). */
+export const G_TAG = 0
 
-// Log entries: one header int (type | length << 4, length in ints, header included), then the
-// fields. Kept small: the log lives as long as the surface, and at 4,348 topics × 16 partitions ×
-// 2 groups its partition and floor entries are most of it (a separate length int and a `reused`
-// flag made it 30 B per sample; now 21). Whether a block is reused needs no flag: a reused block
-// is the front of its size's free queue (every thread holds the same queue), a fresh one never is.
-const E_SKIP = 1 // rest of this log chunk is unused
-const E_TOPIC = 2 // topicId, slot, nameLength, name…
-const E_REMOVE = 3 // topicId, fence… (Memory.fence: when the freed blocks may be reused)
-const E_PARTITION = 4 // topicId, partition, slot
-const E_GROUP = 5 // topicId, groupId, slot, maxInFlight, nameLength, name…
-const E_FLOOR = 6 // groupId, partition, slot
-const E_FOLD = 7 // slot, high 32 bits, low 32 bits of the amount moved out of a row
-const E_FAULT = 8 // jsonLength, json… (a fault raised in a worker, for the main thread)
-const HEADER = 1 // type | length << TYPE_BITS
-const TYPE_BITS = 4
-const TYPE_MASK = (1 << TYPE_BITS) - 1
+/** A log shorter than this is never compacted (Int32 units: 256 KiB). */
+const COMPACT_MIN_INTS = 65536
+/** How often an allocation may ask /proc whether a lagging thread has exited. */
+const GONE_CHECK_MS = 5
 
-/** Faults a worker may queue for the main thread; past this only the counts go up. */
-export const MAX_WORKER_FAULT_ENTRIES = 10_000
-
-/** A removal's fence (Memory.fence), shared by the blocks it freed; `passed` once known. */
-interface Fence {
-  readonly fields: number[]
-  passed: boolean
-  checkedAt: number
-}
-
-/** Freed blocks of one size, oldest first: `slots[head…]`, each with its removal's fence. */
+/** Freed blocks of one size, oldest first: `slots[head…]`, each with the epoch it waits for. */
 interface FreeQueue {
   slots: number[]
-  fences: Fence[]
+  epochs: number[]
   head: number
 }
-
-/** How often an allocation may ask /proc whether a fence has passed (else it takes a fresh block). */
-const FENCE_CHECK_MS = 5
 
 /** Shared by every entity that has none yet (never mutated). */
 const NONE: readonly number[] = Object.freeze([])
@@ -71,6 +53,10 @@ const NONE: readonly number[] = Object.freeze([])
 // a snapshot can share them (registration is rare; a copy per registration is cheap).
 
 export class GroupEntity {
+  /** False once removed (with its topic, or by removeGroup). */
+  alive = true
+  /** While it retires (removed, its last counts still adding to its topic's): its removal's epoch. */
+  retireEpoch = 0
   /**
    * Partitions this group has an ack floor on, ascending, and the slot of each floor (parallel).
    * Replaced, never mutated. While the group has a floor on every partition of its topic,
@@ -102,6 +88,15 @@ export class TopicEntity {
   partitionSlots: readonly number[] = NONE
   /** Ascending by label, then by raw name (JS string order). Replaced, never mutated. */
   groups: readonly GroupEntity[] = []
+  /**
+   * Removed groups whose counts still add to the topic's delivered, dropped and dlq until they
+   * retire (a call under way when the group was removed may still land in their cells).
+   */
+  retiring: readonly GroupEntity[] = []
+  /** What retired groups delivered, dropped and dead-lettered: topic counters never go down. */
+  retiredDelivered: Count = 0
+  retiredDropped: Count = 0
+  retiredDlq: Count = 0
   constructor(readonly id: number, readonly name: string, readonly label: string, readonly slot: number) {}
 
   /** The slot of `partition`'s last_seq, or undefined before the partition is seen. */
@@ -186,32 +181,65 @@ export class Registry {
   readonly config: ResolvedConfig
   readonly topics = new Map<string, TopicEntity>() // live topics by raw name
   readonly #topicsById = new Map<number, TopicEntity>()
-  readonly #groupsById = new Map<number, GroupEntity>()
+  readonly #groupsById = new Map<number, GroupEntity>() // live and retiring
+  /** Retiring groups, every topic's (see TopicEntity.retiring). */
+  #retiring: GroupEntity[] = []
   readonly #free = new Map<number, FreeQueue>() // block size → freed blocks, oldest first
-  /** slot → amount moved out of a row when it neared 2^53 (SPEC §2: 64-bit counters). */
+  /** slot → amount moved out of a row when it neared 2^53 (design §counters: 64-bit counters). */
   readonly folds = new Map<number, bigint>()
   /** Faults that workers raised, not yet taken by the main thread. */
   readonly workerFaults: FaultRecord[] = []
+  readonly #log: RegistrationLog
+  /** The log generation this thread's picture follows (−1: none yet), and how far it replayed it. */
+  #logGeneration = -1
   #cursor = 0
+  /** While a checkpoint is replayed over an existing picture: the ids it names (the rest are gone). */
+  #seen: Set<number> | undefined
   /** The name in the entry this thread is appending (applied from the string it has, not re-read: one copy). */
   #appending: { position: number; text: string } | undefined
+  /** The highest epoch known passed by every other thread (reclamation.ts), and when /proc was last asked. */
+  #passed = 0
+  #goneCheckedAt = 0
   /** Bumped by every applied entry that changes the set of series. */
   generation = 0
   /**
    * Told when this thread replays a removal (whichever thread removed it), so that the thread's
    * recorder drops its handle: a worker that met many topics the main thread later removed would
-   * otherwise keep one dead handle each (soak: ~1 KB per topic, 50 MB after 50,000).
+   * otherwise keep one dead handle each.
    */
   onTopicRemoved: ((topic: TopicEntity) => void) | undefined
+  onGroupRemoved: ((group: GroupEntity) => void) | undefined
 
   constructor(memory: Memory, config: ResolvedConfig) {
     this.memory = memory
     this.config = config
+    this.#log = new RegistrationLog(memory)
   }
 
-  /** Replays log entries other threads appended since the last call. */
+  /** Replays what other threads appended since the last call (a read of two cells when nothing did). */
   sync(): void {
-    const end = Atomics.load(this.memory.control, C_LOG_END)
+    const control = this.memory.control
+    if (Atomics.load(control, C_LOG_GENERATION) === this.#logGeneration && Atomics.load(control, C_LOG_END) === this.#cursor) return
+    this.memory.lock()
+    try {
+      this.#catchUp()
+    } finally {
+      this.memory.unlock()
+    }
+  }
+
+  /** Caller holds the lock: the log is read only under it (a compaction rewrites its chunks). */
+  #catchUp(): void {
+    const control = this.memory.control
+    const generation = control[C_LOG_GENERATION]
+    if (generation !== this.#logGeneration) {
+      // A new generation starts with a checkpoint of everything alive: replayed over what this
+      // thread knows, it keeps the entities (handles hold them) and drops what it no longer names.
+      if (this.#logGeneration >= 0) this.#beginCheckpoint()
+      this.#logGeneration = generation
+      this.#cursor = 0
+    }
+    const end = control[C_LOG_END]
     while (this.#cursor < end) this.#applyAt(this.#cursor)
   }
 
@@ -231,23 +259,26 @@ export class Registry {
       const id = this.#nextId()
       const slot = this.#allocate(TOPIC_SLOTS)
       // The liveness tag must be set before the entry is published (handles compare it to the id).
-      this.#sharedF64(slot)[slot % SLOTS_PER_CHUNK] = id
-      this.#append(E_TOPIC, [id, slot], name)
+      this.#setTag(slot, id)
+      this.#append(Entry.Topic, [...wide(id), slot], name)
       return this.#topicsById.get(id)!
     })
   }
 
   /**
    * The surface closed: from now on every handle, in every thread, throws ClosedError on its next
-   * call (each live topic's liveness tag is cleared, the check every recording call makes
-   * already), and nothing registers any more (#locked). Idempotent.
+   * call (each live topic's and group's liveness tag is cleared, the check every recording call
+   * makes already), and nothing registers any more (#locked). Idempotent.
    */
   close(): void {
     this.memory.lock()
     try {
-      this.sync()
+      this.#catchUp()
       this.memory.control[C_CLOSED] = 1
-      for (const topic of this.topics.values()) this.#sharedF64(topic.slot)[topic.slot % SLOTS_PER_CHUNK] = 0
+      for (const topic of this.topics.values()) {
+        this.#setTag(topic.slot, 0)
+        for (const group of topic.groups) this.#setTag(group.slot, 0)
+      }
     } finally {
       this.memory.unlock()
     }
@@ -262,10 +293,35 @@ export class Registry {
     return this.#locked(() => {
       const topic = this.topics.get(name)
       if (!topic) return false
-      this.#sharedF64(topic.slot)[topic.slot % SLOTS_PER_CHUNK] = 0
-      this.#append(E_REMOVE, [topic.id, ...this.memory.fence()])
+      // Tags first, then the epoch: a thread that reads the new epoch sees the cleared tags.
+      this.#setTag(topic.slot, 0)
+      for (const group of topic.groups) this.#setTag(group.slot, 0)
+      const epoch = advanceEpoch(this.memory)
+      this.#append(Entry.RemoveTopic, [...wide(topic.id), ...wide(epoch)])
       return true
     })
+  }
+
+  /**
+   * Removes one group of a live topic: its series leave the next scrape; its delivered, dropped
+   * and dlq stay in the topic's counters (they retire into them once no call can still land).
+   */
+  removeGroup(topic: TopicEntity, name: string): boolean {
+    return this.#locked(() => {
+      this.#assertAlive(topic)
+      const group = topic.group(name)
+      if (!group) return false
+      this.#setTag(group.slot, 0)
+      const epoch = advanceEpoch(this.memory)
+      this.#append(Entry.RemoveGroup, [...wide(group.id), ...wide(epoch)])
+      this.#retirePassed()
+      return true
+    })
+  }
+
+  /** Retires the removed groups no call can still write into (the reader calls it before a read). Caller locks. */
+  reclaim(): void {
+    if (this.#retiring.length > 0) this.#retirePassed()
   }
 
   /** The slot of `partition`'s last_seq, registering the partition if it is new. */
@@ -280,14 +336,14 @@ export class Registry {
         throw new RangeError(`cannot register partition ${partition} of topic ${JSON.stringify(topic.name)}: max_partitions_per_topic (${this.config.max_partitions_per_topic}) reached`)
       }
       const slot = this.#allocate(PARTITION_SLOTS)
-      this.#append(E_PARTITION, [topic.id, partition, slot])
+      this.#append(Entry.Partition, [...wide(topic.id), partition, slot])
       return topic.partitionSlot(partition)!
     })
   }
 
   group(topic: TopicEntity, name: string, maxInFlight: number): GroupEntity {
     const known = topic.group(name)
-    if (known) return known
+    if (known && this.isGroupLive(known)) return known
     return this.#locked(() => {
       this.#assertAlive(topic)
       const again = topic.group(name)
@@ -297,7 +353,8 @@ export class Registry {
       }
       const id = this.#nextId()
       const slot = this.#allocate(GROUP_SLOTS)
-      this.#append(E_GROUP, [topic.id, id, slot, maxInFlight], name)
+      this.#setTag(slot + G_TAG, id)
+      this.#append(Entry.Group, [...wide(topic.id), ...wide(id), slot, maxInFlight], name)
       return this.#groupsById.get(id)!
     })
   }
@@ -306,28 +363,44 @@ export class Registry {
     const known = group.floorSlot(partition)
     if (known !== undefined) return known
     return this.#locked(() => {
-      this.#assertAlive(group.topic)
+      this.#assertGroupAlive(group)
       const again = group.floorSlot(partition)
       if (again !== undefined) return again
       const slot = this.#allocate(FLOOR_SLOTS)
-      this.#append(E_FLOOR, [group.id, partition, slot])
+      this.#append(Entry.Floor, [...wide(group.id), partition, slot])
       return group.floorSlot(partition)!
     })
   }
 
-  /** Moves `amount` out of a row cell into the log, exactly (the cell neared 2^53). */
-  fold(row: Float64Array, index: number, slot: number, amount: number, topic: TopicEntity): void {
+  /**
+   * Moves `amount` out of a row cell into the log, exactly (the cell neared 2^53). `group`: the
+   * group whose cell it is (checked too: a removed group's blocks are not its own any more).
+   */
+  fold(row: Float64Array, index: number, slot: number, amount: number, topic: TopicEntity, group?: GroupEntity): void {
     this.#locked(() => {
-      this.#assertAlive(topic) // removed while this thread waited for the lock: its slots are not its own
+      // Removed while this thread waited for the lock: its slots are not its own.
+      if (group === undefined) this.#assertAlive(topic)
+      else this.#assertGroupAlive(group)
       row[index] -= amount
-      this.#append(E_FOLD, [slot, Math.floor(amount / 2 ** 32), amount % 2 ** 32])
+      this.#append(Entry.Fold, [slot, ...wide(amount)])
     })
   }
 
-  /** A worker's fault, queued in the log for the main thread (bounded). */
+  /** Σ of a slot over every thread row and its folds, exactly (a reader of cells no call writes any more). */
+  exactSum(slot: number): bigint {
+    const c = Math.floor(slot / SLOTS_PER_CHUNK)
+    const at = slot % SLOTS_PER_CHUNK
+    let sum = this.folds.get(slot) ?? 0n
+    for (let row = 1; row < this.memory.rowCount(); row++) {
+      const chunk = this.memory.rowChunk(row, c, false)
+      if (chunk !== undefined) sum += BigInt(chunk[at])
+    }
+    return sum
+  }
+
+  /** A worker's fault, queued in the log for the main thread. */
   queueFault(fault: FaultRecord): boolean {
-    if (Atomics.add(this.memory.control, C_WORKER_FAULTS, 1) >= MAX_WORKER_FAULT_ENTRIES) return false
-    this.#locked(() => this.#append(E_FAULT, [], JSON.stringify(fault).slice(0, 4000)))
+    this.#locked(() => this.#append(Entry.Fault, [], JSON.stringify(fault).slice(0, 4000)))
     return true
   }
 
@@ -337,10 +410,15 @@ export class Registry {
     if (!topic.alive) throw new RemovedTopicError(topic.name)
   }
 
+  #assertGroupAlive(group: GroupEntity): void {
+    this.#assertAlive(group.topic)
+    if (!group.alive) throw new RemovedGroupError(group.topic.name, group.name)
+  }
+
   #locked<T>(fn: () => T): T {
     this.memory.lock()
     try {
-      this.sync()
+      this.#catchUp()
       if (this.memory.control[C_CLOSED] === 1) throw new ClosedError('this mq-metrics surface')
       return fn()
     } finally {
@@ -348,16 +426,23 @@ export class Registry {
     }
   }
 
+  /** Ids are never reused (64-bit counter; a `number`, exact far beyond any surface's life). */
   #nextId(): number {
-    const control = this.memory.control
-    const id = control[C_NEXT_ID]
-    control[C_NEXT_ID] = id + 1
-    return id
+    return Number(Atomics.add(this.memory.wide, B_NEXT_ID, 1n))
   }
 
-  /** The topic's shared liveness tag still names it: not removed by any thread (SPEC §12). */
+  /** The topic's shared liveness tag still names it: not removed by any thread. */
   isLive(topic: TopicEntity): boolean {
     return topic.alive && this.#sharedF64(topic.slot)[topic.slot % SLOTS_PER_CHUNK] === topic.id
+  }
+
+  /** The group's shared liveness tag still names it: neither it nor its topic removed by any thread. */
+  isGroupLive(group: GroupEntity): boolean {
+    return group.alive && this.#sharedF64(group.slot)[(group.slot % SLOTS_PER_CHUNK) + G_TAG] === group.id
+  }
+
+  #setTag(slot: number, value: number): void {
+    this.#sharedF64(slot)[slot % SLOTS_PER_CHUNK] = value
   }
 
   #sharedF64(slot: number): Float64Array {
@@ -365,12 +450,13 @@ export class Registry {
   }
 
   /**
-   * A block of `size` slots: the oldest freed one (zeroed in every row) once no thread can still
-   * write into it (its removal's fence has passed), else a fresh one. Caller locks.
+   * A block of `size` slots: the oldest freed one (zeroed in every row) once no call can still
+   * write into it (reclamation.ts), else a fresh one. Caller locks.
    */
   #allocate(size: number): number {
+    this.reclaim()
     const free = this.#free.get(size)
-    if (free !== undefined && free.head < free.slots.length && this.#reusable(free.fences[free.head])) {
+    if (free !== undefined && free.head < free.slots.length && this.#hasPassed(free.epochs[free.head])) {
       const slot = free.slots[free.head]
       const c = Math.floor(slot / SLOTS_PER_CHUNK)
       const at = slot % SLOTS_PER_CHUNK
@@ -387,131 +473,243 @@ export class Registry {
     return slot
   }
 
-  /** Appends one entry, publishes it with a single store, and applies it locally. Caller locks. */
-  #append(type: number, fields: number[], text?: string): void {
-    const textInts = text === undefined ? 0 : 1 + Math.ceil(text.length / 2)
-    const length = HEADER + fields.length + textInts
-    const control = this.memory.control
-    let position = control[C_LOG_END]
-    let within = position % LOG_CHUNK_INTS
-    if (within + length > LOG_CHUNK_INTS) {
-      this.memory.logChunk(Math.floor(position / LOG_CHUNK_INTS), true)![within] = E_SKIP
-      position += LOG_CHUNK_INTS - within
-      within = 0
-    }
-    const log = this.memory.logChunk(Math.floor(position / LOG_CHUNK_INTS), true)!
-    log[within] = type | (length << TYPE_BITS)
-    for (let i = 0; i < fields.length; i++) log[within + HEADER + i] = fields[i]
-    if (text !== undefined) {
-      let at = within + HEADER + fields.length
-      log[at++] = text.length
-      for (let i = 0; i < text.length; i += 2) {
-        log[at++] = text.charCodeAt(i) | ((i + 1 < text.length ? text.charCodeAt(i + 1) : 0) << 16)
-      }
-    }
-    Atomics.store(control, C_LOG_END, position + length)
-    this.#appending = text === undefined ? undefined : { position, text }
-    try {
-      while (this.#cursor < position + length) this.#applyAt(this.#cursor)
-    } finally {
-      this.#appending = undefined
+  /** Whether every other thread is past `epoch` (reclamation.ts). Caller locks. */
+  #hasPassed(epoch: number): boolean {
+    if (epoch <= this.#passed) return true
+    const now = Date.now()
+    const askProc = now - this.#goneCheckedAt >= GONE_CHECK_MS
+    if (askProc) this.#goneCheckedAt = now
+    this.#passed = passedEpoch(this.memory, askProc)
+    return epoch <= this.#passed
+  }
+
+  /** Retiring groups whose epoch has passed: their final counts move into their topics. Caller locks. */
+  #retirePassed(): void {
+    for (const group of [...this.#retiring]) {
+      if (!this.#hasPassed(group.retireEpoch)) continue
+      const slot = group.slot
+      this.#append(Entry.Retired, [
+        ...wide(group.topic.id), ...wide(group.id),
+        ...wide(this.exactSum(slot + G_DELIVERED)), ...wide(this.exactSum(slot + G_DROPPED)), ...wide(this.exactSum(slot + G_DLQ)),
+      ])
     }
   }
 
-  #applyAt(position: number): void {
-    const within = position % LOG_CHUNK_INTS
-    const log = this.memory.logChunk(Math.floor(position / LOG_CHUNK_INTS), false)!
-    const type = log[within] & TYPE_MASK
-    if (type === E_SKIP) {
-      this.#cursor = position + (LOG_CHUNK_INTS - within)
-      return
+  /** Appends one entry, publishes it with a single store, and applies it locally. Caller locks and has synced. */
+  #append(type: Entry, fields: number[], text?: string): void {
+    const control = this.memory.control
+    const [position, end] = this.#log.write(this.#logGeneration, control[C_LOG_END], type, fields, text)
+    Atomics.store(control, C_LOG_END, end)
+    this.#appending = text === undefined ? undefined : { position, text }
+    try {
+      while (this.#cursor < end) this.#applyAt(this.#cursor)
+    } finally {
+      this.#appending = undefined
     }
-    const length = log[within] >>> TYPE_BITS
-    const f = within + HEADER
-    this.#cursor = position + length
+    if (end > Math.max(compactMinInts, 2 * control[C_LOG_CHECKPOINT])) this.compact()
+  }
+
+  /**
+   * Writes everything alive as the checkpoint of a new log generation (in the other directory,
+   * whose chunks the generation before last used) and publishes it: the log is bounded by the
+   * live state, and a thread that attaches later replays that, not the history. Caller locks and
+   * has synced (also called directly by tests).
+   */
+  compact(): void {
+    const control = this.memory.control
+    const next = this.#logGeneration + 1
+    let end = 0
+    const put = (type: Entry, fields: number[], text?: string) => {
+      end = this.#log.write(next, end, type, fields, text)[1]
+    }
+    for (const topic of this.#topicsById.values()) {
+      const topicId = wide(topic.id)
+      put(Entry.Topic, [...topicId, topic.slot], topic.name)
+      for (let p = 0; p < topic.partitionNumbers.length; p++) put(Entry.Partition, [...topicId, topic.partitionNumbers[p], topic.partitionSlots[p]])
+      for (const group of [...topic.groups, ...topic.retiring]) {
+        const groupId = wide(group.id)
+        put(Entry.Group, [...topicId, ...groupId, group.slot, group.maxInFlight], group.name)
+        for (let f = 0; f < group.floorPartitions.length; f++) put(Entry.Floor, [...groupId, group.floorPartitions[f], group.floorSlots[f]])
+        if (!group.alive) put(Entry.RemoveGroup, [...groupId, ...wide(group.retireEpoch)])
+      }
+      if (topic.retiredDelivered !== 0 || topic.retiredDropped !== 0 || topic.retiredDlq !== 0) {
+        put(Entry.Retired, [...topicId, 0, 0, ...wide(topic.retiredDelivered), ...wide(topic.retiredDropped), ...wide(topic.retiredDlq)])
+      }
+    }
+    for (const [slot, amount] of this.folds) put(Entry.Fold, [slot, ...wide(amount)])
+    for (const [size, queue] of this.#free) {
+      for (let i = queue.head; i < queue.slots.length; i++) put(Entry.Free, [size, queue.slots[i], ...wide(queue.epochs[i])])
+    }
+    put(Entry.CheckpointEnd, [])
+    control[C_LOG_CHECKPOINT] = end
+    Atomics.store(control, C_LOG_END, end)
+    Atomics.store(control, C_LOG_GENERATION, next)
+    // This thread's picture is the checkpoint it just wrote.
+    this.#logGeneration = next
+    this.#cursor = end
+  }
+
+  /** A checkpoint is about to be replayed over this thread's picture: reset what it restates in full. */
+  #beginCheckpoint(): void {
+    this.#seen = new Set()
+    this.folds.clear()
+    this.#free.clear()
+    for (const topic of this.#topicsById.values()) {
+      topic.retiredDelivered = topic.retiredDropped = topic.retiredDlq = 0
+      for (const group of topic.retiring) group.retireEpoch = 0
+      topic.retiring = []
+    }
+    this.#retiring = []
+  }
+
+  /** The checkpoint is replayed: whatever it did not name is gone. */
+  #endCheckpoint(seen: Set<number>): void {
+    for (const topic of [...this.#topicsById.values()]) {
+      if (!seen.has(topic.id)) {
+        this.#forgetTopic(topic)
+        continue
+      }
+      for (const group of topic.groups) if (!seen.has(group.id)) this.#forgetGroup(group)
+    }
+    for (const [id, group] of this.#groupsById) if (!seen.has(id)) this.#forgetGroup(group)
+    this.generation++
+  }
+
+  #forgetTopic(topic: TopicEntity): void {
+    topic.alive = false
+    this.topics.delete(topic.name)
+    this.#topicsById.delete(topic.id)
+    for (const group of [...topic.groups, ...topic.retiring]) {
+      group.alive = false
+      this.#groupsById.delete(group.id)
+    }
+    this.#retiring = this.#retiring.filter((group) => group.topic !== topic)
+    this.onTopicRemoved?.(topic)
+  }
+
+  #forgetGroup(group: GroupEntity): void {
+    const wasLive = group.alive
+    group.alive = false
+    const topic = group.topic
+    topic.groups = topic.groups.filter((g) => g !== group)
+    topic.retiring = topic.retiring.filter((g) => g !== group)
+    this.#retiring = this.#retiring.filter((g) => g !== group)
+    this.#groupsById.delete(group.id)
+    if (wasLive) this.onGroupRemoved?.(group)
+  }
+
+  #applyAt(position: number): void {
+    const { log, fields: f, type, next } = this.#log.at(this.#logGeneration, position)
+    this.#cursor = next
     switch (type) {
-      case E_TOPIC: {
-        const name = this.#textAt(position, log, f + 2)
-        this.#take(TOPIC_SLOTS, log[f + 1])
-        const topic = new TopicEntity(log[f], name, sanitizeLabelValue(name), log[f + 1])
+      case Entry.Skip:
+        return
+      case Entry.Topic: {
+        const id = narrow(log[f], log[f + 1])
+        this.#seen?.add(id)
+        if (this.#topicsById.has(id)) return // a checkpoint restating a topic this thread knows
+        const name = this.#textAt(position, log, f + 3)
+        this.#take(TOPIC_SLOTS, log[f + 2])
+        const topic = new TopicEntity(id, name, sanitizeLabelValue(name), log[f + 2])
         this.topics.set(name, topic)
         this.#topicsById.set(topic.id, topic)
         break
       }
-      case E_REMOVE: {
-        const topic = this.#topicsById.get(log[f])!
-        topic.alive = false
-        this.topics.delete(topic.name)
-        this.#topicsById.delete(topic.id)
-        // Every thread replays the same entries into the same arrays, so it queues the same
-        // blocks in the same order. They wait for the removal's fence (Memory.fence).
-        const fence: Fence = { fields: Array.from(log.subarray(f + 1, within + length)), passed: false, checkedAt: 0 }
-        for (const slot of topic.partitionSlots) this.#release(PARTITION_SLOTS, slot, fence)
-        for (const group of topic.groups) {
-          for (const slot of group.floorSlots) this.#release(FLOOR_SLOTS, slot, fence)
-          this.#release(GROUP_SLOTS, group.slot, fence)
-          this.#groupsById.delete(group.id)
+      case Entry.RemoveTopic: {
+        const topic = this.#topicsById.get(narrow(log[f], log[f + 1]))!
+        const epoch = narrow(log[f + 2], log[f + 3])
+        // Every thread replays the same entries into the same queues, so it queues the same
+        // blocks in the same order. They wait for the removal's epoch (reclamation.ts).
+        for (const slot of topic.partitionSlots) this.#release(PARTITION_SLOTS, slot, epoch)
+        for (const group of [...topic.groups, ...topic.retiring]) {
+          for (const slot of group.floorSlots) this.#release(FLOOR_SLOTS, slot, epoch)
+          this.#release(GROUP_SLOTS, group.slot, epoch)
         }
-        this.#release(TOPIC_SLOTS, topic.slot, fence)
-        this.onTopicRemoved?.(topic)
+        this.#release(TOPIC_SLOTS, topic.slot, epoch)
+        this.#forgetTopic(topic)
         break
       }
-      case E_PARTITION: {
-        const topic = this.#topicsById.get(log[f])!
-        this.#take(PARTITION_SLOTS, log[f + 2])
-        ;[topic.partitionNumbers, topic.partitionSlots] = inserted(topic.partitionNumbers, topic.partitionSlots, log[f + 1], log[f + 2])
+      case Entry.Partition: {
+        const topic = this.#topicsById.get(narrow(log[f], log[f + 1]))!
+        if (topic.partitionSlot(log[f + 2]) !== undefined) return
+        this.#take(PARTITION_SLOTS, log[f + 3])
+        ;[topic.partitionNumbers, topic.partitionSlots] = inserted(topic.partitionNumbers, topic.partitionSlots, log[f + 2], log[f + 3])
         break
       }
-      case E_GROUP: {
-        const topic = this.#topicsById.get(log[f])!
-        const name = this.#textAt(position, log, f + 4)
-        this.#take(GROUP_SLOTS, log[f + 2])
-        const group = new GroupEntity(topic, log[f + 1], name, sanitizeLabelValue(name), log[f + 2], log[f + 3])
+      case Entry.Group: {
+        const id = narrow(log[f + 2], log[f + 3])
+        this.#seen?.add(id)
+        if (this.#groupsById.has(id)) return
+        const topic = this.#topicsById.get(narrow(log[f], log[f + 1]))!
+        const name = this.#textAt(position, log, f + 6)
+        this.#take(GROUP_SLOTS, log[f + 4])
+        const group = new GroupEntity(topic, id, name, sanitizeLabelValue(name), log[f + 4], log[f + 5])
         topic.groups = withGroup(topic.groups, group)
         this.#groupsById.set(group.id, group)
         break
       }
-      case E_FLOOR: {
-        const group = this.#groupsById.get(log[f])!
-        this.#take(FLOOR_SLOTS, log[f + 2])
-        const [partitions, slots] = inserted(group.floorPartitions, group.floorSlots, log[f + 1], log[f + 2])
+      case Entry.RemoveGroup: {
+        const group = this.#groupsById.get(narrow(log[f], log[f + 1]))!
+        const wasLive = group.alive
+        group.alive = false
+        group.retireEpoch = narrow(log[f + 2], log[f + 3])
+        const topic = group.topic
+        topic.groups = topic.groups.filter((g) => g !== group)
+        topic.retiring = [...topic.retiring, group]
+        this.#retiring.push(group)
+        if (wasLive) this.onGroupRemoved?.(group)
+        break
+      }
+      case Entry.Retired: {
+        const topic = this.#topicsById.get(narrow(log[f], log[f + 1]))!
+        topic.retiredDelivered = addCount(topic.retiredDelivered, exact(wideAmount(log[f + 4], log[f + 5])))
+        topic.retiredDropped = addCount(topic.retiredDropped, exact(wideAmount(log[f + 6], log[f + 7])))
+        topic.retiredDlq = addCount(topic.retiredDlq, exact(wideAmount(log[f + 8], log[f + 9])))
+        const groupId = narrow(log[f + 2], log[f + 3])
+        const group = groupId === 0 ? undefined : this.#groupsById.get(groupId)
+        if (group !== undefined) {
+          for (const slot of group.floorSlots) this.#release(FLOOR_SLOTS, slot, group.retireEpoch)
+          this.#release(GROUP_SLOTS, group.slot, group.retireEpoch)
+          this.#forgetGroup(group)
+        }
+        break
+      }
+      case Entry.Floor: {
+        const group = this.#groupsById.get(narrow(log[f], log[f + 1]))!
+        if (group.floorSlot(log[f + 2]) !== undefined) return
+        this.#take(FLOOR_SLOTS, log[f + 3])
+        const [partitions, slots] = inserted(group.floorPartitions, group.floorSlots, log[f + 2], log[f + 3])
         const all = group.topic.partitionNumbers
         group.floorPartitions = sameNumbers(partitions, all) ? all : partitions
         group.floorSlots = slots
         break
       }
-      case E_FOLD: {
+      case Entry.Fold: {
         const slot = log[f]
-        const amount = BigInt(log[f + 1]) * 2n ** 32n + BigInt(log[f + 2] >>> 0)
-        this.folds.set(slot, (this.folds.get(slot) ?? 0n) + amount)
-        break
+        this.folds.set(slot, (this.folds.get(slot) ?? 0n) + wideAmount(log[f + 1], log[f + 2]))
+        return
       }
-      case E_FAULT:
+      case Entry.Free:
+        this.#release(log[f], log[f + 1], narrow(log[f + 2], log[f + 3]))
+        return
+      case Entry.CheckpointEnd:
+        if (this.#seen !== undefined) this.#endCheckpoint(this.#seen)
+        this.#seen = undefined
+        return
+      case Entry.Fault:
         try {
           this.workerFaults.push(JSON.parse(readText(log, f)) as FaultRecord)
         } catch {
-          // A fault text cut at the 4,000-character bound is not valid JSON; its count was kept.
+          // A fault text cut at the 4,000-character bound is not valid JSON.
         }
-        break
-      default:
-        throw new Error(`mq-metrics: corrupt registration log entry ${type} at ${position}`)
+        return
     }
-    if (type !== E_FAULT && type !== E_FOLD) this.generation++
+    this.generation++
   }
 
   #textAt(position: number, log: Int32Array, at: number): string {
     const appending = this.#appending
     return appending !== undefined && appending.position === position ? appending.text : readText(log, at)
-  }
-
-  /** Whether a removal's fence has passed (asked of /proc at most every FENCE_CHECK_MS). */
-  #reusable(fence: Fence): boolean {
-    if (fence.passed) return true
-    const now = Date.now()
-    if (now - fence.checkedAt < FENCE_CHECK_MS) return false
-    fence.checkedAt = now
-    fence.passed = this.memory.fencePassed(fence.fields)
-    return fence.passed
   }
 
   /** A block is in use again: drop it from the free queue and forget its old folds. */
@@ -522,18 +720,18 @@ export class Registry {
       free.head++
       if (free.head >= 1024 && free.head * 2 >= free.slots.length) {
         free.slots.splice(0, free.head)
-        free.fences.splice(0, free.head)
+        free.epochs.splice(0, free.head)
         free.head = 0
       }
     }
     for (let i = 0; i < size; i++) this.folds.delete(slot + i)
   }
 
-  #release(size: number, slot: number, fence: Fence): void {
+  #release(size: number, slot: number, epoch: number): void {
     let free = this.#free.get(size)
-    if (!free) this.#free.set(size, (free = { slots: [], fences: [], head: 0 }))
+    if (!free) this.#free.set(size, (free = { slots: [], epochs: [], head: 0 }))
     free.slots.push(slot)
-    free.fences.push(fence)
+    free.epochs.push(epoch)
   }
 
   /** Slots handed out and not freed (for the soak test's leak check). */
@@ -544,11 +742,11 @@ export class Registry {
   }
 
   /**
-   * Memory the registry holds in the arena, for leak checks: slots ever handed out (freed blocks
-   * are reused, so this stops growing once churn reaches a steady state), arena chunks allocated,
-   * the registration log's length in bytes (append-only: every registration and removal adds
-   * to it for the life of the surface), and thread rows claimed (the main thread's included;
-   * rows of exited threads are reused, so this counts threads alive at once, not attaches).
+   * Memory the registry holds in the arena, for leak checks: slots in use and ever handed out
+   * (freed blocks are reused, so this stops growing once churn reaches a steady state), arena
+   * chunks allocated, the registration log's length in bytes (compacted: bounded by what is
+   * alive), and thread rows claimed (the main thread's included; rows of exited threads are
+   * reused, so this counts threads alive at once, not attaches).
    */
   arenaUsage(): { slotsInUse: number; slotsReserved: number; chunks: number; logBytes: number; threadRows: number } {
     const control = this.memory.control
@@ -562,13 +760,13 @@ export class Registry {
   }
 }
 
-function readText(log: Int32Array, at: number): string {
-  const length = log[at]
-  let text = ''
-  for (let i = 0; i < length; i += 2) {
-    const pair = log[at + 1 + i / 2]
-    text += String.fromCharCode(pair & 0xffff)
-    if (i + 1 < length) text += String.fromCharCode(pair >>> 16)
-  }
-  return text
+/** A test hook: the log length (Int32 units) below which it is never compacted. */
+let compactMinInts = COMPACT_MIN_INTS
+export function setCompactionThreshold(ints: number | undefined): void {
+  compactMinInts = ints ?? COMPACT_MIN_INTS
+}
+
+/** A bigint amount as a Count: a number while it is safe. */
+function exact(amount: bigint): Count {
+  return amount <= BigInt(Number.MAX_SAFE_INTEGER) ? Number(amount) : amount
 }

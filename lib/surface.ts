@@ -5,17 +5,18 @@ import type { IncomingMessage, ServerResponse } from 'node:http'
 import { Arena, BackendName, SharedArena, attachArena, chooseBackend, createArena, loadAddon } from './backend'
 import { Config, ResolvedConfig, resolveConfig } from './config'
 import { ConservationChecker, ConservationReport } from './conservation'
-import { ClosedError } from './errors'
+import { ClosedError, RemovedGroupError, RemovedTopicError } from './errors'
 import { FaultLog, FaultRecord } from './faults'
 import type { GzipBody } from './gzip'
 import { HttpHost, createHandler, listen as listenHttp } from './http'
 import { describe, validateName } from './labels'
 import { LATENCY_BUCKETS, LatencyWindow, QuantilesFromCounts, latencyBucketIndex, recordLatency } from './latency'
-import { C_CLOSED, C_NEXT_SLOT, C_WORKER_FAULTS, MAIN_ROW, Memory, SLOTS_PER_CHUNK } from './memory'
+import { C_CLOSED, C_NEXT_SLOT, MAIN_ROW, Memory, SLOTS_PER_CHUNK } from './memory'
 import { Quorum, QuorumEvent, RUNBOOK_LEVELS, TIER_NAMES, WriteAnswer } from './quorum'
 import { SnapshotReader } from './reader'
+import { ANNOUNCE_MS, announce, detach } from './reclamation'
 import { Recorder, Topic } from './recording'
-import { MAX_WORKER_FAULT_ENTRIES, Registry, TopicEntity } from './registry'
+import { Registry, TopicEntity } from './registry'
 import { Renderer } from './render'
 import { LatencyQuantiles, QuorumState, Snapshot, SnapshotWithPartitions, TopicSnapshot, withPartitions } from './snapshot'
 import { ResolvedSurfaceOptions, ScrapePacer, ScrapeScheduler, SurfaceOptions, resolveSurfaceOptions } from './pacing'
@@ -82,13 +83,13 @@ export class Surface extends EventEmitter {
   readonly #scrapes: ScrapeScheduler
   readonly #window: LatencyWindow
   readonly #timers: NodeJS.Timeout[] = []
+  readonly #announcer: NodeJS.Timeout
   readonly #host: HttpHost
   #handler: ((req: IncomingMessage, res: ServerResponse) => boolean) | undefined
   #server: Listening | undefined
   #starting: Promise<Listening> | undefined
   #connections = 0
   #leaderEpoch = 0
-  #workerFaultsSeen = 0
   #closed = false
   #closing: Promise<void> | undefined
 
@@ -107,7 +108,11 @@ export class Surface extends EventEmitter {
     this.#recorder = new Recorder(this.#registry, MAIN_ROW, (code, metric, labels, previous, attempted) =>
       this.#fault({ code, metric, labels, previous, attempted, at: new Date().toISOString() }),
     )
+    this.#registry.onTopicRemoved = (topic) => this.#recorder.forget(topic.name, topic)
+    this.#registry.onGroupRemoved = (group) => this.#recorder.forgetGroup(group)
     this.#reader = new SnapshotReader(this.#registry)
+    // Between its tasks this thread is inside no recording call: it says so (reclamation.ts).
+    this.#announcer = setInterval(() => announce(memory), ANNOUNCE_MS).unref()
     this.#quorum = new Quorum(memory.control)
     this.#conservation = new ConservationChecker((fault) => this.#fault(fault))
     const native = this.backend === 'native' ? loadAddon() : null
@@ -261,6 +266,7 @@ export class Surface extends EventEmitter {
     this.#closed = true
     this.#registry.close() // every handle, in every thread, throws ClosedError from its next call
     for (const timer of this.#timers) clearInterval(timer)
+    clearInterval(this.#announcer)
     // A listen() under way finishes first (and, seeing the surface closed, closes its server).
     await this.#starting?.catch(() => {})
     const server = this.#server
@@ -338,8 +344,23 @@ export class Surface extends EventEmitter {
     } finally {
       memory.unlock()
     }
+    this.#repairUnderflows()
     this.#drainWorkerFaults()
     return report ? [snapshot, conservation!] : snapshot
+  }
+
+  /**
+   * Groups the read found with in_flight below 0 (more settled than dispatched, by threads that
+   * raced past their own shares): back to 0, with IN_FLIGHT_UNDERFLOW (design §invariants).
+   */
+  #repairUnderflows(): void {
+    for (const group of this.#reader.underflows) {
+      try {
+        this.#recorder.topic(group.topic.name).group(group.name).repairInFlight()
+      } catch (error) {
+        if (!(error instanceof RemovedTopicError || error instanceof RemovedGroupError)) throw error
+      }
+    }
   }
 
   #statsContext(): StatsContext {
@@ -399,11 +420,6 @@ export class Surface extends EventEmitter {
     const registry = this.#registry
     registry.sync()
     for (const fault of registry.workerFaults.splice(0)) this.#fault(fault)
-    // Faults a worker could not queue (past the bound) are still counted.
-    const raised = Atomics.load(registry.memory.control, C_WORKER_FAULTS)
-    const lost = Math.max(0, raised - MAX_WORKER_FAULT_ENTRIES) - this.#workerFaultsSeen
-    for (let i = 0; i < lost; i++) this.#faults.count('WORKER_FAULT_NOT_QUEUED')
-    this.#workerFaultsSeen += Math.max(0, lost)
   }
 
   #sumLatency(out: Float64Array): void {
@@ -469,6 +485,18 @@ function latencyFor(recorder: Recorder, enabled: boolean, window: LatencyWindow)
   }
 }
 
+/** The memories this thread records into, told on its exit that it records no more (once per thread). */
+let attached: Set<Memory> | undefined
+function detachOnExit(memory: Memory): void {
+  if (attached === undefined) {
+    const memories = (attached = new Set())
+    process.once('exit', () => {
+      for (const each of memories) detach(each)
+    })
+  }
+  attached.add(memory)
+}
+
 /** SPEC §11: what a worker thread records with. */
 export class WorkerRecorder {
   readonly backend: BackendName
@@ -492,7 +520,15 @@ export class WorkerRecorder {
     // removeTopic() runs on the main thread; this worker learns of it when it next replays the
     // log (on its next registration) and lets its handle go. Replay is in log order, so the
     // handle under that name can only be the removed topic's.
-    registry.onTopicRemoved = (topic) => this.#recorder.forget(topic.name)
+    registry.onTopicRemoved = (topic) => this.#recorder.forget(topic.name, topic)
+    registry.onGroupRemoved = (group) => this.#recorder.forgetGroup(group)
+    // Between its tasks this thread is inside no recording call: it says so, and that it is
+    // gone when it exits (reclamation.ts).
+    const announcer = setInterval(() => {
+      if (registry.closed) clearInterval(announcer)
+      else announce(memory)
+    }, ANNOUNCE_MS).unref()
+    detachOnExit(memory)
     this.latency = { record: latencyFor(this.#recorder, shared.config.e2e_latency, new LatencyWindow(() => {})).record }
   }
 

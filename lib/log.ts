@@ -1,0 +1,133 @@
+// The registration log's encoding: entries of Int32 cells in arena chunks, one generation at a
+// time. Every thread replays the same entries in the same order into its own picture of the
+// registry (registry.ts). A compaction writes the live state as a checkpoint into the other of
+// two directories and starts a new generation, so the log stays bounded by what is alive, not by
+// what ever existed (docs/reclamation.md). Written and read only under the registration lock.
+import { LOG_CHUNK_INTS, Memory } from './memory'
+
+/** Entry types. Fields after the header; ids and epochs take two cells (high, low). */
+export const enum Entry {
+  /** The rest of this log chunk is unused. */
+  Skip = 1,
+  /** id(2), slot, name. */
+  Topic = 2,
+  /** id(2), epoch(2): the topic's blocks wait for the epoch (reclamation.ts). */
+  RemoveTopic = 3,
+  /** topicId(2), partition, slot. */
+  Partition = 4,
+  /** topicId(2), groupId(2), slot, maxInFlight, name. */
+  Group = 5,
+  /** groupId(2), partition, slot. */
+  Floor = 6,
+  /** slot, amount(2): an amount moved out of a row cell that neared 2^53. */
+  Fold = 7,
+  /** groupId(2), epoch(2): the group is retiring; its counts still add to its topic's. */
+  RemoveGroup = 8,
+  /**
+   * topicId(2), groupId(2), delivered(2), dropped(2), dlq(2): a retiring group's final counts
+   * move into its topic's retired totals and its blocks become free. groupId 0: totals only (a
+   * checkpoint).
+   */
+  Retired = 9,
+  /** size, slot, epoch(2): a freed block, in its queue's order (checkpoints only). */
+  Free = 10,
+  /** The checkpoint at the start of a generation is complete. */
+  CheckpointEnd = 11,
+  /** json: a fault a worker raised, for the main thread (never in a checkpoint). */
+  Fault = 12,
+}
+
+const TYPE_BITS = 4
+const TYPE_MASK = (1 << TYPE_BITS) - 1
+
+/** A number below 2^64 as two cells: high and low 32 bits. */
+export function wide(value: number | bigint): [number, number] {
+  const big = BigInt(value)
+  return [Number((big >> 32n) & 0xffffffffn) | 0, Number(big & 0xffffffffn) | 0]
+}
+
+/** The number two cells hold (a `number`: ids, epochs and slots stay far below 2^53). */
+export function narrow(high: number, low: number): number {
+  return (high >>> 0) * 2 ** 32 + (low >>> 0)
+}
+
+/** The amount two cells hold, exactly. */
+export function wideAmount(high: number, low: number): bigint {
+  return (BigInt(high >>> 0) << 32n) | BigInt(low >>> 0)
+}
+
+/** Where an entry was found: its chunk, its header's index there, its type and length. */
+export interface EntryAt {
+  log: Int32Array
+  /** Index of the first field in `log`. */
+  fields: number
+  type: Entry
+  /** The position after this entry. */
+  next: number
+}
+
+export class RegistrationLog {
+  readonly #memory: Memory
+
+  constructor(memory: Memory) {
+    this.#memory = memory
+  }
+
+  /**
+   * Writes one entry of `generation` at `position` (not published: the caller stores the new end
+   * in C_LOG_END). Returns the entry's own position (after a Skip, if it did not fit the chunk)
+   * and the position after it.
+   */
+  write(generation: number, position: number, type: Entry, fields: readonly number[], text?: string): [number, number] {
+    const length = 1 + fields.length + (text === undefined ? 0 : 1 + Math.ceil(text.length / 2))
+    if (length > LOG_CHUNK_INTS) throw new RangeError('mq-metrics: a registration log entry does not fit a chunk')
+    let within = position % LOG_CHUNK_INTS
+    if (within + length > LOG_CHUNK_INTS) {
+      this.#chunk(generation, position, true)[within] = Entry.Skip
+      position += LOG_CHUNK_INTS - within
+      within = 0
+    }
+    const log = this.#chunk(generation, position, true)
+    log[within] = type | (length << TYPE_BITS)
+    for (let i = 0; i < fields.length; i++) log[within + 1 + i] = fields[i]
+    if (text !== undefined) {
+      let at = within + 1 + fields.length
+      log[at++] = text.length
+      for (let i = 0; i < text.length; i += 2) {
+        log[at++] = text.charCodeAt(i) | ((i + 1 < text.length ? text.charCodeAt(i + 1) : 0) << 16)
+      }
+    }
+    return [position, position + length]
+  }
+
+  /** The entry at `position` of `generation` (a Skip's `next` is the next chunk's start). */
+  at(generation: number, position: number): EntryAt {
+    const within = position % LOG_CHUNK_INTS
+    const log = this.#chunk(generation, position, false)
+    const type = (log[within] & TYPE_MASK) as Entry
+    if (type === Entry.Skip) return { log, fields: within + 1, type, next: position + (LOG_CHUNK_INTS - within) }
+    const length = log[within] >>> TYPE_BITS
+    if (length < 1 || type > Entry.Fault || type < Entry.Skip) {
+      throw new Error(`mq-metrics: corrupt registration log entry ${type} at ${position}`)
+    }
+    return { log, fields: within + 1, type, next: position + length }
+  }
+
+  #chunk(generation: number, position: number, create: boolean): Int32Array {
+    const chunk = this.#memory.logChunk(generation, Math.floor(position / LOG_CHUNK_INTS), create)
+    if (chunk === undefined) throw new Error(`mq-metrics: the registration log has no chunk at ${position}`)
+    return chunk
+  }
+}
+
+/** The text an entry holds at `at` (its length, then two UTF-16 units per cell). */
+export function readText(log: Int32Array, at: number): string {
+  const length = log[at]
+  let text = ''
+  for (let i = 0; i < length; i += 2) {
+    const pair = log[at + 1 + i / 2]
+    text += String.fromCharCode(pair & 0xffff)
+    if (i + 1 < length) text += String.fromCharCode(pair >>> 16)
+  }
+  return text
+}
