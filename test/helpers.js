@@ -104,3 +104,37 @@ function jsonFromChild(name, args, { timeoutMs, withoutTapLoader = false }) {
 }
 
 module.exports = { lib, dist, backends, surfaceOn, faultsOf, topicNumbers, prng, within, jsonFromChild }
+
+/**
+ * A worker thread that makes the calls a test scripts, one at a time: `await worker.call('t', 'g',
+ * 'dispatch', 5)` (group undefined for a topic call) resolves with the result, or rejects with an
+ * error carrying the worker's error code. `close()` terminates it.
+ */
+async function scriptedWorker(surface) {
+  const { Worker } = require('node:worker_threads')
+  const worker = new Worker(path.join(__dirname, 'fixtures', 'scripted-worker.js'), { workerData: { shared: surface.share() }, execArgv: [] })
+  const pending = new Map()
+  let next = 0
+  await new Promise((resolve, reject) => {
+    worker.once('message', resolve)
+    worker.once('error', reject)
+  })
+  worker.on('message', ({ id, result, error, message }) => {
+    const { resolve, reject } = pending.get(id)
+    pending.delete(id)
+    if (error === undefined) resolve(result)
+    else reject(Object.assign(new Error(message), { code: error }))
+  })
+  return {
+    call(topic, group, op, ...args) {
+      const id = next++
+      return new Promise((resolve, reject) => {
+        pending.set(id, { resolve, reject })
+        worker.postMessage({ id, topic, group, op, args })
+      })
+    },
+    close: () => worker.terminate(),
+  }
+}
+
+module.exports.scriptedWorker = scriptedWorker
