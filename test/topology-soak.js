@@ -138,10 +138,16 @@ async function main() {
     failures,
   }
   if (checked !== live) failures.push(`${checked} topics survive, ${live} expected`)
+  // Memory bounded by what is alive: flat from the first quarter to the last.
+  if (result.heapPlusExternalGrowthMB > 8) failures.push(`heap + external grew ${result.heapPlusExternalGrowthMB} MB (bound 8)`)
+  const logBound = Math.max(256 * 1024, 3 * live * 512) + 65536
+  if (Math.max(...result.logBytes) > logBound) failures.push(`registration log ${Math.max(...result.logBytes)} B (bound ${logBound})`)
+  if (last.arena.slotsReserved > first.arena.slotsReserved + live * 16) failures.push(`slots reserved grew from ${first.arena.slotsReserved} to ${last.arena.slotsReserved}: removed blocks are not reused`)
   const otherFaults = Object.keys(faults).filter((code) => code !== 'CONSERVATION_BROKEN')
   if (otherFaults.length > 0) failures.push(`faults: ${otherFaults.join(', ')}`)
   await surface.close()
   console.log(JSON.stringify(result))
+  if (failures.length > 0) process.exitCode = 1
 }
 
 /** A worker: records on live topics of the ring until told to stop; reports per topic id. */
