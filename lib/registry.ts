@@ -485,8 +485,9 @@ export class Registry {
 
   /** Retiring groups whose epoch has passed: their final counts move into their topics. Caller locks. */
   #retirePassed(): void {
+    // #retiring is in epoch order (removals are appended in epoch order; a checkpoint's are sorted).
     for (const group of [...this.#retiring]) {
-      if (!this.#hasPassed(group.retireEpoch)) continue
+      if (!this.#hasPassed(group.retireEpoch)) break
       const slot = group.slot
       this.#append(Entry.Retired, [
         ...wide(group.topic.id), ...wide(group.id),
@@ -695,6 +696,7 @@ export class Registry {
       case Entry.CheckpointEnd:
         if (this.#seen !== undefined) this.#endCheckpoint(this.#seen)
         this.#seen = undefined
+        this.#retiring.sort((a, b) => a.retireEpoch - b.retireEpoch) // a checkpoint lists them by topic
         return
       case Entry.Fault:
         try {
