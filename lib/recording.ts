@@ -135,6 +135,15 @@ export class Recorder {
     if (topic === undefined || this.#topics.get(name)?.entity === topic) this.#topics.delete(name)
   }
 
+  /**
+   * In_flight of a live group repaired to 0 if it is below 0 (see Group.repairInFlight), through
+   * a handle made for the purpose: nothing is registered, whatever happened to the names since.
+   */
+  repairInFlight(group: GroupEntity): boolean {
+    if (!this.registry.isGroupLive(group)) return false
+    return new Group(this, new Topic(this, group.topic), group).repairInFlight()
+  }
+
   /** A group was removed (by any thread): its topic's handle lets the group's handle go. */
   forgetGroup(group: GroupEntity): void {
     const topic = this.#topics.get(group.topic.name)

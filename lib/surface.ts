@@ -5,7 +5,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http'
 import { Arena, BackendName, SharedArena, attachArena, chooseBackend, createArena, loadAddon } from './backend'
 import { Config, ResolvedConfig, resolveConfig } from './config'
 import { ConservationChecker, ConservationReport } from './conservation'
-import { ClosedError, RemovedGroupError, RemovedTopicError } from './errors'
+import { ClosedError } from './errors'
 import { FaultLog, FaultRecord } from './faults'
 import type { GzipBody } from './gzip'
 import { HttpHost, createHandler, listen as listenHttp } from './http'
@@ -354,13 +354,7 @@ export class Surface extends EventEmitter {
    * raced past their own shares): back to 0, with IN_FLIGHT_UNDERFLOW (design §invariants).
    */
   #repairUnderflows(): void {
-    for (const group of this.#reader.underflows) {
-      try {
-        this.#recorder.topic(group.topic.name).group(group.name).repairInFlight()
-      } catch (error) {
-        if (!(error instanceof RemovedTopicError || error instanceof RemovedGroupError)) throw error
-      }
-    }
+    for (const group of this.#reader.underflows) this.#recorder.repairInFlight(group)
   }
 
   #statsContext(): StatsContext {

@@ -45,6 +45,25 @@ for (const backend of backends()) {
     t.equal(group.inFlight(), 10)
   })
 
+  t.test(`${backend}: an over-settlement is found by the next scrape when nobody dispatches`, async (t) => {
+    const surface = surfaceOn(t, backend, { max_in_flight: 10 })
+    const faults = faultsOf(surface, { ignore: ['CONSERVATION_BROKEN'] })
+    const a = await scriptedWorker(surface)
+    t.teardown(() => a.close())
+    const group = surface.topic('t').group('g')
+    group.dispatch(4)
+    await a.call('t', 'g', 'dispatch', 2)
+    await a.call('t', 'g', 'dropped', 4) // across threads: A's share −2, Σ = 2
+    group.delivered(4) // Σ = −2, unseen by this fast path
+    t.same(faults, [], 'not seen yet')
+    t.match(surface.render(), 'mq_group_in_flight{topic="t",group="g"} 0\n', 'the scrape shows 0…')
+    t.same(faults.map((f) => [f.code, f.attempted]), [['IN_FLIGHT_UNDERFLOW', -2]], '…and reports the over-settlement once')
+    surface.render()
+    t.equal(faults.length, 1, 'repaired: the next scrape finds nothing')
+    t.equal(group.dispatch(10), true, 'the whole bound is available again')
+    t.equal(group.dispatch(1), false)
+  })
+
   t.test(`${backend}: dlq ≤ dropped is exact past 2^53 (folded amounts count) and never capped on display`, (t) => {
     const surface = surfaceOn(t, backend)
     const faults = faultsOf(surface, { ignore: ['CONSERVATION_BROKEN', 'IN_FLIGHT_UNDERFLOW'] })
