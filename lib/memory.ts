@@ -38,6 +38,7 @@ const C_ROW_DIRECTORY = 64 // [MAX_ROWS]: chunk holding row r's directory, 0 = n
 // wrap over a surface's life.
 export const B_EPOCH = 8 // the reclamation epoch (reclamation.ts), Int32 cells 16–17
 export const B_NEXT_ID = 9 // next topic / group id: ids are never reused, Int32 cells 18–19
+export const B_SURFACE_ID = 10 // a random id of the surface, Int32 cells 20–21 (reclamation.ts keeps one announcer per surface and thread)
 export const B_ANNOUNCE = (C_ROW_DIRECTORY + MAX_ROWS) / 2 // [MAX_ROWS]: the epoch each row last announced
 const C_LOG_DIRECTORIES = C_ROW_DIRECTORY + MAX_ROWS + 2 * MAX_ROWS // two [MAX_LOG_CHUNKS]: the log's chunks, by generation parity
 export const MAX_LOG_CHUNKS = Math.floor((DIRECTORY_ENTRIES - C_LOG_DIRECTORIES) / 2)
@@ -100,6 +101,9 @@ export function release(cells: Int32Array, index: number, tag: number): void {
   Atomics.compareExchange(cells, index, tag, 0)
 }
 
+/** Surfaces this thread created (part of each one's id). */
+let surfacesCreated = 0
+
 export class Memory {
   readonly arena: Arena
   readonly control: Int32Array
@@ -126,6 +130,7 @@ export class Memory {
       this.control[C_NEXT_ROW] = MAIN_ROW
       this.wide[B_NEXT_ID] = 1n
       this.wide[B_EPOCH] = 1n
+      this.wide[B_SURFACE_ID] = BigInt.asIntN(64, BigInt(Math.floor(Math.random() * 2 ** 52)) * 4096n + BigInt(++surfacesCreated % 4096))
     }
   }
 

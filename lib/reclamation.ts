@@ -18,7 +18,8 @@
 // Everything here lives in the shared control block as 64-bit cells (no wrap over a surface's
 // life) and names rows, not thread ids: a row of a thread that exited is recognised from /proc,
 // or from the announcement DETACHED its thread made on exit.
-import { B_ANNOUNCE, B_EPOCH, MAIN_ROW, Memory } from './memory'
+import { isMainThread } from 'node:worker_threads'
+import { B_ANNOUNCE, B_EPOCH, B_SURFACE_ID, C_CLOSED, MAIN_ROW, Memory } from './memory'
 
 /** How often each thread announces the epoch it has seen (an unref'd timer). */
 export const ANNOUNCE_MS = 10
@@ -78,3 +79,33 @@ export function passedEpoch(memory: Memory, askProc: boolean): number {
   }
   return Number(lowest)
 }
+
+/** The memories this thread records into, by surface (attaching again to one surface adds nothing). */
+const announcing = new Map<bigint, Memory>()
+let announcer: NodeJS.Timeout | undefined
+
+/**
+ * Announces for `memory` from now on, every ANNOUNCE_MS, from one unref'd timer per thread, until
+ * its surface is closed; in a worker, also detaches on the thread's exit.
+ */
+export function keepAnnouncing(memory: Memory): void {
+  announcing.set(Atomics.load(memory.wide, B_SURFACE_ID), memory)
+  if (announcer !== undefined) return
+  announcer = setInterval(() => {
+    for (const [id, each] of announcing) {
+      if (each.control[C_CLOSED] === 1) announcing.delete(id)
+      else announce(each)
+    }
+    if (announcing.size === 0) {
+      clearInterval(announcer)
+      announcer = undefined
+    }
+  }, ANNOUNCE_MS).unref()
+  if (!isMainThread && !exitHooked) {
+    exitHooked = true
+    process.once('exit', () => {
+      for (const each of announcing.values()) detach(each)
+    })
+  }
+}
+let exitHooked = false

@@ -14,7 +14,7 @@ import { LATENCY_BUCKETS, LatencyWindow, QuantilesFromCounts, latencyBucketIndex
 import { C_CLOSED, C_NEXT_SLOT, MAIN_ROW, Memory, SLOTS_PER_CHUNK } from './memory'
 import { Quorum, QuorumEvent, RUNBOOK_LEVELS, TIER_NAMES, WriteAnswer } from './quorum'
 import { SnapshotReader } from './reader'
-import { ANNOUNCE_MS, announce, detach } from './reclamation'
+import { keepAnnouncing } from './reclamation'
 import { Recorder, Topic } from './recording'
 import { Registry, TopicEntity } from './registry'
 import { Renderer } from './render'
@@ -83,7 +83,6 @@ export class Surface extends EventEmitter {
   readonly #scrapes: ScrapeScheduler
   readonly #window: LatencyWindow
   readonly #timers: NodeJS.Timeout[] = []
-  readonly #announcer: NodeJS.Timeout
   readonly #host: HttpHost
   #handler: ((req: IncomingMessage, res: ServerResponse) => boolean) | undefined
   #server: Listening | undefined
@@ -112,7 +111,7 @@ export class Surface extends EventEmitter {
     this.#registry.onGroupRemoved = (group) => this.#recorder.forgetGroup(group)
     this.#reader = new SnapshotReader(this.#registry)
     // Between its tasks this thread is inside no recording call: it says so (reclamation.ts).
-    this.#announcer = setInterval(() => announce(memory), ANNOUNCE_MS).unref()
+    keepAnnouncing(memory)
     this.#quorum = new Quorum(memory.control)
     this.#conservation = new ConservationChecker((fault) => this.#fault(fault))
     const native = this.backend === 'native' ? loadAddon() : null
@@ -266,7 +265,6 @@ export class Surface extends EventEmitter {
     this.#closed = true
     this.#registry.close() // every handle, in every thread, throws ClosedError from its next call
     for (const timer of this.#timers) clearInterval(timer)
-    clearInterval(this.#announcer)
     // A listen() under way finishes first (and, seeing the surface closed, closes its server).
     await this.#starting?.catch(() => {})
     const server = this.#server
@@ -479,18 +477,6 @@ function latencyFor(recorder: Recorder, enabled: boolean, window: LatencyWindow)
   }
 }
 
-/** The memories this thread records into, told on its exit that it records no more (once per thread). */
-let attached: Set<Memory> | undefined
-function detachOnExit(memory: Memory): void {
-  if (attached === undefined) {
-    const memories = (attached = new Set())
-    process.once('exit', () => {
-      for (const each of memories) detach(each)
-    })
-  }
-  attached.add(memory)
-}
-
 /** SPEC §11: what a worker thread records with. */
 export class WorkerRecorder {
   readonly backend: BackendName
@@ -518,11 +504,7 @@ export class WorkerRecorder {
     registry.onGroupRemoved = (group) => this.#recorder.forgetGroup(group)
     // Between its tasks this thread is inside no recording call: it says so, and that it is
     // gone when it exits (reclamation.ts).
-    const announcer = setInterval(() => {
-      if (registry.closed) clearInterval(announcer)
-      else announce(memory)
-    }, ANNOUNCE_MS).unref()
-    detachOnExit(memory)
+    keepAnnouncing(memory)
     this.latency = { record: latencyFor(this.#recorder, shared.config.e2e_latency, new LatencyWindow(() => {})).record }
   }
 
