@@ -47,10 +47,23 @@ async function main() {
   const faults = {}
   surface.on('fault', (f) => (faults[f.code] = (faults[f.code] ?? 0) + 1))
   const workers = []
+  const threads = []
+  /** Every worker collects its garbage too: RSS counts every thread's heap. */
+  const collectEverywhere = () => Promise.all(threads.map((worker) => new Promise((resolve) => {
+    const onMessage = (message) => {
+      if (message.collected) {
+        worker.off('message', onMessage)
+        resolve()
+      }
+    }
+    worker.on('message', onMessage)
+    worker.postMessage('collect')
+  })))
   for (let w = 0; w < workerCount; w++) {
-    const worker = new Worker(__filename, { workerData: { shared: surface.share(), ring: ring.buffer, stop: stop.buffer, partition: w }, execArgv: [] })
+    const worker = new Worker(__filename, { workerData: { shared: surface.share(), ring: ring.buffer, stop: stop.buffer, partition: w }, execArgv: [] }) // --expose-gc is process-wide: workers have gc() too
+    threads.push(worker)
     workers.push(new Promise((resolve, reject) => {
-      worker.on('message', resolve)
+      worker.on('message', (message) => message.done && resolve(message))
       worker.on('error', reject)
     }))
   }
@@ -65,8 +78,9 @@ async function main() {
       }
     }
   }
-  const measure = (done) => {
+  const measure = async (done) => {
     sweep()
+    await collectEverywhere()
     global.gc()
     global.gc()
     const memory = process.memoryUsage()
@@ -89,7 +103,7 @@ async function main() {
     h.delivered(1)
     topics[slot] = topic
     ring[slot] = cycle
-    if ((cycle + 1) % Math.ceil(cycles / 4) === 0 || cycle + 1 === cycles) measure(cycle + 1)
+    if ((cycle + 1) % Math.ceil(cycles / 4) === 0 || cycle + 1 === cycles) await measure(cycle + 1)
     if (cycle % 256 === 255) await new Promise((resolve) => setImmediate(resolve)) // the workers' messages, timers
   }
   Atomics.store(stop, 0, 1)
@@ -162,9 +176,15 @@ function worker() {
   let operations = 0
   let state = 0x9e3779b9
   const random = () => ((state = (Math.imul(state, 1664525) + 1013904223) >>> 0) / 2 ** 32)
+  parentPort.on('message', (message) => {
+    if (message !== 'collect') return
+    global.gc()
+    global.gc()
+    parentPort.postMessage({ collected: true })
+  })
   const batch = () => {
     if (Atomics.load(stop, 0) !== 0) {
-      parentPort.postMessage({ operations, byTopic: [...byTopic].map(([id, [p, d]]) => [id, p, d]) })
+      parentPort.postMessage({ done: true, operations, byTopic: [...byTopic].map(([id, [p, d]]) => [id, p, d]) })
       return
     }
     for (let i = 0; i < 200; i++) {
@@ -205,6 +225,7 @@ function worker() {
     setImmediate(batch)
   }
   batch()
+  parentPort.unref() // the message listener must not keep the worker alive after its report
 }
 
 if (isMainThread) {
