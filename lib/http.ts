@@ -159,6 +159,10 @@ export function listen(host: HttpHost, options: ListenOptions = {}): Promise<Htt
   server.keepAliveTimeout = KEEP_ALIVE_TIMEOUT_MS
   server.setTimeout(SOCKET_IDLE_TIMEOUT_MS) // no 'timeout' listener: Node destroys the socket
   server.on('clientError', onClientError)
+  // An Expect other than 100-continue: Node's own answer is an empty 417; ours is JSON.
+  server.on('checkExpectation', (req: IncomingMessage, res: ServerResponse) => {
+    sendError(req, res, 417, 'EXPECTATION_FAILED', `this server meets no expectation but 100-continue, not ${JSON.stringify(String(req.headers.expect).slice(0, 100))}`, { Connection: 'close' })
+  })
   // Without a 'connect' listener Node drops a CONNECT request without a word; it is a method like
   // any other that these endpoints do not accept.
   server.on('connect', (_req: IncomingMessage, socket: Duplex) => {
@@ -233,15 +237,27 @@ function serve(host: HttpHost, route: Route, query: string, req: IncomingMessage
       const abandoned = (): boolean => res.destroyed === true
       const metrics = host.metricsGzip !== undefined && acceptsGzip(req.headers['accept-encoding']) ? host.metricsGzip(abandoned) : host.metricsBody(abandoned)
       // A skipped scrape has nobody to answer and is no error.
-      if ('then' in metrics) metrics.then(answer, (error: unknown) => { if (!(error instanceof ScrapeAbandoned)) internalError(host, req, res, error) })
+      if ('then' in metrics) metrics.then(answer, (error: unknown) => { if (!(error instanceof ScrapeAbandoned)) failed(host, req, res, error) })
       else answer(metrics)
       return
     }
     const answer = route === '/healthz' ? host.healthz() : host.stats(new URLSearchParams(query))
     respond(host, req, res, answer.statusCode, JSON_CONTENT_TYPE, Buffer.from(toJSON(answer.body), 'utf8'))
   } catch (error) {
-    internalError(host, req, res, error)
+    failed(host, req, res, error)
   }
+}
+
+/**
+ * A request the surface could not answer: 503 SURFACE_CLOSED once the surface is closed (a
+ * mounted handler outlives it: the broker's server keeps running), else 500 INTERNAL.
+ */
+function failed(host: HttpHost, req: IncomingMessage, res: ServerResponse, error: unknown): void {
+  if ((error as { code?: unknown } | null)?.code === 'SURFACE_CLOSED') {
+    sendError(req, res, 503, 'SURFACE_CLOSED', 'this mq-metrics surface is closed')
+    return
+  }
+  internalError(host, req, res, error)
 }
 
 /**

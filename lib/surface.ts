@@ -477,6 +477,25 @@ function latencyFor(recorder: Recorder, enabled: boolean, window: LatencyWindow)
   }
 }
 
+/** attachSurface()'s argument is what surface.share() returned, whole: else a TypeError saying what is wrong. */
+function checkShared(shared: unknown): asserts shared is SharedSurface {
+  const expected = 'attachSurface expects the object surface.share() returned'
+  if (shared === null || typeof shared !== 'object' || (shared as SharedSurface).kind !== 'mq-metrics/shared-surface') {
+    throw new TypeError(`${expected}, got ${describe(shared)}`)
+  }
+  const { version, arena, config } = shared as SharedSurface
+  if (version !== 1) throw new TypeError(`${expected}: version ${describe(version)} is not 1 (a share() of another mq-metrics version?)`)
+  if (arena === null || typeof arena !== 'object') throw new TypeError(`${expected}: its arena is ${describe(arena)}`)
+  if (arena.backend === 'js') {
+    if (!(arena.buffer instanceof SharedArrayBuffer)) throw new TypeError(`${expected}: its js arena holds ${describe(arena.buffer)}, not a SharedArrayBuffer`)
+  } else if (arena.backend === 'native') {
+    if (!Number.isSafeInteger(arena.id) || arena.id <= 0) throw new TypeError(`${expected}: its native arena id is ${describe(arena.id)}`)
+  } else {
+    throw new TypeError(`${expected}: its arena backend is ${describe((arena as { backend?: unknown }).backend)}, not 'js' or 'native'`)
+  }
+  if (config === null || typeof config !== 'object') throw new TypeError(`${expected}: its config is ${describe(config)}`)
+}
+
 /** SPEC §11: what a worker thread records with. */
 export class WorkerRecorder {
   readonly backend: BackendName
@@ -484,9 +503,7 @@ export class WorkerRecorder {
   readonly #recorder: Recorder
 
   constructor(shared: SharedSurface) {
-    if (shared === null || typeof shared !== 'object' || (shared as SharedSurface).kind !== 'mq-metrics/shared-surface') {
-      throw new TypeError(`attachSurface expects the object surface.share() returned, got ${describe(shared)}`)
-    }
+    checkShared(shared)
     const arena = attachArena(shared.arena)
     this.backend = arena.backend
     const memory = new Memory(arena, false)

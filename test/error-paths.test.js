@@ -1,0 +1,86 @@
+'use strict'
+// Every error path answers as documented (issue #21, finding 5): a mounted handler after close(),
+// a bad Expect header, and attachSurface() of something that is not a share().
+const t = require('tap')
+const http = require('node:http')
+const net = require('node:net')
+const { backends, surfaceOn, lib } = require('./helpers')
+
+function get(port, path, headers = {}) {
+  return new Promise((resolve, reject) => {
+    const req = http.request({ host: '127.0.0.1', port, path, headers, agent: false }, (res) => {
+      const chunks = []
+      res.on('data', (c) => chunks.push(c))
+      res.on('end', () => resolve({ status: res.statusCode, headers: res.headers, body: Buffer.concat(chunks).toString() }))
+    })
+    req.on('error', reject)
+    req.end()
+  })
+}
+
+for (const backend of backends()) {
+  t.test(`${backend}: a mounted handler answers 503 SURFACE_CLOSED after close(), as JSON`, async (t) => {
+    // Before: 500 INTERNAL with the ClosedError's message on /metrics and /healthz.
+    const surface = surfaceOn(t, backend)
+    surface.topic('t').produced(0, 1, 1)
+    const server = http.createServer((req, res) => {
+      if (!surface.handler(req, res)) {
+        res.statusCode = 404
+        res.end('broker 404')
+      }
+    })
+    await new Promise((resolve) => server.listen(0, '127.0.0.1', resolve))
+    t.teardown(() => new Promise((resolve) => server.close(resolve)))
+    const port = server.address().port
+    t.equal((await get(port, '/metrics')).status, 200, 'before close(): served')
+    await surface.close()
+    for (const path of ['/metrics', '/healthz', '/stats?filter=topics']) {
+      const answer = await get(port, path)
+      t.equal(answer.status, 503, `${path}: 503`)
+      t.equal(answer.headers['content-type'], 'application/json; charset=utf-8')
+      t.equal(JSON.parse(answer.body).error.code, 'SURFACE_CLOSED', `${path}: the code says why`)
+    }
+    t.equal((await get(port, '/other')).body, 'broker 404', 'the broker\'s own routes are untouched')
+  })
+}
+
+t.test('an Expect header other than 100-continue gets a JSON 417', async (t) => {
+  // Before: Node's own 417 with an empty body.
+  const surface = surfaceOn(t, 'js')
+  const server = await surface.listen({ port: 0 })
+  const raw = await new Promise((resolve, reject) => {
+    const socket = net.connect(server.port, '127.0.0.1', () => {
+      socket.write('GET /metrics HTTP/1.1\r\nHost: x\r\nExpect: the-impossible\r\n\r\n')
+    })
+    let data = ''
+    socket.on('data', (d) => (data += d))
+    socket.on('end', () => resolve(data))
+    socket.on('error', reject)
+  })
+  t.match(raw, /^HTTP\/1\.1 417 /)
+  t.match(raw, /content-type: application\/json; charset=utf-8/i)
+  const body = JSON.parse(raw.slice(raw.indexOf('\r\n\r\n') + 4))
+  t.equal(body.error.code, 'EXPECTATION_FAILED')
+  t.equal((await get(server.port, '/healthz', { Expect: '100-continue' })).status, 200, '100-continue is still met')
+})
+
+t.test('attachSurface() of anything but a share() is a TypeError saying what is wrong', async (t) => {
+  // Before: "Cannot read properties of undefined" from deep inside.
+  const surface = surfaceOn(t, 'js')
+  const shared = surface.share()
+  const cases = [
+    [undefined, /got undefined/],
+    [null, /got null/],
+    [{}, /surface\.share\(\) returned/],
+    [{ kind: 'mq-metrics/shared-surface' }, /version undefined is not 1/],
+    [{ ...shared, version: 2 }, /version 2 is not 1/],
+    [{ ...shared, arena: undefined }, /its arena is undefined/],
+    [{ ...shared, arena: { backend: 'js' } }, /not a SharedArrayBuffer/],
+    [{ ...shared, arena: { backend: 'js', buffer: new ArrayBuffer(8) } }, /not a SharedArrayBuffer/],
+    [{ ...shared, arena: { backend: 'native', id: -1 } }, /native arena id is -1/],
+    [{ ...shared, arena: { backend: 'gpu' } }, /arena backend is the string "gpu", not 'js' or 'native'/],
+    [{ ...shared, config: null }, /its config is null/],
+  ]
+  for (const [argument, message] of cases) t.throws(() => lib.attachSurface(argument), { name: 'TypeError', message }, JSON.stringify(argument))
+  t.equal(lib.attachSurface(shared).backend, 'js', 'the real thing attaches')
+})
