@@ -1,7 +1,13 @@
-// SPEC §5: a fault is recorded in a bounded log and emitted as a 'fault' event; it never throws.
-import type { FaultRecord } from './registry'
+// Design §5: a fault is recorded in a bounded log and emitted as a 'fault' event; it never throws.
 
-export type { FaultRecord }
+export interface FaultRecord {
+  code: string
+  metric: string
+  labels: Record<string, string>
+  previous: number | null
+  attempted: number | null
+  at: string
+}
 
 /** Fault codes this library raises (SPEC §4, §5, §6). */
 export const FAULT_CODES = [
@@ -33,32 +39,43 @@ export class FaultLog {
   readonly #counts = new Map<string, number>()
   #recent: FaultRecord[] = []
   #total = 0
+  /** What worker threads counted (exact, in shared memory: worker-faults.ts). */
+  #workerCounts: () => Map<string, number> = () => new Map()
 
   constructor(capacity = FAULT_LOG_CAPACITY) {
     this.capacity = capacity
   }
 
+  /** A fault raised in this thread: counted and kept. */
   add(fault: FaultRecord): void {
     this.#counts.set(fault.code, (this.#counts.get(fault.code) ?? 0) + 1)
     this.#total++
+    this.note(fault)
+  }
+
+  /** A fault counted elsewhere (a worker's), or a summary that is no fault of its own: kept, not counted. */
+  note(fault: FaultRecord): void {
     this.#recent.push(fault)
     // Amortised: trim in batches so a fault storm costs O(1) per fault.
     if (this.#recent.length >= this.capacity * 2) this.#recent = this.#recent.slice(-this.capacity)
   }
 
-  /** Count a fault whose details were not kept (a worker's fault past its queue bound). */
-  count(code: string): void {
-    this.#counts.set(code, (this.#counts.get(code) ?? 0) + 1)
-    this.#total++
+  /** Where worker threads' counts are read from. */
+  countWorkers(counts: () => Map<string, number>): void {
+    this.#workerCounts = counts
   }
 
   get total(): number {
-    return this.#total
+    let total = this.#total
+    for (const count of this.#workerCounts().values()) total += count
+    return total
   }
 
   view(): FaultLogView {
+    const all = new Map(this.#counts)
+    for (const [code, count] of this.#workerCounts()) all.set(code, (all.get(code) ?? 0) + count)
     const counts: Record<string, number> = {}
-    for (const code of [...this.#counts.keys()].sort()) counts[code] = this.#counts.get(code)!
-    return { capacity: this.capacity, counts, recent: this.#recent.slice(-this.capacity), total: this.#total }
+    for (const code of [...all.keys()].sort()) counts[code] = all.get(code)!
+    return { capacity: this.capacity, counts, recent: this.#recent.slice(-this.capacity), total: this.total }
   }
 }

@@ -33,8 +33,6 @@ export const enum Entry {
   Free = 10,
   /** The checkpoint at the start of a generation is complete. */
   CheckpointEnd = 11,
-  /** json: a fault a worker raised, for the main thread (never in a checkpoint). */
-  Fault = 12,
 }
 
 const TYPE_BITS = 4
@@ -107,7 +105,7 @@ export class RegistrationLog {
     const type = (log[within] & TYPE_MASK) as Entry
     if (type === Entry.Skip) return { log, fields: within + 1, type, next: position + (LOG_CHUNK_INTS - within) }
     const length = log[within] >>> TYPE_BITS
-    if (length < 1 || type > Entry.Fault || type < Entry.Skip) {
+    if (length < 1 || type > Entry.CheckpointEnd || type < Entry.Skip) {
       throw new Error(`mq-metrics: corrupt registration log entry ${type} at ${position}`)
     }
     return { log, fields: within + 1, type, next: position + length }

@@ -167,15 +167,6 @@ function byLabelThenName(a: GroupEntity, b: GroupEntity): number {
   return a.name < b.name ? -1 : a.name > b.name ? 1 : 0
 }
 
-export interface FaultRecord {
-  code: string
-  metric: string
-  labels: Record<string, string>
-  previous: number | null
-  attempted: number | null
-  at: string
-}
-
 export class Registry {
   readonly memory: Memory
   readonly config: ResolvedConfig
@@ -187,8 +178,6 @@ export class Registry {
   readonly #free = new Map<number, FreeQueue>() // block size → freed blocks, oldest first
   /** slot → amount moved out of a row when it neared 2^53 (design §counters: 64-bit counters). */
   readonly folds = new Map<number, bigint>()
-  /** Faults that workers raised, not yet taken by the main thread. */
-  readonly workerFaults: FaultRecord[] = []
   readonly #log: RegistrationLog
   /** The log generation this thread's picture follows (−1: none yet), and how far it replayed it. */
   #logGeneration = -1
@@ -396,12 +385,6 @@ export class Registry {
       if (chunk !== undefined) sum += BigInt(chunk[at])
     }
     return sum
-  }
-
-  /** A worker's fault, queued in the log for the main thread. */
-  queueFault(fault: FaultRecord): boolean {
-    this.#locked(() => this.#append(Entry.Fault, [], JSON.stringify(fault).slice(0, 4000)))
-    return true
   }
 
   #assertAlive(topic: TopicEntity): void {
@@ -697,13 +680,6 @@ export class Registry {
         if (this.#seen !== undefined) this.#endCheckpoint(this.#seen)
         this.#seen = undefined
         this.#retiring.sort((a, b) => a.retireEpoch - b.retireEpoch) // a checkpoint lists them by topic
-        return
-      case Entry.Fault:
-        try {
-          this.workerFaults.push(JSON.parse(readText(log, f)) as FaultRecord)
-        } catch {
-          // A fault text cut at the 4,000-character bound is not valid JSON.
-        }
         return
     }
     this.generation++

@@ -21,6 +21,7 @@ import { Renderer } from './render'
 import { LatencyQuantiles, QuorumState, Snapshot, SnapshotWithPartitions, TopicSnapshot, withPartitions } from './snapshot'
 import { ResolvedSurfaceOptions, ScrapePacer, ScrapeScheduler, SurfaceOptions, resolveSurfaceOptions } from './pacing'
 import { StatsContext, statsFromQuery, statsView } from './stats'
+import { WorkerFaultChannel } from './worker-faults'
 
 /** Slots [0, LATENCY_SLOTS) of every row hold the latency estimator's cumulative buckets. */
 const LATENCY_SLOTS = 4096
@@ -78,6 +79,8 @@ export class Surface extends EventEmitter {
   readonly #reader: SnapshotReader
   readonly #quorum: Quorum
   readonly #faults = new FaultLog()
+  readonly #workerFaults: WorkerFaultChannel
+  #pollingWorkerFaults = false
   readonly #conservation: ConservationChecker
   readonly #renderer = new Renderer()
   readonly #scrapes: ScrapeScheduler
@@ -104,6 +107,8 @@ export class Surface extends EventEmitter {
     memory.control[C_NEXT_SLOT] = LATENCY_SLOTS
     memory.claimRow() // row 1: this (the main) thread
     this.#registry = new Registry(memory, this.config)
+    this.#workerFaults = new WorkerFaultChannel(memory)
+    this.#faults.countWorkers(() => this.#workerFaults.counts())
     this.#recorder = new Recorder(this.#registry, MAIN_ROW, (code, metric, labels, previous, attempted) =>
       this.#fault({ code, metric, labels, previous, attempted, at: new Date().toISOString() }),
     )
@@ -277,7 +282,10 @@ export class Surface extends EventEmitter {
 
   share(): SharedSurface {
     this.#assertOpen()
-    if (this.#timers.length < 2) this.#every(WORKER_FAULT_POLL_MS, () => this.#drainWorkerFaults())
+    if (!this.#pollingWorkerFaults) {
+      this.#pollingWorkerFaults = true
+      this.#every(WORKER_FAULT_POLL_MS, () => this.#drainWorkerFaults())
+    }
     return { kind: 'mq-metrics/shared-surface', version: 1, arena: this.#arena.share(), config: { ...this.config } }
   }
 
@@ -408,10 +416,12 @@ export class Surface extends EventEmitter {
     this.emit('fault', fault)
   }
 
+  /** Faults workers raised since the last drain (counted already, in shared memory): logged and emitted once. */
   #drainWorkerFaults(): void {
-    const registry = this.#registry
-    registry.sync()
-    for (const fault of registry.workerFaults.splice(0)) this.#fault(fault)
+    for (const fault of this.#workerFaults.drain()) {
+      this.#faults.note(fault)
+      this.emit('fault', fault)
+    }
   }
 
   #sumLatency(out: Float64Array): void {
@@ -511,8 +521,9 @@ export class WorkerRecorder {
     if (memory.control[C_CLOSED] === 1) throw new ClosedError('this mq-metrics surface')
     const row = memory.claimRow()
     const registry = new Registry(memory, shared.config)
+    const faults = new WorkerFaultChannel(memory)
     this.#recorder = new Recorder(registry, row, (code, metric, labels, previous, attempted) => {
-      registry.queueFault({ code, metric, labels, previous, attempted, at: new Date().toISOString() })
+      faults.send({ code, metric, labels, previous, attempted, at: new Date().toISOString() })
     })
     // removeTopic() runs on the main thread; this worker learns of it when it next replays the
     // log (on its next registration) and lets its handle go. Replay is in log order, so the

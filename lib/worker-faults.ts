@@ -1,0 +1,178 @@
+// Faults raised in worker threads, on their way to the main thread's log and listeners, for the
+// whole life of a surface (design §5). One arena chunk, allocated on first use:
+//
+// - per-code counts (64-bit, Atomics.add): a worker counts its fault here first, so the counts the
+//   main thread shows are exact however many faults come, however fast;
+// - a ring of records (many producers, one consumer): a worker claims a slot by advancing the write
+//   cursor with compare-and-swap (only while the ring has room), copies the fault's JSON in, and
+//   publishes it by storing the slot's sequence number last. The main thread takes published
+//   records in ring order and frees their slots by advancing the read cursor;
+// - per-code "suppressed" counts: a fault that found the ring full is counted, not queued; each
+//   drain turns them into one summary per code (FAULTS_SUPPRESSED), so a storm costs bounded memory
+//   and the log and listeners see at most RING_SLOTS records per drain plus a line per code.
+//
+// A worker terminated between claiming a slot and publishing it would stop the ring: a slot found
+// unpublished by two drains in a row while later ones are claimed is skipped (its count was already
+// taken). Should that worker still finish its copy later, the record it garbles is dropped when it
+// does not parse.
+import { FAULT_CODES, FaultRecord } from './faults'
+import { C_FAULT_CHANNEL, Memory, SLOTS_PER_CHUNK } from './memory'
+
+/** Int32 cells of one ring slot: sequence + 1 when published (0 free), length, then 2 UTF-16 units per cell. */
+const SLOT_INTS = 256
+/** Slots per ring chunk (the chunks after the header chunk). */
+const SLOTS_PER_RING_CHUNK = (SLOTS_PER_CHUNK * 2) / SLOT_INTS
+const RING_CHUNKS = 8
+/** Records the ring holds (what one drain can deliver, at most): a power of two, so that slot = cursor mod it survives the cursor's wrap. */
+export const RING_SLOTS = SLOTS_PER_RING_CHUNK * RING_CHUNKS
+const MAX_TEXT = (SLOT_INTS - 2) * 2
+// The header chunk: Int32 cells [0] write cursor, [1] read cursor; BigInt64 cells [16 + code]
+// counts, [48 + code] suppressed (code = index in FAULT_CODES). Then RING_CHUNKS chunks of slots.
+const WRITE = 0
+const READ = 1
+const COUNTS = 16
+const SUPPRESSED = 48
+if (FAULT_CODES.length > 32) throw new Error('internal: the worker fault channel holds 32 codes')
+
+export class WorkerFaultChannel {
+  readonly #memory: Memory
+  #cells: Int32Array | undefined
+  #wide: BigInt64Array | undefined
+  readonly #ring: Int32Array[] = []
+  /** Consumer only: the read position found unpublished at the last drain, and what was suppressed so far. */
+  #stuck = -1
+  readonly #suppressedSeen = new Map<string, bigint>()
+
+  constructor(memory: Memory) {
+    this.#memory = memory
+  }
+
+  /** A worker's fault: counted at once, queued for the main thread while the ring has room. */
+  send(fault: FaultRecord): void {
+    this.#attach(true)
+    const cells = this.#cells!
+    const wide = this.#wide!
+    const code = codeIndex(fault.code)
+    Atomics.add(wide, COUNTS + code, 1n)
+    let text = JSON.stringify(fault)
+    if (text.length > MAX_TEXT) text = JSON.stringify({ ...fault, labels: {}, metric: fault.metric.slice(0, 200) }).slice(0, MAX_TEXT)
+    for (;;) {
+      const write = Atomics.load(cells, WRITE)
+      if (((write - Atomics.load(cells, READ)) | 0) >= RING_SLOTS) {
+        Atomics.add(wide, SUPPRESSED + code, 1n)
+        return
+      }
+      if (Atomics.compareExchange(cells, WRITE, write, (write + 1) | 0) !== write) continue
+      const [slot, at] = this.#slot(write)
+      slot[at + 1] = text.length
+      for (let i = 0; i < text.length; i += 2) {
+        slot[at + 2 + i / 2] = text.charCodeAt(i) | ((i + 1 < text.length ? text.charCodeAt(i + 1) : 0) << 16)
+      }
+      Atomics.store(slot, at, (write + 1) | 0 || 1) // published last
+      return
+    }
+  }
+
+  /**
+   * The main thread: every published record in ring order, and a FAULTS_SUPPRESSED summary per code
+   * whose faults found the ring full since the last drain.
+   */
+  drain(): FaultRecord[] {
+    if (!this.#attach(false)) return []
+    const cells = this.#cells!
+    const out: FaultRecord[] = []
+    let read = Atomics.load(cells, READ)
+    const write = Atomics.load(cells, WRITE)
+    while (read !== write) {
+      const [slot, at] = this.#slot(read)
+      if (Atomics.load(slot, at) !== ((read + 1) | 0 || 1)) {
+        // Claimed, not published: a copy under way — or a worker that died in it.
+        if (this.#stuck !== read) {
+          this.#stuck = read
+          break
+        }
+      } else {
+        const length = slot[at + 1]
+        let text = ''
+        for (let i = 0; i < length; i += 2) {
+          const pair = slot[at + 2 + i / 2]
+          text += String.fromCharCode(pair & 0xffff)
+          if (i + 1 < length) text += String.fromCharCode(pair >>> 16)
+        }
+        try {
+          out.push(JSON.parse(text) as FaultRecord)
+        } catch {
+          // Garbled by a late copy after the slot was skipped (see the header); its count was kept.
+        }
+      }
+      Atomics.store(slot, at, 0)
+      read = (read + 1) | 0
+      Atomics.store(cells, READ, read)
+    }
+    const at = new Date().toISOString()
+    for (let code = 0; code < FAULT_CODES.length; code++) {
+      const suppressed = Atomics.load(this.#wide!, SUPPRESSED + code)
+      const name = FAULT_CODES[code]
+      const before = this.#suppressedSeen.get(name) ?? 0n
+      if (suppressed === before) continue
+      this.#suppressedSeen.set(name, suppressed)
+      out.push({ code: 'FAULTS_SUPPRESSED', metric: '', labels: { code: name }, previous: null, attempted: Number(suppressed - before), at })
+    }
+    return out
+  }
+
+  /** Faults workers raised, per code, since the surface was created (exact). */
+  counts(): Map<string, number> {
+    const counts = new Map<string, number>()
+    if (!this.#attach(false)) return counts
+    for (let code = 0; code < FAULT_CODES.length; code++) {
+      const count = Atomics.load(this.#wide!, COUNTS + code)
+      if (count > 0n) counts.set(FAULT_CODES[code], Number(count))
+    }
+    return counts
+  }
+
+  /** The ring chunk and index of the slot of `cursor`. */
+  #slot(cursor: number): [Int32Array, number] {
+    const slot = mod(cursor) % RING_SLOTS
+    return [this.#ring[Math.floor(slot / SLOTS_PER_RING_CHUNK)], (slot % SLOTS_PER_RING_CHUNK) * SLOT_INTS]
+  }
+
+  /** Maps the channel's chunks; with `create`, allocates them first if no thread has. */
+  #attach(create: boolean): boolean {
+    if (this.#cells !== undefined) return true
+    const memory = this.#memory
+    let k = Atomics.load(memory.control, C_FAULT_CHANNEL)
+    if (k === 0) {
+      if (!create) return false
+      memory.lock()
+      try {
+        k = memory.control[C_FAULT_CHANNEL]
+        if (k === 0) {
+          // Consecutive chunks: the lock holder alone hands chunks out.
+          k = memory.allocateChunk()
+          for (let i = 0; i < RING_CHUNKS; i++) memory.allocateChunk()
+          for (let i = 0; i <= RING_CHUNKS; i++) memory.arena.chunk(k + i)
+          Atomics.store(memory.control, C_FAULT_CHANNEL, k)
+        }
+      } finally {
+        memory.unlock()
+      }
+    }
+    for (let i = 1; i <= RING_CHUNKS; i++) this.#ring.push(memory.chunkI32(k + i))
+    this.#wide = memory.chunkI64(k)
+    this.#cells = memory.chunkI32(k)
+    return true
+  }
+}
+
+/** A cursor (an Int32 that wraps) as a non-negative position. */
+function mod(cursor: number): number {
+  return cursor >>> 0
+}
+
+function codeIndex(code: string): number {
+  const index = (FAULT_CODES as readonly string[]).indexOf(code)
+  if (index < 0) throw new Error(`internal: fault code ${code} is not in FAULT_CODES`)
+  return index
+}
