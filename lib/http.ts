@@ -37,6 +37,8 @@ export interface HttpHost {
   stats(query: URLSearchParams): { statusCode: number; body: unknown }
   /** Told about a host method that threw (answered 500); optional. */
   reportError?(error: unknown): void
+  /** Bounds on what clients can make the broker hold (design §7); defaults when absent. */
+  readonly limits?: { maxConnections: number; maxScrapeBytes: number }
 }
 
 export interface ListenOptions {
@@ -75,6 +77,64 @@ const GZIP_MIN_BYTES = 1024
 
 type Route = '/metrics' | '/healthz' | '/stats'
 const ROUTES: ReadonlySet<string> = new Set<Route>(['/metrics', '/healthz', '/stats'])
+/** What a scrape refused for lack of room tells the client to wait before trying again (s). */
+const RETRY_AFTER_SECONDS = 1
+/** A response whose client has taken none of its pending bytes for this long has stalled, and may be cut. */
+const STALLED_MS = 250
+const DEFAULT_LIMITS = { maxConnections: 1024, maxScrapeBytes: 64 * 2 ** 20 }
+
+/**
+ * Bytes of /metrics bodies that responses still being written hold, together. A client that stops
+ * reading keeps its whole body referenced (Node writes it as the socket drains), so without a bound
+ * a few hundred such clients pin gigabytes. Past the bound, responses whose client has taken nothing
+ * for STALLED_MS are cut, oldest first; a scrape that still finds no room gets 503 SCRAPES_IN_FLIGHT.
+ * A client that reads, however slowly, keeps its response.
+ */
+class ScrapeBudget {
+  readonly #limit: number
+  #held = 0
+  /** Responses holding a body, oldest first: its size, the bytes still pending at the last look, and when they last went down. */
+  readonly #holders = new Map<ServerResponse, { bytes: number; pending: number; progressAt: number }>()
+  /** The last body's size: what a scrape about to render will most likely need. */
+  #expected = 0
+
+  constructor(limit: number) {
+    this.#limit = limit
+  }
+
+  /** Whether a scrape may render: there is room for a body like the last, after cutting stalled clients. */
+  admit(now = Date.now()): boolean {
+    if (this.#held + this.#expected <= this.#limit) return true
+    for (const [res, holder] of this.#holders) {
+      if (this.#held + this.#expected <= this.#limit) break
+      const pending = res.socket?.writableLength ?? 0
+      if (pending < holder.pending) {
+        holder.pending = pending // the client read since the last look: it keeps its response
+        holder.progressAt = now
+      }
+      if (pending === 0 || now - holder.progressAt < STALLED_MS) continue
+      this.#release(res)
+      res.destroy()
+    }
+    return this.#held + this.#expected <= this.#limit
+  }
+
+  /** `res` holds a body of `bytes` until it closes (finished, or cut). */
+  hold(res: ServerResponse, bytes: number): void {
+    this.#expected = bytes
+    if (res.destroyed || typeof res.once !== 'function') return
+    this.#held += bytes
+    this.#holders.set(res, { bytes, pending: Infinity, progressAt: Date.now() })
+    res.once('close', () => this.#release(res))
+  }
+
+  #release(res: ServerResponse): void {
+    const holder = this.#holders.get(res)
+    if (holder === undefined) return
+    this.#holders.delete(res)
+    this.#held -= holder.bytes
+  }
+}
 
 /**
  * The request handler for the broker's own node:http server. Returns true when it handled the
@@ -85,6 +145,7 @@ const ROUTES: ReadonlySet<string> = new Set<Route>(['/metrics', '/healthz', '/st
 export function createHandler(host: HttpHost): (req: IncomingMessage, res: ServerResponse) => boolean {
   if (!host.enabled) return () => false
   const isAuthorized = authorizer(host.authToken)
+  const budget = new ScrapeBudget((host.limits ?? DEFAULT_LIMITS).maxScrapeBytes)
   return (req, res) => {
     const raw = req.url ?? ''
     const target = originForm(raw)
@@ -100,7 +161,7 @@ export function createHandler(host: HttpHost): (req: IncomingMessage, res: Serve
     } else if (!isAuthorized(req.headers.authorization)) {
       sendError(req, res, 401, 'UNAUTHORIZED', 'a valid "Authorization: Bearer <token>" header is required', { 'WWW-Authenticate': 'Bearer' })
     } else {
-      serve(host, path as Route, query < 0 ? '' : target.slice(query + 1), req, res)
+      serve(host, budget, path as Route, query < 0 ? '' : target.slice(query + 1), req, res)
     }
     return true
   }
@@ -135,10 +196,17 @@ export function listen(host: HttpHost, options: ListenOptions = {}): Promise<Htt
     return Promise.reject(error)
   }
   const handle = createHandler(host)
+  const maxConnections = (host.limits ?? DEFAULT_LIMITS).maxConnections
+  /** Sockets past the connection cap: each request on them gets a fast 503, then the socket closes. */
+  const overCap = new WeakSet<Socket>()
   const server = createServer(
     // requireHostHeader: Node's own answer to a missing Host is an empty 400; ours is JSON (below).
     { maxHeaderSize: MAX_HEADER_SIZE, connectionsCheckingInterval: TIMEOUT_CHECK_INTERVAL_MS, requireHostHeader: false },
     (req, res) => {
+      if (overCap.has(req.socket)) {
+        sendError(req, res, 503, 'TOO_MANY_CONNECTIONS', `this server holds at most ${maxConnections} connections; try again shortly`, { 'Retry-After': String(RETRY_AFTER_SECONDS), Connection: 'close' })
+        return
+      }
       // RFC 9112 §3.2: an HTTP/1.1 request without Host is a 400 — as JSON, like every error here.
       if (req.httpVersion === '1.1' && req.headers.host === undefined) {
         sendError(req, res, 400, 'MISSING_HOST', 'an HTTP/1.1 request needs a Host header', { Connection: 'close' })
@@ -159,6 +227,11 @@ export function listen(host: HttpHost, options: ListenOptions = {}): Promise<Htt
   server.keepAliveTimeout = KEEP_ALIVE_TIMEOUT_MS
   server.setTimeout(SOCKET_IDLE_TIMEOUT_MS) // no 'timeout' listener: Node destroys the socket
   server.on('clientError', onClientError)
+  let connections = 0
+  server.on('connection', (socket: Socket) => {
+    if (++connections > maxConnections) overCap.add(socket)
+    socket.once('close', () => connections--)
+  })
   // An Expect other than 100-continue: Node's own answer is an empty 417; ours is JSON.
   server.on('checkExpectation', (req: IncomingMessage, res: ServerResponse) => {
     sendError(req, res, 417, 'EXPECTATION_FAILED', `this server meets no expectation but 100-continue, not ${JSON.stringify(String(req.headers.expect).slice(0, 100))}`, { Connection: 'close' })
@@ -225,11 +298,17 @@ function closer(server: Server): () => Promise<void> {
 
 // --- endpoints ----------------------------------------------------------------------------------
 
-function serve(host: HttpHost, route: Route, query: string, req: IncomingMessage, res: ServerResponse): void {
+function serve(host: HttpHost, budget: ScrapeBudget, route: Route, query: string, req: IncomingMessage, res: ServerResponse): void {
   try {
     if (route === '/metrics') {
+      if (!budget.admit()) {
+        sendError(req, res, 503, 'SCRAPES_IN_FLIGHT', 'too many /metrics bodies are still being sent; try again shortly', { 'Retry-After': String(RETRY_AFTER_SECONDS) })
+        return
+      }
       const sent = host.metricsSent === undefined ? undefined : (rendered: Buffer) => host.metricsSent!(rendered)
       const answer = (metrics: Buffer | GzipBody): void => {
+        const body = Buffer.isBuffer(metrics) ? metrics : metrics.gzip ?? metrics.plain
+        if (req.method !== 'HEAD') budget.hold(res, body.length)
         if (Buffer.isBuffer(metrics)) respond(host, req, res, 200, METRICS_CONTENT_TYPE, metrics, sent)
         else if (metrics.gzip === undefined) respond(host, req, res, 200, METRICS_CONTENT_TYPE, metrics.plain, sent)
         else send(req, res, 200, { 'Content-Type': METRICS_CONTENT_TYPE, Vary: 'Accept-Encoding', 'Content-Encoding': 'gzip' }, metrics.gzip)

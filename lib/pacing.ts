@@ -185,18 +185,30 @@ export interface SurfaceOptions {
   scrapeShare?: number
   /** How much scrape work (ms of the main thread) may run unpaced after a pause. Default 50. */
   scrapeBurstMs?: number
+  /** Connections the standalone server holds at once; past it a request gets 503 TOO_MANY_CONNECTIONS. Default 1024. */
+  maxConnections?: number
+  /**
+   * Bytes of /metrics bodies that responses still being written may hold, together; past it the
+   * responses of clients that stopped reading are cut, oldest first, or a scrape gets 503
+   * SCRAPES_IN_FLIGHT. Default 64 MiB.
+   */
+  maxScrapeBytes?: number
 }
 
 export interface ResolvedSurfaceOptions {
   readonly scrapeShare: number
   readonly scrapeBurstMs: number
+  readonly maxConnections: number
+  readonly maxScrapeBytes: number
 }
 
 export const DEFAULT_SCRAPE_SHARE = 0.3
 export const DEFAULT_SCRAPE_BURST_MS = 50
 const MAX_SCRAPE_BURST_MS = 60_000
 const MIN_SCRAPE_SHARE = 0.01
-const OPTION_KEYS: readonly (keyof SurfaceOptions)[] = ['scrapeShare', 'scrapeBurstMs']
+export const DEFAULT_MAX_CONNECTIONS = 1024
+export const DEFAULT_MAX_SCRAPE_BYTES = 64 * 2 ** 20
+const OPTION_KEYS: readonly (keyof SurfaceOptions)[] = ['scrapeShare', 'scrapeBurstMs', 'maxConnections', 'maxScrapeBytes']
 
 /** Checks createSurface()'s options: unknown keys and values out of range are a ConfigError naming the key. */
 export function resolveSurfaceOptions(input: unknown): ResolvedSurfaceOptions {
@@ -210,5 +222,13 @@ export function resolveSurfaceOptions(input: unknown): ResolvedSurfaceOptions {
   if (typeof burst !== 'number' || !(burst >= 0 && burst <= MAX_SCRAPE_BURST_MS)) {
     throw new ConfigError('scrapeBurstMs', `must be a number from 0 to ${MAX_SCRAPE_BURST_MS}, got ${describe(burst)}`)
   }
-  return Object.freeze({ scrapeShare: share, scrapeBurstMs: burst })
+  const maxConnections = own('maxConnections') ?? DEFAULT_MAX_CONNECTIONS
+  if (typeof maxConnections !== 'number' || !Number.isInteger(maxConnections) || maxConnections < 1 || maxConnections > 65535) {
+    throw new ConfigError('maxConnections', `must be an integer from 1 to 65535, got ${describe(maxConnections)}`)
+  }
+  const maxScrapeBytes = own('maxScrapeBytes') ?? DEFAULT_MAX_SCRAPE_BYTES
+  if (typeof maxScrapeBytes !== 'number' || !Number.isSafeInteger(maxScrapeBytes) || maxScrapeBytes < 2 ** 16) {
+    throw new ConfigError('maxScrapeBytes', `must be an integer of at least 65536 (bytes), got ${describe(maxScrapeBytes)}`)
+  }
+  return Object.freeze({ scrapeShare: share, scrapeBurstMs: burst, maxConnections, maxScrapeBytes })
 }

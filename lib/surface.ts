@@ -135,6 +135,7 @@ export class Surface extends EventEmitter {
         return { statusCode: body.quorum_state === 2 ? 503 : 200, body }
       },
       stats: (query) => statsFromQuery(query, () => this.#statsContext()),
+      limits: { maxConnections: this.options.maxConnections, maxScrapeBytes: this.options.maxScrapeBytes },
     }
   }
 

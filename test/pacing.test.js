@@ -80,15 +80,15 @@ t.test('ScrapePacer refuses a share or burst out of range', async (t) => {
 })
 
 t.test('createSurface() options: defaults, errors naming the key, frozen', async (t) => {
-  t.same(resolveSurfaceOptions(undefined), { scrapeShare: DEFAULT_SCRAPE_SHARE, scrapeBurstMs: DEFAULT_SCRAPE_BURST_MS })
+  t.same(resolveSurfaceOptions(undefined), { scrapeShare: DEFAULT_SCRAPE_SHARE, scrapeBurstMs: DEFAULT_SCRAPE_BURST_MS, maxConnections: 1024, maxScrapeBytes: 64 * 2 ** 20 })
   t.equal(DEFAULT_SCRAPE_SHARE, 0.3)
   t.equal(DEFAULT_SCRAPE_BURST_MS, 50)
-  t.same(resolveSurfaceOptions({ scrapeShare: 1, scrapeBurstMs: 0 }), { scrapeShare: 1, scrapeBurstMs: 0 })
-  t.same(resolveSurfaceOptions({ scrapeShare: 0.01, scrapeBurstMs: 60_000 }), { scrapeShare: 0.01, scrapeBurstMs: 60_000 }, 'both ends of the ranges')
+  t.same(resolveSurfaceOptions({ scrapeShare: 1, scrapeBurstMs: 0 }), { scrapeShare: 1, scrapeBurstMs: 0, maxConnections: 1024, maxScrapeBytes: 64 * 2 ** 20 })
+  t.same(resolveSurfaceOptions({ scrapeShare: 0.01, scrapeBurstMs: 60_000, maxConnections: 1, maxScrapeBytes: 65536 }), { scrapeShare: 0.01, scrapeBurstMs: 60_000, maxConnections: 1, maxScrapeBytes: 65536 }, 'both ends of the ranges')
   const cases = [
     [null, 'options', /must be an object, got null/],
     [[], 'options', /must be an object/],
-    [{ scrapeshare: 0.5 }, 'scrapeshare', /unknown option \(known options: scrapeShare, scrapeBurstMs\)/],
+    [{ scrapeshare: 0.5 }, 'scrapeshare', /unknown option \(known options: scrapeShare, scrapeBurstMs, maxConnections, maxScrapeBytes\)/],
     [{ scrapeShare: 0 }, 'scrapeShare', /from 0\.01 to 1/],
     [{ scrapeShare: 0.009 }, 'scrapeShare', /from 0\.01 to 1 \(1: unpaced\), got 0\.009/],
     [{ scrapeShare: 1.5 }, 'scrapeShare', /from 0\.01 to 1/],
@@ -97,15 +97,20 @@ t.test('createSurface() options: defaults, errors naming the key, frozen', async
     [{ scrapeBurstMs: -1 }, 'scrapeBurstMs', /from 0 to 60000, got -1/],
     [{ scrapeBurstMs: Infinity }, 'scrapeBurstMs', /from 0 to 60000/],
     [{ scrapeBurstMs: 60_001 }, 'scrapeBurstMs', /from 0 to 60000/],
+    [{ maxConnections: 0 }, 'maxConnections', /from 1 to 65535, got 0/],
+    [{ maxConnections: 1.5 }, 'maxConnections', /from 1 to 65535/],
+    [{ maxConnections: 65536 }, 'maxConnections', /from 1 to 65535/],
+    [{ maxScrapeBytes: 65535 }, 'maxScrapeBytes', /at least 65536/],
+    [{ maxScrapeBytes: '1mb' }, 'maxScrapeBytes', /at least 65536 \(bytes\), got the string "1mb"/],
   ]
   for (const [options, key, message] of cases) {
     t.throws(() => lib.createSurface({}, options), { name: 'ConfigError', code: 'CONFIG_INVALID', key, message }, `${JSON.stringify(options)} names ${key}`)
   }
   const inherited = Object.create({ scrapeShare: 0.01 })
-  t.same(resolveSurfaceOptions(inherited), { scrapeShare: 0.3, scrapeBurstMs: 50 }, 'an inherited key is not an option')
+  t.same(resolveSurfaceOptions(inherited), { scrapeShare: 0.3, scrapeBurstMs: 50, maxConnections: 1024, maxScrapeBytes: 64 * 2 ** 20 }, 'an inherited key is not an option')
   const surface = lib.createSurface({}, { scrapeShare: 0.5 })
   t.teardown(() => surface.close())
-  t.same(surface.options, { scrapeShare: 0.5, scrapeBurstMs: 50 })
+  t.same(surface.options, { scrapeShare: 0.5, scrapeBurstMs: 50, maxConnections: 1024, maxScrapeBytes: 64 * 2 ** 20 })
   t.ok(Object.isFrozen(surface.options))
   t.notOk('scrapeShare' in surface.stats('config'), 'options are not broker configuration: /stats?filter=config is unchanged')
 })
@@ -238,8 +243,8 @@ for (const backend of backends()) {
     const { surface, waiting } = await waitingScrape(t, backend)
     await surface.close()
     const res = await waiting.answered
-    t.equal(res.statusCode, 500)
-    t.match(JSON.parse(res.body.toString('utf8')), { error: { code: 'INTERNAL', message: /closed/ } })
+    t.equal(res.statusCode, 503, 'the surface closed: 503, as every request after close() gets (not 500)')
+    t.match(JSON.parse(res.body.toString('utf8')), { error: { code: 'SURFACE_CLOSED', message: /closed/ } })
   })
 }
 

@@ -1,0 +1,100 @@
+'use strict'
+// Bounded memory per client (issue #21, finding 4): a client that never reads a /metrics answer
+// made the broker hold a whole body (11 MB here) until the 30 s idle timeout, with no cap on how
+// many. Now the bodies held by responses still being written are bounded (maxScrapeBytes): past
+// it, clients that stopped reading are cut, oldest first, or a scrape gets a fast 503 with
+// Retry-After; the standalone server holds at most maxConnections connections. The 500-client
+// memory figure is bench/slow-readers.js (a CI step).
+const t = require('tap')
+const net = require('node:net')
+const http = require('node:http')
+const { backends, surfaceOn } = require('./helpers')
+
+/** ~11 MB of exposition: 4,651 topics × 16 partitions × 2 groups, realistic names. */
+function bigSurface(t, backend, options) {
+  const surface = surfaceOn(t, backend, { max_topics: 5000 }, { scrapeShare: 1, ...options })
+  for (let i = 0; i < 4651; i++) {
+    const topic = surface.topic(`tenant-${String(i % 97).padStart(2, '0')}.orders-${i}`)
+    for (let p = 0; p < 16; p++) topic.produced(p, 1000 + i, 100_000)
+    for (const name of ['billing', 'audit']) topic.group(name).ackFloor(0, 10)
+  }
+  return surface
+}
+
+/** A client that sends GET /metrics, reads the status line, and then never reads again. */
+function stalledClient(port) {
+  return new Promise((resolve, reject) => {
+    const socket = net.connect(port, '127.0.0.1', () => socket.write('GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n'))
+    socket.once('data', (chunk) => {
+      socket.pause() // the kernel buffers fill, then the server's
+      resolve({ socket, status: Number(/^HTTP\/1\.1 (\d+)/.exec(chunk.toString('latin1'))[1]), head: chunk.toString('latin1', 0, 300) })
+    })
+    socket.on('error', () => {})
+    socket.once('close', () => reject(new Error('closed before answering')))
+  })
+}
+
+function get(port, path) {
+  return new Promise((resolve, reject) => {
+    http.get({ host: '127.0.0.1', port, path, agent: false }, (res) => {
+      let bytes = 0
+      res.on('data', (c) => (bytes += c.length))
+      res.on('end', () => resolve({ status: res.statusCode, bytes }))
+    }).on('error', reject)
+  })
+}
+
+for (const backend of backends()) {
+  t.test(`${backend}: clients that stop reading hold at most maxScrapeBytes; a reading client is still served`, async (t) => {
+    const surface = bigSurface(t, backend, { maxScrapeBytes: 32 * 2 ** 20 })
+    const server = await surface.listen({ port: 0 })
+    const size = (await get(server.port, '/metrics')).bytes
+    t.ok(size > 11e6 && size < 16e6, `the body is ${(size / 1e6).toFixed(1)} MB: two fit 32 MiB, three do not`)
+    const clients = []
+    t.teardown(() => clients.forEach((c) => c.socket.destroy()))
+    clients.push(await stalledClient(server.port), await stalledClient(server.port))
+    t.same(clients.map((c) => c.status), [200, 200], 'two bodies fit the budget')
+    const refused = await stalledClient(server.port)
+    clients.push(refused)
+    t.equal(refused.status, 503, 'a third, while the first two are young: no room')
+    t.match(refused.head, /retry-after: 1/i)
+    t.match(refused.head, /SCRAPES_IN_FLIGHT|content-type: application\/json/i)
+    await new Promise((resolve) => setTimeout(resolve, 300)) // the first two have taken nothing for 250 ms
+    const normal = await get(server.port, '/metrics')
+    t.equal(normal.status, 200, 'a reading client is served: room is made by cutting a stalled one')
+    t.ok(Math.abs(normal.bytes - size) < 100, 'the whole body (the uptime line aside)')
+    // The oldest stalled client finds its connection cut once it reads again: short of its body.
+    const first = clients[0].socket
+    let received = 0
+    first.on('data', (chunk) => (received += chunk.length))
+    first.resume()
+    await new Promise((resolve) => first.once('close', resolve))
+    t.ok(received < size, `the oldest stalled client was cut (${(received / 1e6).toFixed(1)} of ${(size / 1e6).toFixed(1)} MB)`)
+  })
+}
+
+t.test('past maxConnections, a request gets a fast JSON 503 with Retry-After', async (t) => {
+  const surface = surfaceOn(t, 'js', {}, { maxConnections: 3 })
+  const server = await surface.listen({ port: 0 })
+  const idle = []
+  t.teardown(() => idle.forEach((s) => s.destroy()))
+  for (let i = 0; i < 3; i++) {
+    const socket = net.connect(server.port, '127.0.0.1')
+    await new Promise((resolve) => socket.once('connect', resolve))
+    idle.push(socket)
+  }
+  await new Promise((resolve) => setTimeout(resolve, 50)) // the server has counted them
+  const answer = await new Promise((resolve, reject) => {
+    http.get({ host: '127.0.0.1', port: server.port, path: '/healthz', agent: false }, (res) => {
+      let body = ''
+      res.on('data', (c) => (body += c))
+      res.on('end', () => resolve({ status: res.statusCode, headers: res.headers, body }))
+    }).on('error', reject)
+  })
+  t.equal(answer.status, 503)
+  t.equal(answer.headers['retry-after'], '1')
+  t.equal(JSON.parse(answer.body).error.code, 'TOO_MANY_CONNECTIONS')
+  idle.forEach((s) => s.destroy())
+  await new Promise((resolve) => setTimeout(resolve, 50))
+  t.equal((await new Promise((resolve) => http.get({ host: '127.0.0.1', port: server.port, path: '/healthz', agent: false }, (res) => { res.resume(); resolve(res.statusCode) }))), 200, 'served again once connections closed')
+})
