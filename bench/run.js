@@ -103,7 +103,7 @@ function buildOurs(lib, topics, extra = {}, options = undefined) {
         delivered[g] += floorOf(t, p, g)
       }
     }
-    // Conservation holds (SPEC §4): every message up to the floor was delivered, none in flight.
+    // Conservation holds (design §4): every message up to the floor was delivered, none in flight.
     for (let g = 0; g < groups.length; g++) {
       if (!groups[g].dispatch(delivered[g])) throw new Error('bench: dispatch refused')
       groups[g].delivered(delivered[g])

@@ -1,4 +1,4 @@
-// SPEC §2: the closed allowlist — exactly these 15 families, in this order, and nothing else.
+// design §2: the closed allowlist — exactly these 15 families, in this order, and nothing else.
 // The single source that the renderer, the tests and the docs read.
 
 export type MetricType = 'gauge' | 'counter'
@@ -8,11 +8,11 @@ export interface MetricDefinition {
   readonly type: MetricType
   /** Label names in the order they appear in every sample of the family. */
   readonly labels: readonly string[]
-  /** One line of ASCII; escaped with escapeHelp (SPEC §3.3) when rendered. */
+  /** One line of ASCII; escaped with escapeHelp (design §3.3) when rendered. */
   readonly help: string
 }
 
-/** SPEC §2: the content type of the /metrics body (text exposition format 0.0.4). */
+/** design §2: the content type of the /metrics body (text exposition format 0.0.4). */
 export const METRICS_CONTENT_TYPE = 'text/plain; version=0.0.4; charset=utf-8'
 
 function define(name: string, type: MetricType, labels: readonly string[], help: string): MetricDefinition {

@@ -35,7 +35,7 @@ let addonError: string | undefined
 
 /**
  * Where the addon is loaded from. MQ_METRICS_ADDON_PATH is a test hook, not a user setting: the
- * tests point it at a missing file to see a machine without the native core (SPEC §1: forcing
+ * tests point it at a missing file to see a machine without the native core (design §1: forcing
  * `native` there is a startup error) without hiding build/ from the other tests running beside them.
  */
 function addonPath(env: NodeJS.ProcessEnv = process.env): string {
@@ -56,7 +56,7 @@ export function loadAddon(): NativeAddon | null {
   return addon
 }
 
-/** SPEC §1: MQ_METRICS_BACKEND=js|native forces a backend; anything else is a startup error. */
+/** design §1: MQ_METRICS_BACKEND=js|native forces a backend; anything else is a startup error. */
 export function chooseBackend(env: NodeJS.ProcessEnv = process.env): BackendName {
   const forced = env.MQ_METRICS_BACKEND
   if (forced === undefined || forced === '') return loadAddon() ? 'native' : 'js'

@@ -1,5 +1,5 @@
 #!/usr/bin/env node
-// SPEC §10: `mq-stats`, the operator's view of one or more brokers. It reads /healthz and /stats
+// design §10: `mq-stats`, the operator's view of one or more brokers. It reads /healthz and /stats
 // over HTTP (never the library's memory), so it works against any broker that serves them.
 import * as http from 'node:http'
 import * as https from 'node:https'
@@ -218,7 +218,7 @@ async function readBroker(url: string, views: StatsView[], token: string | undef
   const read: BrokerRead = { url, views: {} }
   try {
     const [healthz, ...bodies] = await Promise.all([
-      // SPEC §7: /healthz answers 503 in read_only; that is a reading, not an error.
+      // design §7: /healthz answers 503 in read_only; that is a reading, not an error.
       getJson(url, '/healthz', token, signal, [200, 503]),
       ...views.map((view) => getJson(url, `/stats?filter=${view}`, token, signal, [200])),
     ])

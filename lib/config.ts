@@ -1,4 +1,4 @@
-// SPEC §8: configuration is read once, at startup. Unknown keys and wrongly-typed values are a
+// design §8: configuration is read once, at startup. Unknown keys and wrongly-typed values are a
 // ConfigError naming the key; the result is frozen, so nothing can change afterwards.
 import { ConfigError } from './errors'
 import { describe } from './labels'
@@ -25,7 +25,7 @@ export interface ResolvedConfig {
   readonly max_groups_per_topic: number
 }
 
-/** in_flight lives in an Int32 cell updated with Atomics (SPEC §5 bound checked atomically). */
+/** in_flight lives in an Int32 cell updated with Atomics (design §5 bound checked atomically). */
 export const MAX_IN_FLIGHT_LIMIT = 0x7fffffff
 
 type Kind = 'boolean' | 'positive integer' | 'token'

@@ -1,4 +1,4 @@
-// SPEC §4: the conservation identity, checked at scrape time. Per group g of a topic, since the
+// design §4: the conservation identity, checked at scrape time. Per group g of a topic, since the
 // moment the checker first saw g:
 //
 //   residual_g = Δproduced − Δdelivered_g − Δdropped_g − Δdepth_g     (0 for honest accounting)
@@ -35,7 +35,7 @@ export interface ConservationTopic {
   produced: Count
   dropped: Count
   dlq: Count
-  /** SPEC §4: dlq counts a subset of dropped, so dlq ≤ dropped at all times. */
+  /** design §4: dlq counts a subset of dropped, so dlq ≤ dropped at all times. */
   dlq_within_dropped: boolean
   groups: ConservationGroup[]
 }

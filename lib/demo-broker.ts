@@ -1,7 +1,7 @@
-// The data path of the simulated broker behind `npm start` (SPEC §13), shared by the demo's main
+// The data path of the simulated broker behind `npm start` (design §13), shared by the demo's main
 // thread and its worker thread. It records through the public API only, as a real broker would:
 // a producer appends to partitions, and two consumer groups per topic dispatch, retry, drop and
-// dead-letter messages, keeping honest books so that the conservation identity (SPEC §4) holds.
+// dead-letter messages, keeping honest books so that the conservation identity (design §4) holds.
 //
 // Honest books, concretely: each group consumes each partition as an ordered queue. The head
 // message (ackFloor + 1) is attempted until it is delivered or dropped, and a retry holds back the
@@ -21,7 +21,7 @@ export interface DemoRecorder {
 export interface SimulationOptions {
   /** Partitions per topic. */
   partitions: number
-  /** SPEC §8 max_attempts: the attempt that fails for the max_attempts-th time drops the message. */
+  /** design §8 max_attempts: the attempt that fails for the max_attempts-th time drops the message. */
   maxAttempts: number
   /** The tick length, in milliseconds (rates are per second). */
   tickMs: number
@@ -142,7 +142,7 @@ export class SimulatedTopic {
     this.#logs = Array.from({ length: options.partitions }, () => new PartitionLog())
     this.#groups = DEMO_GROUPS.map((spec) => {
       const handle = spec.maxInFlight === undefined ? this.#topic.group(spec.name) : this.#topic.group(spec.name, { max_in_flight: spec.maxInFlight })
-      // SPEC §4: floor 0 (nothing settled yet) is an honest floor; it makes every partition's
+      // design §4: floor 0 (nothing settled yet) is an honest floor; it makes every partition's
       // series appear from the first scrape.
       for (let p = 0; p < options.partitions; p++) handle.ackFloor(p, 0)
       return new ConsumerGroup(handle, spec.prefetch, spec.speed, options.partitions)
@@ -188,7 +188,7 @@ export class SimulatedTopic {
     let messages = Math.floor(this.#produceBudget)
     if (messages === 0) return
     if (!admitWrite()) {
-      // SPEC §6: READ_ONLY_DEGRADED — the write is not appended; the producer backs off.
+      // design §6: READ_ONLY_DEGRADED — the write is not appended; the producer backs off.
       this.totals.refused += messages
       this.#produceBudget = 0
       return
@@ -229,7 +229,7 @@ export class SimulatedTopic {
       const lane = group.lanes[p]
       const lastSeq = this.#logs[p].lastSeq
       while (lane.dispatched < lastSeq && lane.dispatched - lane.floor < group.prefetch) {
-        // SPEC §5: dispatch is refused at max_in_flight; the consumer waits for acks.
+        // design §5: dispatch is refused at max_in_flight; the consumer waits for acks.
         if (!group.handle.dispatch(1)) {
           this.totals.dispatchRefused++
           return
@@ -267,7 +267,7 @@ export class SimulatedTopic {
         lane.floor = seq
         lane.attempts = 0
         lane.retryAtTick = 0
-        // SPEC §4 ordering: the floor moves while the message is still in flight, then the
+        // design §4 ordering: the floor moves while the message is still in flight, then the
         // settlement (which decrements in_flight) is counted.
         group.handle.ackFloor(p, seq)
         if (!failed) {

@@ -1,4 +1,4 @@
-// The demo's worker thread (SPEC §11, §13): it owns some topics end to end — their producer and
+// The demo's worker thread (design §11, §13): it owns some topics end to end — their producer and
 // both consumer groups — and records through `attachSurface(surface.share())`, as a broker that
 // spreads partitions over worker_threads would.
 //

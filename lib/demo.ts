@@ -1,5 +1,5 @@
 #!/usr/bin/env node
-// `npm start` / `mq-demo` (SPEC §13): a simulated broker that links in this library exactly as a
+// `npm start` / `mq-demo` (design §13): a simulated broker that links in this library exactly as a
 // real one would — only the public API, from './index' — and serves /metrics, /healthz and /stats.
 //
 // Producers append to several topics × partitions and consult admitWrite() before every batch;
@@ -7,7 +7,7 @@
 // write fails now and then); one worker thread owns some topics end to end through
 // attachSurface(); replication rounds every 250 ms drive the quorum tier (`degraded` cycles
 // healthy → soft → read_only → healthy). The books are honest (see demo-broker.ts), so the
-// conservation identity (SPEC §4) holds in every quiet window and no fault is raised.
+// conservation identity (design §4) holds in every quiet window and no fault is raised.
 import * as path from 'node:path'
 import { Worker } from 'node:worker_threads'
 import { SimulatedTopic, SimulationTotals, addTotals, emptyTotals } from './demo-broker'
@@ -22,7 +22,7 @@ export const DEFAULT_RATE = 2000
 export const SCENARIOS = ['steady', 'degraded'] as const
 export type Scenario = (typeof SCENARIOS)[number]
 
-/** EX_USAGE (sysexits.h), as mq-stats uses for its usage errors (SPEC §10). */
+/** EX_USAGE (sysexits.h), as mq-stats uses for its usage errors (design §10). */
 export const EXIT_USAGE = 64
 
 const PARTITIONS_PER_TOPIC = 4
@@ -97,7 +97,7 @@ export interface DemoResult {
   drained: boolean
   /** The demo's own books (main thread and worker), for comparison with the library's numbers. */
   totals: SimulationTotals
-  /** Faults by code over the whole run (SPEC §7 `faults` view `counts`). */
+  /** Faults by code over the whole run (design §7 `faults` view `counts`). */
   faults: Record<string, number>
   /** `surface.stats('conservation')` after the drain, before the surface closed. */
   conservation: { filter: 'conservation'; topics: ConservationTopicView[] }
@@ -209,7 +209,7 @@ interface Round {
   inSync: number
 }
 
-/** SPEC §6: no majority in sync → read_only. The broker knows its round before it reports it. */
+/** design §6: no majority in sync → read_only. The broker knows its round before it reports it. */
 function isReadOnly(round: Round): boolean {
   return round.inSync * 2 <= round.replicas
 }
@@ -368,7 +368,7 @@ export async function runDemo(input: DemoOptions = {}): Promise<Demo> {
     throw workerError ?? new Error('the demo worker thread exited before it was ready')
   }
   // Every topic, group and partition is registered now and nothing has moved: this first look
-  // takes the conservation baselines from settled books (SPEC §4).
+  // takes the conservation baselines from settled books (design §4).
   surface.stats('conservation')
 
   // ---- running ----
@@ -385,7 +385,7 @@ export async function runDemo(input: DemoOptions = {}): Promise<Demo> {
   let stopping = false
   let tickError: Error | undefined
   let onMainDrained: (() => void) | undefined
-  const admitWrite = () => surface.admitWrite().ok // SPEC §6: producers ask before every batch
+  const admitWrite = () => surface.admitWrite().ok // design §6: producers ask before every batch
   const tick = setInterval(() => {
     try {
       const now = performance.now()
@@ -489,7 +489,7 @@ export async function runDemo(input: DemoOptions = {}): Promise<Demo> {
           })
     clearInterval(tick)
     // The worker drains on its own (bounded by the same DRAIN_MS) and exits; if it does not, it is
-    // terminated — what it recorded is kept (SPEC §11).
+    // terminated — what it recorded is kept (design §11).
     if (!(await within(workerExited, DRAIN_MS + 1000))) await worker.terminate()
 
     for (let i = 0; i < clients; i++) surface.connectionClosed()

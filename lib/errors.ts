@@ -12,7 +12,7 @@ export class ConfigError extends Error {
   }
 }
 
-/** SPEC §5: an invariant whose violation means the broker's own state is corrupt. */
+/** design §5: an invariant whose violation means the broker's own state is corrupt. */
 export class FatalInvariantError extends Error {
   readonly code: string
   readonly metric: string

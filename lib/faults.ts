@@ -9,7 +9,7 @@ export interface FaultRecord {
   at: string
 }
 
-/** Fault codes this library raises (SPEC §4, §5, §6). */
+/** Fault codes this library raises (design §4, §5, §6). */
 export const FAULT_CODES = [
   'EPOCH_REGRESSION',
   'SEQ_REGRESSION',

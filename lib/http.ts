@@ -1,4 +1,4 @@
-// SPEC §7: GET /metrics, /healthz and /stats over node:http — mounted in the broker's own admin
+// design §7: GET /metrics, /healthz and /stats over node:http — mounted in the broker's own admin
 // server (createHandler) or standalone (listen). No framework; nothing here knows what the bodies
 // contain: the surface supplies them through HttpHost.
 import { IncomingMessage, Server, ServerResponse, createServer } from 'node:http'
@@ -64,7 +64,7 @@ const ALLOW = 'GET, HEAD'
 /** Longer request targets are answered 414 (the header block as a whole is capped at 16 KiB). */
 export const MAX_URL_LENGTH = 8 * 1024
 const MAX_HEADER_SIZE = 16 * 1024
-// SPEC §7: Node's defaults let a slowloris client hold a socket for about 90 s.
+// design §7: Node's defaults let a slowloris client hold a socket for about 90 s.
 const HEADERS_TIMEOUT_MS = 10_000
 const REQUEST_TIMEOUT_MS = 30_000
 const KEEP_ALIVE_TIMEOUT_MS = 5_000
@@ -381,7 +381,7 @@ function internalError(host: HttpHost, req: IncomingMessage, res: ServerResponse
 
 // --- request checks -----------------------------------------------------------------------------
 
-/** Bodies are refused, unread (SPEC §7): announced by Content-Length > 0 or any Transfer-Encoding. */
+/** Bodies are refused, unread (design §7): announced by Content-Length > 0 or any Transfer-Encoding. */
 function hasBody(req: IncomingMessage): boolean {
   if (req.headers['transfer-encoding'] !== undefined) return true
   const length = req.headers['content-length']
@@ -389,7 +389,7 @@ function hasBody(req: IncomingMessage): boolean {
 }
 
 /**
- * SPEC §7: constant-time comparison. Both sides are hashed first so that timingSafeEqual always
+ * design §7: constant-time comparison. Both sides are hashed first so that timingSafeEqual always
  * compares 32 bytes: neither the token's length nor its content leaks through timing.
  */
 function authorizer(token: string | undefined): (header: string | undefined) => boolean {

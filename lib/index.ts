@@ -1,4 +1,4 @@
-// The public API (SPEC §12) and nothing else: internals are not re-exported.
+// The public API (design §12) and nothing else: internals are not re-exported.
 import { Config } from './config'
 import { SurfaceOptions } from './pacing'
 import { SharedSurface, Surface, WorkerRecorder } from './surface'

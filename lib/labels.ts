@@ -1,9 +1,9 @@
-// SPEC §3: label values are sanitized on the write side, then escaped on the output side.
+// design §3: label values are sanitized on the write side, then escaped on the output side.
 
 const MAX_NAME_LENGTH = 1024
 
 /**
- * SPEC §3.1: every character outside [A-Za-z0-9_-] becomes `_`, per Unicode code point — an emoji
+ * design §3.1: every character outside [A-Za-z0-9_-] becomes `_`, per Unicode code point — an emoji
  * (a surrogate pair) or a lone surrogate is one `_`. Many-to-one by design.
  */
 export function sanitizeLabelValue(raw: string): string {
@@ -26,18 +26,18 @@ export function sanitizeLabelValue(raw: string): string {
   return out
 }
 
-/** SPEC §3.2: `\` → `\\`, `"` → `\"`, newline → `\n`. A no-op after sanitizing; it still runs. */
+/** design §3.2: `\` → `\\`, `"` → `\"`, newline → `\n`. A no-op after sanitizing; it still runs. */
 export function escapeLabelValue(value: string): string {
   if (!/[\\"\n]/.test(value)) return value
   return value.replace(/\\/g, '\\\\').replace(/"/g, '\\"').replace(/\n/g, '\\n')
 }
 
-/** SPEC §3.3: HELP text escapes only `\` and newline; double quotes stay. */
+/** design §3.3: HELP text escapes only `\` and newline; double quotes stay. */
 export function escapeHelp(text: string): string {
   return text.replace(/\\/g, '\\\\').replace(/\n/g, '\\n')
 }
 
-/** SPEC §3.6: topic and group names are non-empty strings of at most 1024 characters. */
+/** design §3.6: topic and group names are non-empty strings of at most 1024 characters. */
 export function validateName(what: string, name: unknown): string {
   if (typeof name !== 'string') {
     throw new TypeError(`${what} must be a string, got ${describe(name)}`)

@@ -1,7 +1,7 @@
-// The latency estimator's core (SPEC §9): log-linear buckets, the hot-path `recordLatency`, the
+// The latency estimator's core (design §9): log-linear buckets, the hot-path `recordLatency`, the
 // nearest-rank read-out, and `LatencyWindow`, the double buffer owned by the reading thread.
 //
-// Each thread counts into its own row of Float64 cells (SPEC §11: single writer, no atomics).
+// Each thread counts into its own row of Float64 cells (design §11: single writer, no atomics).
 // Those per-thread counts are cumulative and never cleared; a window is the difference of two
 // snapshots of their sum. The "double buffer" is therefore the pair of snapshots held by the
 // reader (previous cumulative, sealed window), and recording never has to know a rotation exists.
@@ -184,7 +184,7 @@ export class LatencyWindow {
 
   /**
    * Quantiles of the sealed window; before the first rotation, of everything recorded so far
-   * (SPEC §9: a fresh broker shows latency at once). null when that window is empty.
+   * (design §9: a fresh broker shows latency at once). null when that window is empty.
    */
   quantiles(): LatencyQuantiles | null {
     return this.#quantiles(this.#readWindow(), 0)

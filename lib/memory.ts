@@ -4,7 +4,7 @@
 // Float64Array store, 1–3 ns on Node 20) and the reader sums the rows at scrape time. Measured
 // here: `Atomics.add` on a BigUint64Array costs ~10 ns and two threads incrementing cells 8 bytes
 // apart lose their scaling to false sharing, while per-thread rows in separate 64 KiB chunks scale
-// ~1.8× on 2 cores — so rows it is (issue #2). Row 0 is not a thread: it holds the few *shared*
+// ~1.8× on 2 cores — so rows it is (see bench row `2 workers`). Row 0 is not a thread: it holds the few *shared*
 // cells that need a read-modify-write across threads (in_flight, the dlq credit, the last_seq
 // hint, a topic's liveness tag), updated with Atomics where the spec needs an exact bound.
 //

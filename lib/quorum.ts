@@ -1,4 +1,4 @@
-// SPEC §6: the quorum tier, re-evaluated after every replication round. The tier lives in one
+// design §6: the quorum tier, re-evaluated after every replication round. The tier lives in one
 // Int32 cell of the shared control block — the gauge, /healthz, /stats, mq-stats and
 // admitWrite() all read that cell, so there is no second copy to drift (and worker threads see
 // read_only at once).
@@ -34,7 +34,7 @@ export interface QuorumEvent {
   at: string
 }
 
-/** SPEC §6: no majority → read_only; a majority but not all → soft; all in sync → healthy. */
+/** design §6: no majority → read_only; a majority but not all → soft; all in sync → healthy. */
 export function tierFor(replicas: number, inSync: number): QuorumState {
   if (inSync * 2 <= replicas) return 2
   return inSync < replicas ? 1 : 0

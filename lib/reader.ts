@@ -106,7 +106,7 @@ export class SnapshotReader {
     for (let r = 0; r < rows.length; r++) sum += rows[r][index]
     const folded = this.#registry.folds.size === 0 ? undefined : this.#registry.folds.get(slot)
     if (sum <= MAX_SAFE && folded === undefined) return unboxed(sum)
-    // Past 2^53 a double sum is no longer exact: redo it in bigint (SPEC §2: 64-bit counters).
+    // Past 2^53 a double sum is no longer exact: redo it in bigint (design §2: 64-bit counters).
     let exact = folded ?? 0n
     for (let r = 0; r < rows.length; r++) exact += BigInt(rows[r][index])
     return exact <= BigInt(MAX_SAFE) ? Number(exact) : exact

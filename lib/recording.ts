@@ -1,5 +1,5 @@
 // The hot path: topic and group handles, resolved once, then recorded on millions of times a
-// second. Each method validates its arguments, checks what SPEC §5 needs, and only then writes —
+// second. Each method validates its arguments, checks what design §5 needs, and only then writes —
 // a rejected call leaves every number as it was. Counters go to this thread's own row (a plain
 // Float64Array add: no lock, no atomic, no N-API call); the few cells that need an exact bound
 // across threads (in_flight, the dlq credit) use Atomics on the shared row.
@@ -58,7 +58,7 @@ if (
 }
 
 /**
- * SPEC §5: the test the hot path runs inline; false ⇔ checkCount throws. Measured the same as
+ * design §5: the test the hot path runs inline; false ⇔ checkCount throws. Measured the same as
  * `Number.isSafeInteger(value) && value >= 0` in a delivered()-shaped loop (3.4 ns both); what
  * pays is keeping the throwing half (checkCount, with its messages) out of the inlined body.
  */
@@ -66,7 +66,7 @@ function isCount(value: unknown): value is number {
   return typeof value === 'number' && value >= 0 && value <= MAX_SAFE && Math.floor(value) === value
 }
 
-/** SPEC §5: counter increments and sequence numbers are non-negative safe integers. */
+/** design §5: counter increments and sequence numbers are non-negative safe integers. */
 function checkCount(what: string, value: unknown): number {
   if (typeof value !== 'number') throw new TypeError(`${what} must be a non-negative integer, got ${describe(value)}`)
   if (!Number.isSafeInteger(value) || value < 0) {
@@ -120,7 +120,7 @@ export class Recorder {
     this.#control = registry.memory.control
   }
 
-  /** SPEC §12: same name → same handle (until the topic is removed). */
+  /** design §12: same name → same handle (until the topic is removed). */
   topic(name: string): Topic {
     validateName('topic name', name)
     const known = this.#topics.get(name)
@@ -162,7 +162,7 @@ export class Recorder {
   }
 
   /**
-   * The last_seq hint protocol (SPEC §5's regression check across threads without a shared write
+   * The last_seq hint protocol (design §5's regression check across threads without a shared write
    * per call). A partition's hint cell in the shared row is, as 64 bits:
    *   0 (+0.0)       fresh: no thread has written the partition yet;
    *   OWNED | row    a NaN: thread `row` is its only writer. produced() compares seq with the hint
@@ -317,7 +317,7 @@ export class Topic {
   }
 
   /**
-   * SPEC §12: `count` messages were durably appended to `partition`; the last has `seq`.
+   * design §12: `count` messages were durably appended to `partition`; the last has `seq`.
    * Returns false (fault WRITE_WHILE_READ_ONLY, nothing changes) while the quorum is read_only.
    * Measured cost: see bench/ (target ≤ 15 ns).
    */
@@ -335,7 +335,7 @@ export class Topic {
     // A non-number never indexes the cache (a string '3' would find partition 3's cells).
     const known = typeof partition === 'number' ? this.#lastSeqSlots[partition] : undefined
     if (this.#control[Control.Quorum] === 2) return this.#refuseReadOnly(partition, seq, known)
-    // SPEC §4: the n-th message of a partition has seq n, so a batch of `count` ending at `seq`
+    // design §4: the n-th message of a partition has seq n, so a batch of `count` ending at `seq`
     // is seqs before + 1 … seq, all above last_seq: a decrease, a repeated seq and an overlapping
     // batch are all refused (a repeated append would count its messages twice). `seq − count` is
     // written out each time: a local for it took produced() past 16 registers and its bytecode
@@ -373,7 +373,7 @@ export class Topic {
   }
 
   /**
-   * SPEC §6: in read_only the consumer-visible ceiling freezes; the write is refused and
+   * design §6: in read_only the consumer-visible ceiling freezes; the write is refused and
    * changes nothing — not even a partition's first appearance.
    */
   #refuseReadOnly(partition: number, seq: number, slot: number | undefined): false {
@@ -384,7 +384,7 @@ export class Topic {
   }
 
   /**
-   * SPEC §5: a last_seq decrease is fatal (fault, then throw; the stored value is kept), and so is
+   * design §5: a last_seq decrease is fatal (fault, then throw; the stored value is kept), and so is
    * an append of `seq − before` messages whose first seq (`attempted`) is not above last_seq. `seq`
    * is NaN when the caller knows only `before` (#resolvePartition).
    */
@@ -408,7 +408,7 @@ export class Topic {
     throw new FatalInvariantError('SEQ_REGRESSION', 'mq_partition_last_seq', labels, previous, first, message)
   }
 
-  /** SPEC §12: resolve a consumer group (same name → same handle). */
+  /** design §12: resolve a consumer group (same name → same handle). */
   group(name: string, options?: { max_in_flight?: number }): Group {
     validateName('group name', name)
     let maxInFlight = this.#recorder.registry.config.max_in_flight
@@ -591,7 +591,7 @@ export class Group {
   // Settling — delivered()/dropped(), as frequent as publishing — then costs a plain store while
   // this thread's share covers it; an atomic would cost 8–15 ns here (measured on this machine:
   // Atomics.add ~8 ns, load + compareExchange ~15 ns, a Float64Array add ~3.4 ns). dispatch()
-  // takes the group's lock so that the SPEC §5 bound is exact across threads; settlements only
+  // takes the group's lock so that the design §5 bound is exact across threads; settlements only
   // lower in_flight, so a dispatch that reads a share a moment old can only be stricter.
 
   /**
@@ -655,7 +655,7 @@ export class Group {
     return below < 0
   }
 
-  /** delivered += n (group and topic), in_flight −= n (SPEC §5: never below 0). */
+  /** delivered += n (group and topic), in_flight −= n (design §5: never below 0). */
   delivered(n = 1): void {
     // Flat fast path (measured 5.2 → 3.3 ns): inline count test, the topic's liveness
     // cell read from this handle, and both cells written only when the counter stays below 2^53
@@ -763,7 +763,7 @@ export class Group {
     return credit <= BigInt(MAX_SAFE) && credit >= -BigInt(MAX_SAFE) ? Number(credit) : credit
   }
 
-  /** SPEC §5: the ack floor only rises and never passes last_seq (fault ACK_FLOOR_INVALID). */
+  /** design §5: the ack floor only rises and never passes last_seq (fault ACK_FLOOR_INVALID). */
   ackFloor(partition: number, floor: number): boolean {
     checkPartition(partition)
     checkCount('floor', floor)
@@ -785,7 +785,7 @@ export class Group {
       this.#recorder.fault('ACK_FLOOR_INVALID', 'mq_group_lag', labels, current, floor)
       return false
     }
-    // SPEC §4: an ack floor makes the partition seen (its series appear) — only once accepted.
+    // design §4: an ack floor makes the partition seen (its series appear) — only once accepted.
     if (lastSeqSlot === undefined) this.topic.ensurePartition(partition)
     if (slot === undefined) slot = this.#resolveFloor(partition)
     // The reads above may have waited for the registration lock: checked again before the writes.

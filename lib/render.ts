@@ -1,5 +1,5 @@
-// The /metrics body: text exposition format 0.0.4 (SPEC §2), label values escaped (SPEC §3.2),
-// colliding label values merged into one series (SPEC §3.5).
+// The /metrics body: text exposition format 0.0.4 (design §2), label values escaped (design §3.2),
+// colliding label values merged into one series (design §3.5).
 //
 // The scrape path writes bytes straight into a Buffer instead of concatenating strings (on a
 // 187k-sample scrape, string concatenation spent most of 51–64 ms in garbage collection). Label
@@ -13,7 +13,7 @@ import { Count, Layout, Snapshot, TopicSnapshot, addCount, isCollisionFree } fro
 import { gzipSync } from 'node:zlib'
 import { EMPTY_FRAGMENT, Fragment, GZIP_LEVEL, GzipBody, MemberBuilder, PackedFragments, fragment, pack } from './gzip'
 
-/** SPEC §2: floats in the shortest round-trip form; NaN and ±Inf as Prometheus spells them. */
+/** design §2: floats in the shortest round-trip form; NaN and ±Inf as Prometheus spells them. */
 export function formatFloat(value: number): string {
   if (value === Infinity) return '+Inf'
   if (value === -Infinity) return '-Inf'
@@ -21,7 +21,7 @@ export function formatFloat(value: number): string {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Series after the collision merge (SPEC §3.5). A TopicSnapshot without collisions already has
+// Series after the collision merge (design §3.5). A TopicSnapshot without collisions already has
 // this shape and is used as it is; only colliding topics/groups get merged copies.
 
 interface GroupSeries {
@@ -71,7 +71,7 @@ function mergeCollisions(snapshotTopics: readonly TopicSnapshot[]): readonly Top
   return series
 }
 
-/** SPEC §3.5: counters, depth and in_flight summed; last_seq and lag take the maximum. */
+/** design §3.5: counters, depth and in_flight summed; last_seq and lag take the maximum. */
 function mergeTopics(run: readonly TopicSnapshot[]): TopicSeries {
   let produced: Count = 0
   let delivered: Count = 0
@@ -199,7 +199,7 @@ const INT32_MAX = 0x7fffffff
 /** Topics rendered between two looks at the clock (a look costs ~50 ns; 32 topics ~30 µs). */
 const TOPICS_PER_CLOCK_CHECK = 32
 
-// Label text of one topic's series, escaped and encoded once (SPEC §3.2: the escape runs); metric
+// Label text of one topic's series, escaped and encoded once (design §3.2: the escape runs); metric
 // names are copied from the constants above. One array per topic holds its text, the depth
 // prefix: a depth line copies it whole with one .set(); a last_seq line takes its part from
 // `{topic="` on; topic and group lines copy the short `{topic="<t>"` byte by byte. Each array
@@ -920,7 +920,7 @@ class Writer {
     this.pos += this.room(text.length).write(text, this.pos, 'latin1')
   }
 
-  /** SPEC §2: integers print exactly — bigints above 2^53 included. */
+  /** design §2: integers print exactly — bigints above 2^53 included. */
   value(value: Count): void {
     if (typeof value === 'bigint') {
       this.ascii(value.toString())

@@ -5,7 +5,7 @@
 /** An exact non-negative integer. A `number` while it is ≤ 2^53 − 1, a `bigint` above. */
 export type Count = number | bigint
 
-/** SPEC §6: 0 healthy, 1 soft, 2 read_only. */
+/** design §6: 0 healthy, 1 soft, 2 read_only. */
 export type QuorumState = 0 | 1 | 2
 
 export interface LatencyQuantiles {
@@ -22,14 +22,14 @@ export interface PartitionSnapshot {
   partition: number
   /** Highest appended seq (0 before the first append). */
   lastSeq: number
-  /** SPEC §4: lastSeq − min over groups of ackFloor (0 for a group that never set one). */
+  /** design §4: lastSeq − min over groups of ackFloor (0 for a group that never set one). */
   depth: number
 }
 
 export interface GroupSnapshot {
   /** Raw name exactly as given to `topic.group()`. */
   name: string
-  /** Sanitized label value (SPEC §3.1). */
+  /** Sanitized label value (design §3.1). */
   label: string
   delivered: Count
   dropped: Count
@@ -37,9 +37,9 @@ export interface GroupSnapshot {
   retries: Count
   inFlight: number
   maxInFlight: number
-  /** SPEC §4: max over the topic's partitions of (lastSeq − ackFloor of this group). */
+  /** design §4: max over the topic's partitions of (lastSeq − ackFloor of this group). */
   lag: number
-  /** SPEC §4: Σ over the topic's partitions of (lastSeq − ackFloor of this group). */
+  /** design §4: Σ over the topic's partitions of (lastSeq − ackFloor of this group). */
   depth: number
   /**
    * This group's ack floor on each partition, parallel to `TopicSnapshot.partitionNumbers` (0:
@@ -59,7 +59,7 @@ export interface GroupSnapshot {
 export interface TopicSnapshot {
   /** Raw name exactly as given to `surface.topic()`. */
   name: string
-  /** Sanitized label value (SPEC §3.1). */
+  /** Sanitized label value (design §3.1). */
   label: string
   produced: Count
   bytes: Count
@@ -68,7 +68,7 @@ export interface TopicSnapshot {
    * writes): the topic's numbers may be torn, so it is not a quiet moment. Absent means false.
    */
   producing?: boolean
-  /** Topic totals: the sum over the topic's groups (SPEC §4). */
+  /** Topic totals: the sum over the topic's groups (design §4). */
   delivered: Count
   dropped: Count
   dlq: Count
@@ -76,7 +76,7 @@ export interface TopicSnapshot {
   partitionNumbers: readonly number[]
   /** Highest appended seq of each partition (0 before the first append). */
   lastSeq: readonly number[]
-  /** SPEC §4: lastSeq − min over groups of ackFloor (0 for a group that never set one), per partition. */
+  /** design §4: lastSeq − min over groups of ackFloor (0 for a group that never set one), per partition. */
   depth: readonly number[]
   /** Ascending by label, then by raw name (JS string order). */
   groups: GroupSnapshot[]
@@ -92,7 +92,7 @@ export interface TopicSnapshot {
  * the structure alone by this object's identity.
  */
 export interface Layout {
-  /** `hasNoCollisions` of the topics (SPEC §3.5), computed once for the generation. */
+  /** `hasNoCollisions` of the topics (design §3.5), computed once for the generation. */
   readonly collisionFree: boolean
 }
 
@@ -105,7 +105,7 @@ interface Labelled {
 
 /**
  * Topics strictly ascending by label, and in each, partition numbers strictly ascending and
- * groups strictly ascending by label: no two series of a family share a label set (SPEC §3.5),
+ * groups strictly ascending by label: no two series of a family share a label set (design §3.5),
  * and the lines come out in the order the exposition lists them.
  */
 export function hasNoCollisions(topics: readonly Labelled[]): boolean {

@@ -1,4 +1,4 @@
-// SPEC §7: `/stats?filter=VIEW` and `surface.stats(view, { topic, group })`. Every view is a plain
+// design §7: `/stats?filter=VIEW` and `surface.stats(view, { topic, group })`. Every view is a plain
 // object `{ filter: VIEW, ... }` whose integers are exact Counts (number, or bigint above 2^53 − 1);
 // the HTTP layer writes it with lib/json.ts, which prints a bigint as its bare digits.
 //
@@ -218,7 +218,7 @@ function quorumView(snapshot: Snapshot): object {
     replicas: snapshot.replicas,
     in_sync: snapshot.inSync,
     leader_epoch: snapshot.leaderEpoch,
-    // Beyond SPEC §7's minimum: mq-stats' default view shows these beside the tier.
+    // Beyond design §7's minimum: mq-stats' default view shows these beside the tier.
     connections: snapshot.connections,
     uptime_seconds: snapshot.uptimeSeconds,
   }
@@ -244,7 +244,7 @@ function conservationView(report: ConservationReport, narrow: Narrow): object {
   return { filter: 'conservation', topics }
 }
 
-/** SPEC §3.5: raw names that share one label value, and so one series on /metrics. */
+/** design §3.5: raw names that share one label value, and so one series on /metrics. */
 function collisionsView(snapshot: Snapshot, narrow: Narrow): object {
   const topicNames = new Map<string, string[]>()
   const groupNames = new Map<string, { topic_label: string; label: string; names: { topic: string; group: string }[] }>()
@@ -283,7 +283,7 @@ function configView(ctx: StatsContext): object {
     max_in_flight: c.max_in_flight,
     max_attempts: c.max_attempts,
     e2e_latency: c.e2e_latency,
-    // SPEC §7: the token itself is never shown.
+    // design §7: the token itself is never shown.
     metrics_auth_token: c.metrics_auth_token === undefined ? 'unset' : 'set',
     max_topics: c.max_topics,
     max_partitions_per_topic: c.max_partitions_per_topic,

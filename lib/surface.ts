@@ -26,7 +26,7 @@ import { WorkerFaultChannel } from './worker-faults'
 /** Slots [0, LATENCY_SLOTS) of every row hold the latency estimator's cumulative buckets. */
 const LATENCY_SLOTS = 4096
 if (LATENCY_BUCKETS > LATENCY_SLOTS) throw new Error('latency buckets do not fit their reserved slots')
-/** SPEC §9: the window is 60 s. */
+/** design §9: the window is 60 s. */
 export const LATENCY_WINDOW_MS = 60_000
 /** How often the main thread picks up faults raised in worker threads. */
 const WORKER_FAULT_POLL_MS = 1000
@@ -159,7 +159,7 @@ export class Surface extends EventEmitter {
     this.#connections--
   }
 
-  /** SPEC §5: the epoch only increases; a decrease is fault EPOCH_REGRESSION and is not stored. */
+  /** design §5: the epoch only increases; a decrease is fault EPOCH_REGRESSION and is not stored. */
   setLeaderEpoch(epoch: number): boolean {
     this.#assertOpen()
     if (typeof epoch !== 'number') throw new TypeError(`epoch must be a non-negative integer, got ${describe(epoch)}`)
@@ -172,7 +172,7 @@ export class Surface extends EventEmitter {
     return true
   }
 
-  /** SPEC §6: re-evaluates the tier from this round; returns the new tier. */
+  /** design §6: re-evaluates the tier from this round; returns the new tier. */
   replicationRound(round: { replicas: number; inSync: number }): QuorumState {
     this.#assertOpen()
     const change = this.#quorum.round(round)
@@ -195,7 +195,7 @@ export class Surface extends EventEmitter {
   /** Its series leave the next scrape; a topic created again later starts from zero. */
   removeTopic(name: string): boolean {
     this.#assertOpen()
-    validateName('topic name', name) // SPEC §3.6, as for topic(): '' or 1,025 characters is a RangeError
+    validateName('topic name', name) // design §3.6, as for topic(): '' or 1,025 characters is a RangeError
     const removed = this.#registry.removeTopic(name)
     this.#recorder.forget(name)
     return removed
@@ -507,7 +507,7 @@ function checkShared(shared: unknown): asserts shared is SharedSurface {
   if (config === null || typeof config !== 'object') throw new TypeError(`${expected}: its config is ${describe(config)}`)
 }
 
-/** SPEC §11: what a worker thread records with. */
+/** design §11: what a worker thread records with. */
 export class WorkerRecorder {
   readonly backend: BackendName
   readonly latency: Pick<LatencyEstimator, 'record'>

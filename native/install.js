@@ -1,6 +1,6 @@
 'use strict'
 // `npm install` hook: build the native core with node-gyp. A failed build is not an install
-// failure: the TypeScript backend takes over (SPEC §1), and we say so in exactly one line.
+// failure: the TypeScript backend takes over (design §1), and we say so in exactly one line.
 const { spawnSync } = require('node:child_process')
 const path = require('node:path')
 

@@ -1,4 +1,4 @@
-// The latency estimator's read side (SPEC §9): nearest-rank p50/p90/p99 over one window of
+// The latency estimator's read side (design §9): nearest-rank p50/p90/p99 over one window of
 // log-linear bucket counts. Recording stays in JavaScript (lib/latency.ts: a Float64Array store,
 // ~2 ns, where an N-API call alone costs 10–25 ns). This is the C++ twin of
 // `quantilesFromCounts` in lib/latency.ts and must return the very same doubles: same bucket

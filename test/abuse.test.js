@@ -1,5 +1,5 @@
 'use strict'
-// HTTP abuse on loopback against a real surface's standalone server (SPEC §7): load, slowloris,
+// HTTP abuse on loopback against a real surface's standalone server (design §7): load, slowloris,
 // oversized requests, bodies, malformed /stats queries, unknown methods and wrong tokens — while
 // the broker keeps recording on the same event loop. If this fails, a scraper or an attacker on the
 // metrics port can crash or stall the broker, or get a 5xx / a non-JSON error / data without the
@@ -184,7 +184,7 @@ function malformedQueries(count, random) {
   return out
 }
 
-/** SPEC §7, independently: filter once and a known view; topic/group at most once, non-empty; nothing else. */
+/** design §7, independently: filter once and a known view; topic/group at most once, non-empty; nothing else. */
 function isValidStatsQuery(query) {
   const params = new URLSearchParams(query)
   if (query.length > 8000) return false

@@ -1,5 +1,5 @@
 'use strict'
-// mq-stats (SPEC §10) run as a child process against small fake brokers that serve canned /healthz
+// mq-stats (design §10) run as a child process against small fake brokers that serve canned /healthz
 // and /stats JSON (the end-to-end test against a real surface lives with the surface). Run
 // `npx tsc -p tsconfig.json` first: this runs dist/cli.js.
 const t = require('tap')

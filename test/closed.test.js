@@ -1,5 +1,5 @@
 'use strict'
-// After `await surface.close()` the surface cannot be used (README, SPEC §12): every call on it,
+// After `await surface.close()` the surface cannot be used (README, design §12): every call on it,
 // on the handles it gave out and on the recorders of its worker threads throws ClosedError
 // (code SURFACE_CLOSED), on both backends; a worker cannot attach to it any more. Before this,
 // handles kept recording into memory nobody would read again, and the broker-wide calls answered

@@ -1,5 +1,5 @@
 'use strict'
-// Bad configuration and environment (SPEC §1, §7, §8): every key's wrong types, garbage in
+// Bad configuration and environment (design §1, §7, §8): every key's wrong types, garbage in
 // MQ_METRICS_BACKEND, native forced where the addon cannot load, a port in use, listen() twice,
 // close() twice, listen() after or during close(). Each must be a clear error naming what is
 // wrong, or a no-op — never a hang, a leaked port, or a broker that starts half-configured.
@@ -80,7 +80,7 @@ function show(value) {
 }
 
 t.test('every configuration key: each wrong type is a ConfigError naming the key; nothing starts', async (t) => {
-  t.same(Object.keys(WRONG).sort(), Object.keys(lib.createSurface().config).sort(), 'the table covers every key SPEC §8 lists')
+  t.same(Object.keys(WRONG).sort(), Object.keys(lib.createSurface().config).sort(), 'the table covers every key design §8 lists')
   for (const [key, values] of Object.entries(WRONG)) {
     for (const value of values) {
       t.throws(() => lib.createSurface({ [key]: value }), { name: 'ConfigError', code: 'CONFIG_INVALID', key, message: new RegExp(`^${key}: `) },

@@ -1,5 +1,5 @@
 'use strict'
-// The conservation checker (SPEC §4) against hand-built snapshots, so each case states its numbers
+// The conservation checker (design §4) against hand-built snapshots, so each case states its numbers
 // exactly. Run `npx tsc -p tsconfig.json` first (it tests dist/conservation.js).
 //
 // A group's baseline is taken at the first check in which it is quiet (nothing in flight) AND a
@@ -10,7 +10,7 @@ const t = require('tap')
 const { ConservationChecker } = require('../dist/conservation.js')
 
 // A tiny model of one topic: partitions with last_seq, groups with counters and ack floors.
-// `snapshotOf` derives depth and lag the way SPEC §4 defines them; keys are stable per model.
+// `snapshotOf` derives depth and lag the way design §4 defines them; keys are stable per model.
 function model(name, partitions) {
   return { name, label: name.replace(/[^A-Za-z0-9_-]/g, '_'), key: {}, lastSeq: new Array(partitions).fill(0), bytes: 0, groups: new Map() }
 }
@@ -201,7 +201,7 @@ t.test('a quiet non-zero residual raises one CONSERVATION_BROKEN per episode', a
     previous: 17, // produced expected from the consumption side: 20 − 3
     attempted: 20, // produced as counted
   }, 'the fault names the metric, the sanitized labels, and expected vs actual produced')
-  t.same(Object.keys(fault).sort(), ['at', 'attempted', 'code', 'labels', 'metric', 'previous'], 'the fault has exactly the SPEC §5 fields')
+  t.same(Object.keys(fault).sort(), ['at', 'attempted', 'code', 'labels', 'metric', 'previous'], 'the fault has exactly the design §5 fields')
   t.equal(new Date(fault.at).toISOString(), fault.at, 'at is an ISO time')
 
   for (let i = 0; i < 5; i++) check(snapshotOf(topic))
@@ -495,7 +495,7 @@ t.test('a removed topic is forgotten: the same name created again starts a new b
   t.same(check(snapshotOf()).topics, [], 'a snapshot without topics reports none')
 })
 
-t.test('the report has the SPEC §7 shape', async (t) => {
+t.test('the report has the design §7 shape', async (t) => {
   const { check } = checker()
   const topic = model('shape', 1)
   addGroup(topic, 'g', { delivered: 2, dropped: 1, floors: [3] })

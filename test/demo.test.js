@@ -1,5 +1,5 @@
 'use strict'
-// SPEC §13: `npm start` runs a simulated broker that keeps honest books through the public API,
+// design §13: `npm start` runs a simulated broker that keeps honest books through the public API,
 // serves the three endpoints, passes through soft and read_only in the `degraded` scenario, and
 // stops cleanly (exit 0) after --duration or on SIGTERM. If these fail, the main job is broken:
 // an operator running `npm start` would see faults, wrong numbers, or a process that hangs.
@@ -12,14 +12,14 @@ const { dist } = require('./helpers')
 const DEMO = path.join(dist, 'demo.js')
 const { runDemo, USAGE } = require(DEMO)
 
-/** Every family of the closed allowlist (SPEC §2). */
+/** Every family of the closed allowlist (design §2). */
 const FAMILIES = [
   'mq_broker_uptime_seconds', 'mq_connections', 'mq_leader_epoch', 'mq_quorum_state',
   'mq_topic_messages_produced_total', 'mq_topic_messages_delivered_total', 'mq_topic_messages_dropped_total',
   'mq_topic_messages_dlq_total', 'mq_topic_bytes_total', 'mq_partition_depth', 'mq_partition_last_seq',
   'mq_group_lag', 'mq_group_in_flight', 'mq_group_retries_total', 'mq_e2e_latency_ms',
 ]
-/** Faults honest accounting must never raise (SPEC §4, §5, §6). */
+/** Faults honest accounting must never raise (design §4, §5, §6). */
 const HONEST_NEVER = ['CONSERVATION_BROKEN', 'DLQ_WITHOUT_DROP', 'SEQ_REGRESSION', 'IN_FLIGHT_UNDERFLOW', 'ACK_FLOOR_INVALID', 'WRITE_WHILE_READ_ONLY', 'EPOCH_REGRESSION']
 
 /** Starts the demo as a child process; resolves the serving base URL from its output. */
@@ -115,7 +115,7 @@ t.test('degraded run: live endpoints, quorum cycle, honest books, exits 0 after 
   const dlq = samples(metrics, 'mq_topic_messages_dlq_total')
   t.equal(dlq.length, 3, 'one dlq sample per topic')
   for (const [labels, value] of dlq) {
-    t.ok(value <= dropped.get(labelOf(labels, 'topic')), `SPEC §4: dlq (${value}) <= dropped (${dropped.get(labelOf(labels, 'topic'))}) for ${labels}`)
+    t.ok(value <= dropped.get(labelOf(labels, 'topic')), `design §4: dlq (${value}) <= dropped (${dropped.get(labelOf(labels, 'topic'))}) for ${labels}`)
   }
   t.ok([...dropped.values()].reduce((a, b) => a + b, 0) > 0, 'messages past max_attempts were dropped (the retry path ran)')
   const epoch = samples(metrics, 'mq_leader_epoch')

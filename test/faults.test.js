@@ -1,5 +1,5 @@
 'use strict'
-// Fault injection (SPEC §5, §6, §11): every write-side invariant violated on purpose — alone, and
+// Fault injection (design §5, §6, §11): every write-side invariant violated on purpose — alone, and
 // mixed with honest traffic from two worker threads — must leave every number as it was, be
 // reported exactly once, and leave the honest counters exact. Workers that exit, throw or are
 // terminated mid-registration must lose nothing and wedge nothing, and a render racing
@@ -49,7 +49,7 @@ function startWorker(file, workerData, onMessage = () => {}) {
 
 /**
  * [what, set-up (honest), violation → returns what the call returned or threw, expected return,
- *  fault code or null, what the violation may change (SPEC §5), checks of the state after].
+ *  fault code or null, what the violation may change (design §5), checks of the state after].
  */
 const ALONE = [
   ['leader epoch decrease', (s) => s.setLeaderEpoch(5), (s) => s.setLeaderEpoch(3), false, 'EPOCH_REGRESSION',
@@ -78,7 +78,7 @@ const ALONE = [
     (t, s) => t.same(s.stats('partitions').partitions, [], 'the partition does not appear')],
   ['connection closed below zero', () => {}, (s) => s.connectionClosed(), undefined, 'CONNECTIONS_UNDERFLOW',
     (t, s) => t.equal(s.stats('quorum').connections, 0, 'connections stay 0')],
-  // SPEC §5 last row: not non-negative integers → TypeError / RangeError, nothing recorded, no fault.
+  // design §5 last row: not non-negative integers → TypeError / RangeError, nothing recorded, no fault.
   ['seq not a number', (s) => s.topic('x'), (s) => s.topic('x').produced(0, '1', 1), { throws: 'TypeError' }, null, () => {}],
   ['bytes missing', (s) => s.topic('x'), (s) => s.topic('x').produced(0, 1), { throws: 'TypeError' }, null, () => {}],
   ['negative count', (s) => s.topic('x'), (s) => s.topic('x').produced(0, 1, 1, -1), { throws: 'RangeError' }, null, () => {}],
@@ -91,7 +91,7 @@ const ALONE = [
   ['redelivered Infinity', (s) => s.topic('x').group('g'), (s) => s.topic('x').group('g').redelivered(Infinity), { throws: 'RangeError' }, null, () => {}],
   ['deadLettered a string', (s) => s.topic('x').group('g'), (s) => s.topic('x').group('g').deadLettered('1'), { throws: 'TypeError' }, null, () => {}],
   ['epoch negative', () => {}, (s) => s.setLeaderEpoch(-1), { throws: 'RangeError' }, null, () => {}],
-  // SPEC §3.6 and §8: names and cardinality caps.
+  // design §3.6 and §8: names and cardinality caps.
   ['empty topic name', () => {}, (s) => s.topic(''), { throws: 'RangeError' }, null, (t, s) => t.same(s.stats('topics').topics, [], 'nothing registered')],
   ['1,025-character topic name', () => {}, (s) => s.topic('x'.repeat(1025)), { throws: 'RangeError' }, null, (t, s) => t.same(s.stats('topics').topics, [], 'nothing registered')],
   ['topic name not a string', () => {}, (s) => s.topic(Symbol('x')), { throws: 'TypeError' }, null, (t, s) => t.same(s.stats('topics').topics, [], 'nothing registered')],
@@ -104,7 +104,7 @@ const ALONE = [
 ]
 
 for (const backend of backends()) {
-  t.test(`${backend}: each SPEC §5 invariant violated alone: state intact, the fault reported once`, async (t) => {
+  t.test(`${backend}: each design §5 invariant violated alone: state intact, the fault reported once`, async (t) => {
     for (const [what, setUp, violate, expected, code, check, config] of ALONE) {
       const surface = surfaceOn(t, backend, config)
       const events = faultsOf(surface, { ignore: DERIVED })
@@ -126,7 +126,7 @@ for (const backend of backends()) {
         t.equal(returned, expected, `${what}: returns ${expected}`)
       }
       const after = JSON.stringify(surface.snapshot().topics.map((x) => topicNumbers(surface, x.name)))
-      // Only the two kinds SPEC §5 says still count (an underflowing settlement) may change numbers.
+      // Only the two kinds design §5 says still count (an underflowing settlement) may change numbers.
       if (code !== 'IN_FLIGHT_UNDERFLOW') t.equal(after, before, `${what}: every number as it was`)
       const want = { ...countsBefore }
       if (code !== null) want[code] = (want[code] ?? 0) + 1

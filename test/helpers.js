@@ -5,7 +5,7 @@ const path = require('node:path')
 const dist = path.join(__dirname, '..', 'dist')
 const lib = require(dist)
 
-/** Every backend this machine can run. In CI the native core must be built (SPEC §1). */
+/** Every backend this machine can run. In CI the native core must be built (design §1). */
 function backends() {
   let native = false
   try {

@@ -1,5 +1,5 @@
 'use strict'
-// The HTTP surface (SPEC §7) with a fake HttpHost: the status table, headers, gzip, auth, the
+// The HTTP surface (design §7) with a fake HttpHost: the status table, headers, gzip, auth, the
 // mounted handler in a broker-owned server, the disabled surface, bad requests and close().
 // Run `npx tsc -p tsconfig.json` first. Every server binds 127.0.0.1 port 0 and is closed.
 const t = require('tap')

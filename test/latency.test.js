@@ -1,5 +1,5 @@
 'use strict'
-// The latency estimator's core (SPEC §9, §11) against the compiled dist/latency.js, and its C++
+// The latency estimator's core (design §9, §11) against the compiled dist/latency.js, and its C++
 // twin (native/latency.cc) when the addon is built. Run `npx tsc -p tsconfig.json` first.
 const t = require('tap')
 const path = require('node:path')
@@ -213,7 +213,7 @@ t.test('rotate semantics', async (t) => {
 
   recordLatency(cells, 0, 10)
   recordLatency(cells, LATENCY_BUCKETS, 10)
-  t.equal(window.quantiles()?.count, 2, 'before the first rotation quantiles must read everything recorded so far (SPEC §9: latency at once)')
+  t.equal(window.quantiles()?.count, 2, 'before the first rotation quantiles must read everything recorded so far (design §9: latency at once)')
   recordLatency(cells, 0, 10)
   t.equal(window.quantiles()?.count, 3, 'before the first rotation the partial window must be live, not a frozen snapshot')
   t.equal(window.sealedCount(), 0, 'nothing is sealed before the first rotation')

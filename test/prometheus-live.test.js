@@ -34,7 +34,7 @@ const JOB = 'mq'
 /** Range for "over the whole run": the Prometheus server is fresh, so this covers every scrape. */
 const RUN = '5m'
 
-/** The closed allowlist (SPEC §2). */
+/** The closed allowlist (design §2). */
 const FAMILIES = [
   'mq_broker_uptime_seconds', 'mq_connections', 'mq_leader_epoch', 'mq_quorum_state',
   'mq_topic_messages_produced_total', 'mq_topic_messages_delivered_total', 'mq_topic_messages_dropped_total',
@@ -55,7 +55,7 @@ const ALERTS = [
 const NEVER = ['MqDlqAboveDropped', 'MqPartitionLastSeqDecreased', 'MqLeaderEpochDecreased', 'MqConservationBroken', 'MqLatencyQuantilesOutOfOrder']
 
 /**
- * The findings the spec forces on `promtool check metrics`, and only those. SPEC §2 fixes the
+ * The findings the spec forces on `promtool check metrics`, and only those. design §2 fixes the
  * name `mq_e2e_latency_ms` (the seed's name, kept so dashboards match) and makes it a gauge with
  * a `quantile` label of p50/p90/p99 (a summary would need a 0..1 quantile value plus _sum and
  * _count, which the estimator does not expose). promtool's linter flags exactly that: the
@@ -282,7 +282,7 @@ async function main(t) {
   const ingested = names.result.map((r) => r.metric.__name__).sort()
   t.same(ingested, [...FAMILIES].sort(), 'Prometheus stored all 15 allowlisted families (a missing name means a family without samples, or samples Prometheus rejected)')
   const others = await query(`count by (__name__) ({job="${JOB}",__name__!~"mq_.+|up|scrape_.+|ALERTS|ALERTS_FOR_STATE"})`, now)
-  t.same(others.result.map((r) => r.metric.__name__), [], 'no series outside the mq_ allowlist came from the target (SPEC §2: no process_*, nodejs_*, _created)')
+  t.same(others.result.map((r) => r.metric.__name__), [], 'no series outside the mq_ allowlist came from the target (design §2: no process_*, nodejs_*, _created)')
 
   // ---- 8. every scraped sample stored as a distinct series, at every scrape ----
   // Two independent counts must equal scrape_samples_scraped:
@@ -335,11 +335,11 @@ async function main(t) {
 
   // ---- 10. invariants in PromQL: empty now, and empty at every scrape of the run ----
   for (const [expr, what] of [
-    ['mq_topic_messages_dlq_total > mq_topic_messages_dropped_total', 'a topic shows more DLQ writes than drops (SPEC §4: dlq <= dropped at all times)'],
-    ['mq_group_lag < 0', 'a group lag is negative (SPEC §4: lag >= 0)'],
+    ['mq_topic_messages_dlq_total > mq_topic_messages_dropped_total', 'a topic shows more DLQ writes than drops (design §4: dlq <= dropped at all times)'],
+    ['mq_group_lag < 0', 'a group lag is negative (design §4: lag >= 0)'],
     ['mq_partition_depth < 0', 'a partition depth is negative (depth = last_seq - ack_floor >= 0)'],
-    ['mq_e2e_latency_ms{quantile="p50"} > ignoring(quantile) mq_e2e_latency_ms{quantile="p90"}', 'p50 > p90 (SPEC §9: p50 <= p90 <= p99 by construction)'],
-    ['mq_e2e_latency_ms{quantile="p90"} > ignoring(quantile) mq_e2e_latency_ms{quantile="p99"}', 'p90 > p99 (SPEC §9: p50 <= p90 <= p99 by construction)'],
+    ['mq_e2e_latency_ms{quantile="p50"} > ignoring(quantile) mq_e2e_latency_ms{quantile="p90"}', 'p50 > p90 (design §9: p50 <= p90 <= p99 by construction)'],
+    ['mq_e2e_latency_ms{quantile="p90"} > ignoring(quantile) mq_e2e_latency_ms{quantile="p99"}', 'p90 > p99 (design §9: p50 <= p90 <= p99 by construction)'],
   ]) {
     const instant = await query(expr, now)
     t.same(instant.result, [], `${expr} is empty at the end (else ${what})`)
@@ -469,7 +469,7 @@ function promtoolCheck(t, body, which) {
   t.equal(r.signal, null, `promtool check metrics was not killed on the ${which} (30 s timeout)`)
   t.notMatch(r.findings.join('\n'), /error while linting|parsing error/, `promtool parses the ${which} (else the exposition is not valid text format 0.0.4)`)
   t.same(r.findings, expectedFindings(body),
-    `promtool check metrics on the ${which}: only the two findings SPEC §2 forces on mq_e2e_latency_ms (unit "ms" once, "quantile" on a gauge once per sample); anything else is an exposition defect`)
+    `promtool check metrics on the ${which}: only the two findings design §2 forces on mq_e2e_latency_ms (unit "ms" once, "quantile" on a gauge once per sample); anything else is an exposition defect`)
   // promtool exits 3 for lint findings only, 1 for a parse error.
   t.equal(r.status, 3, `promtool check metrics exits 3 (lint findings only, no parse error) on the ${which}`)
 }

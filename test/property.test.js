@@ -1,5 +1,5 @@
 'use strict'
-// Property tests for names and labels (SPEC §2, §3): random Unicode topic and group names — lone
+// Property tests for names and labels (design §2, §3): random Unicode topic and group names — lone
 // surrogates, control characters, emoji, quotes and backslashes, 1,024-character names — are
 // registered on a live surface, and every /metrics body must parse with the strict 0.0.4 parser
 // below (written here, independent of lib/), carry only sanitized label values, hold no duplicate
@@ -17,7 +17,7 @@ const SEED = 20260421
 /** Every PROMTOOL_EVERY-th run is also fed to `promtool check metrics`. */
 const PROMTOOL_EVERY = 20
 
-// SPEC §2, written out again here rather than read from lib/allowlist.ts.
+// design §2, written out again here rather than read from lib/allowlist.ts.
 const FAMILIES = [
   ['mq_broker_uptime_seconds', 'gauge', []],
   ['mq_connections', 'gauge', []],
@@ -153,7 +153,7 @@ function parseExposition(text) {
   return { families }
 }
 
-/** SPEC §3.1, independently: per code point (a lone surrogate is one), anything outside [A-Za-z0-9_-] → `_`. */
+/** design §3.1, independently: per code point (a lone surrogate is one), anything outside [A-Za-z0-9_-] → `_`. */
 function sanitize(raw) {
   let out = ''
   for (const ch of raw) out += /^[A-Za-z0-9_-]$/.test(ch) ? ch : '_'
@@ -171,11 +171,11 @@ const unit = fc.oneof(
   { weight: 2, arbitrary: fc.string({ unit: 'binary', minLength: 1, maxLength: 1 }) },
 )
 
-/** A name the API accepts: 1 to 1,024 UTF-16 units (SPEC §3.6), often exactly 1,024. */
+/** A name the API accepts: 1 to 1,024 UTF-16 units (design §3.6), often exactly 1,024. */
 const name = fc.oneof(
   { weight: 10, arbitrary: fc.array(unit, { minLength: 1, maxLength: 24 }).map((parts) => parts.join('').slice(0, 1024)) },
   { weight: 1, arbitrary: fc.array(unit, { minLength: 1, maxLength: 8 }).map((parts) => parts.join('').repeat(1024).slice(0, 1024)) },
-  // Distinct raw names that all sanitize to `a_b` (SPEC §3.5 collisions).
+  // Distinct raw names that all sanitize to `a_b` (design §3.5 collisions).
   { weight: 3, arbitrary: fc.constantFrom('a.b', 'a/b', 'a b', 'a_b', 'a\ud800b', 'a\udfffb', 'a\u{1F600}b', 'a\nb', 'a"b', 'a\\b', 'a\u00e9b') },
 )
 
@@ -209,7 +209,7 @@ function get(port, path) {
 const PROMTOOL = process.env.PROMTOOL || 'promtool'
 const promtoolMissing = Boolean(spawnSync(PROMTOOL, ['--version'], { encoding: 'utf8' }).error)
 if (promtoolMissing && process.env.CI) throw new Error(`CI: ${PROMTOOL} is not installed (apt-get install prometheus)`)
-// The findings SPEC §2 forces on mq_e2e_latency_ms (see render.test.js); promtool lints only
+// The findings design §2 forces on mq_e2e_latency_ms (see render.test.js); promtool lints only
 // families with samples, so these appear exactly when latency samples do.
 const FORCED_FINDINGS = [
   'mq_e2e_latency_ms metric names should not contain abbreviated units',
@@ -285,7 +285,7 @@ for (const backend of backends()) {
         const family = (n) => families.find((f) => f.name === n)
         const value = (n, ...labels) => family(n).samples.find((s) => s.labels.every(([, v], i) => v === labels[i]))?.value
 
-        // Exactly the sanitized names, merged (SPEC §3.5), with the merged numbers.
+        // Exactly the sanitized names, merged (design §3.5), with the merged numbers.
         const topicLabels = family('mq_topic_messages_produced_total').samples.map((s) => s.labels[0][1])
         if (topicLabels.join('\n') !== [...expected.keys()].sort().join('\n')) throw new Error(`topic labels ${JSON.stringify(topicLabels)} vs ${JSON.stringify([...expected.keys()])}`)
         for (const [label, model] of expected) {
@@ -326,7 +326,7 @@ for (const backend of backends()) {
           const narrowed = surface.stats('topics', { topic: spec.name }).topics
           if (narrowed.length !== 1 || narrowed[0].topic !== spec.name) throw new Error('stats narrowed by a raw name')
         }
-        // Raw names that share a label are listed together (SPEC §3.5).
+        // Raw names that share a label are listed together (design §3.5).
         const collisions = surface.stats('collisions').topics
         for (const [label] of expected) {
           const names = topics.filter((x) => sanitize(x.name) === label).map((x) => x.name).sort()

@@ -69,7 +69,7 @@ for (const backend of backends()) {
     t.equal(faults[1].code, 'CONNECTIONS_UNDERFLOW')
   })
 
-  t.test(`${backend}: SPEC §5 invariants — fault or fatal, value kept, nothing half-applied`, async (t) => {
+  t.test(`${backend}: design §5 invariants — fault or fatal, value kept, nothing half-applied`, async (t) => {
     const surface = surfaceOn(t, backend, { max_in_flight: 3 })
     const faults = faultsOf(surface, { ignore: ['CONSERVATION_BROKEN'] })
     const orders = surface.topic('orders')
@@ -81,7 +81,7 @@ for (const backend of backends()) {
     t.same(topicNumbers(surface, 'orders'), before, 'a fatal last_seq decrease must change nothing')
     t.equal(faults.at(-1).code, 'SEQ_REGRESSION', 'the fatal error is also in the fault log')
 
-    // SPEC §4: the n-th message of a partition has seq n. A batch of `count` ending at `seq` is
+    // design §4: the n-th message of a partition has seq n. A batch of `count` ending at `seq` is
     // seqs seq − count + 1 … seq, and each must be above last_seq (10 here).
     const refused = [
       ['the same seq again (one message counted twice)', 10, 1, 10, /would not increase: a batch of 1 ending at seq 10 starts at 10, not above last_seq 10/],

@@ -1,5 +1,5 @@
 'use strict'
-// The /metrics renderer (SPEC §2, §3) against hand-reviewed golden files, byte for byte, and
+// The /metrics renderer (design §2, §3) against hand-reviewed golden files, byte for byte, and
 // against a deliberately naive reference renderer on seeded random snapshots. Run
 // `npx tsc -p tsconfig.json` first. `UPDATE_GOLDEN=1` rewrites test/golden/*.prom — review every
 // changed line against the spec before committing one.
@@ -30,7 +30,7 @@ function sum(values) {
 
 /**
  * A Snapshot as lib/snapshot.ts describes it. `partitions` is { number: lastSeq }; each group
- * gives its ack floor per partition (missing = 0); depth and lag are derived as SPEC §4 says and
+ * gives its ack floor per partition (missing = 0); depth and lag are derived as design §4 says and
  * the topic's delivered/dropped/dlq are its groups' sums.
  */
 function topicOf(name, { produced = 0, bytes = 0, partitions = {}, groups = [] } = {}) {
@@ -110,7 +110,7 @@ const cases = {
     ],
   }),
 
-  // SPEC §3.1: each code point outside [A-Za-z0-9_-] becomes one `_` (an emoji and a lone
+  // design §3.1: each code point outside [A-Za-z0-9_-] becomes one `_` (an emoji and a lone
   // surrogate included); `a.b` and `a b` therefore share one series.
   sanitize: () => snapshotOf({
     topics: [
@@ -124,7 +124,7 @@ const cases = {
     ],
   }),
 
-  // SPEC §3.5: three raw topics share the label `a_b`; partitions and groups overlap between them
+  // design §3.5: three raw topics share the label `a_b`; partitions and groups overlap between them
   // and two groups of one topic collide with each other.
   collisions: () => snapshotOf({
     topics: [
@@ -152,7 +152,7 @@ const cases = {
     ],
   }),
 
-  // SPEC §2: counters are 64-bit and print exactly above 2^53, including sums made by a merge.
+  // design §2: counters are 64-bit and print exactly above 2^53, including sums made by a merge.
   'big-counters': () => {
     const u64max = 2n ** 64n - 1n
     const snapshot = snapshotOf({
@@ -208,7 +208,7 @@ t.test('the same snapshot renders to identical bytes, cached or not', async (t) 
 })
 
 t.test('every family has HELP and TYPE, in allowlist order, and nothing else is emitted', async (t) => {
-  t.equal(METRICS.length, 15, 'SPEC §2: exactly 15 families')
+  t.equal(METRICS.length, 15, 'design §2: exactly 15 families')
   t.ok(Object.isFrozen(METRICS) && METRICS.every((m) => Object.isFrozen(m) && Object.isFrozen(m.labels)), 'the allowlist cannot be mutated')
   t.equal(METRICS_CONTENT_TYPE, 'text/plain; version=0.0.4; charset=utf-8')
   for (const name of Object.keys(cases)) {
@@ -236,7 +236,7 @@ t.test('no two samples share a name and label set', async (t) => {
   }
 })
 
-t.test('collisions merge as SPEC §3.5 says', async (t) => {
+t.test('collisions merge as design §3.5 says', async (t) => {
   const text = new Renderer().render(cases.collisions()).toString('utf8')
   const sample = (series) => {
     const line = text.split('\n').find((l) => l.startsWith(series + ' '))
@@ -302,7 +302,7 @@ t.test('formatFloat: shortest round trip, NaN and ±Inf as Prometheus spells the
     'latency quantiles are floats, in p50, p90, p99 order')
 })
 
-t.test('labels: sanitize per code point, then escape (SPEC §3.1–3.3)', async (t) => {
+t.test('labels: sanitize per code point, then escape (design §3.1–3.3)', async (t) => {
   const sanitize = [
     ['orders', 'orders', 'allowed characters pass'],
     ['Az09_-', 'Az09_-', 'the whole allowed set'],
@@ -488,8 +488,8 @@ t.test('promtool check metrics accepts every golden exposition', async (t) => {
     return
   }
   // The findings the spec forces, both on mq_e2e_latency_ms and nothing else:
-  // - SPEC §2 names the family `mq_e2e_latency_ms`: an abbreviated unit (ms), not base seconds.
-  // - SPEC §2 gives it a `quantile` label (p50/p90/p99) while its TYPE is gauge: the estimator is
+  // - design §2 names the family `mq_e2e_latency_ms`: an abbreviated unit (ms), not base seconds.
+  // - design §2 gives it a `quantile` label (p50/p90/p99) while its TYPE is gauge: the estimator is
   //   not a Prometheus summary (no _sum/_count, and the quantile values are not numbers).
   //   promtool reports this once per sample.
   // promtool lints only families that have samples, so these appear only when latency does.
@@ -593,7 +593,7 @@ function tornSurface(t, prefix, count) {
 
 t.test('GET /metrics rendered in slices is one moment\'s numbers, never a torn scrape', async (t) => {
   // If this failed, recording or removing topics while a large scrape renders could mix numbers
-  // from before and after into one body (SPEC §2: same state ⇒ byte-identical output).
+  // from before and after into one body (design §2: same state ⇒ byte-identical output).
   const { surface, handles } = tornSurface(t, 'torn', 400)
   const { answer, before, slicesSeen } = await scrapeWhileMeddling(t, surface, handles, {}, 10)
   t.ok(slicesSeen > 3, `the state changed between slices (${slicesSeen} times before the body was complete)`)

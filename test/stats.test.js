@@ -1,5 +1,5 @@
 'use strict'
-// /stats views (SPEC §7) from hand-built snapshots: each view's exact shape, narrowing, the 400
+// /stats views (design §7) from hand-built snapshots: each view's exact shape, narrowing, the 400
 // errors, and exact integers through lib/json.ts. Run `npx tsc -p tsconfig.json` first.
 const t = require('tap')
 const { statsView, statsFromQuery, StatsError, STATS_VIEWS } = require('../dist/stats.js')
@@ -68,7 +68,7 @@ function context(overrides = {}) {
   }
 }
 
-t.test('STATS_VIEWS is the SPEC §7 list, in order', async (t) => {
+t.test('STATS_VIEWS is the design §7 list, in order', async (t) => {
   t.strictSame([...STATS_VIEWS], ALLOWED.split(', '))
 })
 

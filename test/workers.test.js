@@ -1,5 +1,5 @@
 'use strict'
-// SPEC §11: recording from worker threads lands in the same numbers, with no lost update.
+// design §11: recording from worker threads lands in the same numbers, with no lost update.
 const t = require('tap')
 const path = require('node:path')
 const { Worker } = require('node:worker_threads')
@@ -81,7 +81,7 @@ t.test('attachSurface refuses anything but a share() result', async (t) => {
   t.throws(() => lib.attachSurface(null), TypeError)
 })
 
-// SPEC §5 across threads: a partition written by one thread keeps its last_seq hint to itself
+// design §5 across threads: a partition written by one thread keeps its last_seq hint to itself
 // (no shared write per call); the moment a second thread writes it, both check against the hint.
 const STEPPER = `
   const { parentPort, workerData } = require('node:worker_threads')
