@@ -1,5 +1,5 @@
 'use strict'
-// Attaching a worker after a long history (issue #20): the time attachSurface() and the first
+// Attaching a worker after a long history: the time attachSurface() and the first
 // name lookup take in a worker (which replays the registration log) on a surface that saw
 // 1,000,000 topic registrations come and go, against a fresh surface with the same live state.
 // Rounds alternate between the two; medians of each are printed, and their ratio.

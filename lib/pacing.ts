@@ -1,4 +1,4 @@
-// Issue 8: a scraper that asks for /metrics back to back must not take the broker's CPU. The
+// A scraper that asks for /metrics back to back must not take the broker's CPU. The
 // scrape work of one surface on the main thread — snapshot, conservation check, render,
 // compression — is paced by a token bucket kept in milliseconds of the main thread's time: it
 // fills at `share` ms per ms of wall-clock time up to `burstMs`, and a slice of scrape work runs

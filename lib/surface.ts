@@ -31,7 +31,7 @@ export const LATENCY_WINDOW_MS = 60_000
 /** How often the main thread picks up faults raised in worker threads. */
 const WORKER_FAULT_POLL_MS = 1000
 /**
- * Issue 8: a render must not block the event loop for more than ~25 ms. GET /metrics renders in
+ * A render must not block the event loop for more than ~25 ms (bench row `render blocking`). GET /metrics renders in
  * slices of about this long (the first one includes the snapshot) with the event loop free between
  * them; a scrape that fits in one slice is answered without a yield.
  */

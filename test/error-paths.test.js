@@ -1,5 +1,5 @@
 'use strict'
-// Every error path answers as documented (issue #21, finding 5): a mounted handler after close(),
+// Every error path answers as documented: a mounted handler after close(),
 // a bad Expect header, and attachSurface() of something that is not a share().
 const t = require('tap')
 const http = require('node:http')

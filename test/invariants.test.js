@@ -1,5 +1,5 @@
 'use strict'
-// Invariants that must hold whichever threads make the calls (issue #21, findings 1 and 3): every
+// Invariants that must hold whichever threads make the calls: every
 // interleaving here is scripted call by call across a real worker and the main thread.
 const t = require('tap')
 const { backends, surfaceOn, faultsOf, scriptedWorker } = require('./helpers')

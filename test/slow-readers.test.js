@@ -1,5 +1,5 @@
 'use strict'
-// Bounded memory per client (issue #21, finding 4): a client that never reads a /metrics answer
+// Bounded memory per client: a client that never reads a /metrics answer
 // made the broker hold a whole body (11 MB here) until the 30 s idle timeout, with no cap on how
 // many. Now the bodies held by responses still being written are bounded (maxScrapeBytes): past
 // it, clients that stopped reading are cut, oldest first, or a scrape gets a fast 503 with

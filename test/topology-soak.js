@@ -1,5 +1,5 @@
 'use strict'
-// Topology churn for months, compressed (issue #20): the main thread creates and removes topics
+// Topology churn for months, compressed: the main thread creates and removes topics
 // (and a group on each) cycle after cycle while worker threads record on whichever topics are live.
 // At the end of each quarter heap + external memory, RSS, the registration log and the slots
 // reserved are measured after a full GC; at the end every surviving counter is compared with what

@@ -1,6 +1,6 @@
 'use strict'
-// Faults raised in worker threads reach the main thread for the surface's whole life (issue #21,
-// finding 2): before, after 10,000 worker faults in a surface's life every later one was lost (no
+// Faults raised in worker threads reach the main thread for the surface's whole life: before,
+// after 10,000 worker faults in a surface's life every later one was lost (no
 // event, no count) and the counts were wrong. Counts are exact; records beyond what the ring holds
 // between two drains are summarised as FAULTS_SUPPRESSED; memory stays bounded.
 const t = require('tap')
