@@ -25,7 +25,6 @@ interface NativeAddon {
   arenaCreate(chunkBytes: number): number
   arenaChunk(id: number, k: number): ArrayBuffer | undefined
   arenaRelease(id: number): void
-  sumRows(out: Float64Array, rows: Float64Array[], start: number, length: number): void
   latencyQuantiles?(counts: Float64Array, offset: number): { p50: number; p90: number; p99: number; count: number } | null
   latencyBuckets?: number
 }

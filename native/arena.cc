@@ -1,18 +1,27 @@
 // The process-wide slot memory: arenas of fixed-size chunks that every thread of the process
 // maps as its own external ArrayBuffer over the same bytes. Recording happens in JavaScript on
 // those views (a plain Float64Array store costs 1–3 ns; an N-API call costs 10–25 ns on Node 20),
-// so this file only allocates, maps, sums and frees. No strings, no policy (STYLE: native/).
+// so this file only allocates, maps and frees. No strings, no policy.
 #include <napi.h>
 
 #include <atomic>
 #include <cstdint>
-#include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <new>
 #include <unordered_map>
 #include <vector>
 
+#include "args.h"
+
 namespace {
+
+// Chunks are 64-byte aligned so that rows of different threads never share a cache line.
+constexpr std::align_val_t kChunkAlignment{64};
+// Bounds on what a caller may ask for: a chunk of 64 bytes to 1 GiB, and 2^24 chunks per arena.
+constexpr double kMinChunkBytes = 64;
+constexpr double kMaxChunkBytes = 1 << 30;
+constexpr double kMaxChunks = 1 << 24;
 
 struct Arena {
   size_t chunkBytes;
@@ -32,7 +41,9 @@ std::unordered_map<uint32_t, Arena*> gArenas;
 uint32_t gNextId = 1;
 
 void FreeArenaLocked(uint32_t id, Arena* arena) {
-  for (void* chunk : arena->chunks) std::free(chunk);
+  for (void* chunk : arena->chunks) {
+    if (chunk != nullptr) ::operator delete(chunk, kChunkAlignment);
+  }
   delete arena;
   gArenas.erase(id);
 }
@@ -56,7 +67,14 @@ void FinalizeView(Napi::Env, void*, ViewHint* hint) {
 
 Napi::Value ArenaCreate(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
-  size_t chunkBytes = info[0].As<Napi::Number>().Uint32Value();
+  uint64_t chunkBytes;
+  if (!args::Count(info, 1, "arenaCreate") || !args::Integer(info, 0, "arenaCreate", "chunkBytes", kMinChunkBytes, kMaxChunkBytes, &chunkBytes)) {
+    return env.Undefined();
+  }
+  if (chunkBytes % 64 != 0) {
+    Napi::RangeError::New(env, "arenaCreate: chunkBytes must be a multiple of 64").ThrowAsJavaScriptException();
+    return env.Undefined();
+  }
   std::lock_guard<std::mutex> lock(gMutex);
   uint32_t id = gNextId++;
   Arena* arena = new Arena();
@@ -69,13 +87,17 @@ Napi::Value ArenaCreate(const Napi::CallbackInfo& info) {
 // rows of different threads never share a cache line) the first time any thread asks for it.
 Napi::Value ArenaChunk(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
-  uint32_t id = info[0].As<Napi::Number>().Uint32Value();
-  uint32_t k = info[1].As<Napi::Number>().Uint32Value();
+  uint64_t id;
+  uint64_t k;
+  if (!args::Count(info, 2, "arenaChunk") || !args::Integer(info, 0, "arenaChunk", "id", 1, UINT32_MAX, &id) ||
+      !args::Integer(info, 1, "arenaChunk", "k", 0, kMaxChunks - 1, &k)) {
+    return env.Undefined();
+  }
   void* data;
   size_t bytes;
   {
     std::lock_guard<std::mutex> lock(gMutex);
-    auto it = gArenas.find(id);
+    auto it = gArenas.find(static_cast<uint32_t>(id));
     if (it == gArenas.end() || it->second->released) {
       // lib/backend.ts turns this code into a ClosedError, as the JS backend throws.
       Napi::Error error = Napi::Error::New(env, "mq-metrics: the surface's native arena was closed");
@@ -86,7 +108,7 @@ Napi::Value ArenaChunk(const Napi::CallbackInfo& info) {
     Arena* arena = it->second;
     if (arena->chunks.size() <= k) arena->chunks.resize(k + 1, nullptr);
     if (arena->chunks[k] == nullptr) {
-      void* chunk = std::aligned_alloc(64, arena->chunkBytes);
+      void* chunk = ::operator new(arena->chunkBytes, kChunkAlignment, std::nothrow);
       if (chunk == nullptr) {
         Napi::Error::New(env, "mq-metrics: out of memory allocating a counter chunk").ThrowAsJavaScriptException();
         return env.Undefined();
@@ -103,7 +125,7 @@ Napi::Value ArenaChunk(const Napi::CallbackInfo& info) {
   // into that environment, which node-addon-api turns into a fatal error that aborts the whole
   // process. Called directly: on failure the view that was counted is given back, and the worker
   // just stops (its termination is already under way).
-  ViewHint* hint = new ViewHint{id};
+  ViewHint* hint = new ViewHint{static_cast<uint32_t>(id)};
   napi_value buffer;
   napi_status status = napi_create_external_arraybuffer(
       env, data, bytes, [](napi_env e, void*, void* h) { FinalizeView(Napi::Env(e), nullptr, static_cast<ViewHint*>(h)); }, hint,
@@ -117,31 +139,16 @@ Napi::Value ArenaChunk(const Napi::CallbackInfo& info) {
 
 // arenaRelease(id): the surface is closed. Memory goes when the last view is collected.
 Napi::Value ArenaRelease(const Napi::CallbackInfo& info) {
-  uint32_t id = info[0].As<Napi::Number>().Uint32Value();
+  uint64_t wide;
+  if (!args::Count(info, 1, "arenaRelease") || !args::Integer(info, 0, "arenaRelease", "id", 1, UINT32_MAX, &wide)) {
+    return info.Env().Undefined();
+  }
+  uint32_t id = static_cast<uint32_t>(wide);
   std::lock_guard<std::mutex> lock(gMutex);
   auto it = gArenas.find(id);
   if (it != gArenas.end() && !it->second->released) {
     it->second->released = true;
     if (it->second->views.load(std::memory_order_relaxed) == 0) FreeArenaLocked(id, it->second);
-  }
-  return info.Env().Undefined();
-}
-
-// sumRows(out, rows, start, length): out[i] = Σ_r rows[r][start + i] for i < length. The scrape
-// path's inner loop (one add per thread row per slot); in C++ it vectorises.
-Napi::Value SumRows(const Napi::CallbackInfo& info) {
-  Napi::Float64Array out = info[0].As<Napi::Float64Array>();
-  Napi::Array rows = info[1].As<Napi::Array>();
-  uint32_t start = info[2].As<Napi::Number>().Uint32Value();
-  uint32_t length = info[3].As<Napi::Number>().Uint32Value();
-  double* dst = out.Data();
-  std::memset(dst, 0, sizeof(double) * length);
-  uint32_t n = rows.Length();
-  for (uint32_t r = 0; r < n; r++) {
-    Napi::Value value = rows[r];
-    if (!value.IsTypedArray()) continue;
-    const double* src = value.As<Napi::Float64Array>().Data() + start;
-    for (uint32_t i = 0; i < length; i++) dst[i] += src[i];
   }
   return info.Env().Undefined();
 }
@@ -152,5 +159,4 @@ void InitArena(Napi::Env env, Napi::Object exports) {
   exports.Set("arenaCreate", Napi::Function::New(env, ArenaCreate));
   exports.Set("arenaChunk", Napi::Function::New(env, ArenaChunk));
   exports.Set("arenaRelease", Napi::Function::New(env, ArenaRelease));
-  exports.Set("sumRows", Napi::Function::New(env, SumRows));
 }

@@ -10,6 +10,8 @@
 #include <cstdint>
 #include <cstring>
 
+#include "args.h"
+
 namespace {
 
 // 32 octaves, [2^-10, 2^22) ms, each split into 64 sub-buckets (lib/latency.ts: the layout).
@@ -33,8 +35,19 @@ double BucketMidpoint(uint32_t index) {
 // latencyQuantiles(counts: Float64Array, offset: number) → { p50, p90, p99, count } | null
 Napi::Value LatencyQuantiles(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
+  if (!args::Count(info, 2, "latencyQuantiles")) return env.Undefined();
+  if (!info[0].IsTypedArray() || info[0].As<Napi::TypedArray>().TypedArrayType() != napi_float64_array) {
+    Napi::TypeError::New(env, "latencyQuantiles: counts must be a Float64Array").ThrowAsJavaScriptException();
+    return env.Undefined();
+  }
   Napi::Float64Array array = info[0].As<Napi::Float64Array>();
-  const double* counts = array.Data() + info[1].As<Napi::Number>().Uint32Value();
+  uint64_t offset;
+  if (!args::Integer(info, 1, "latencyQuantiles", "offset", 0, static_cast<double>(UINT32_MAX), &offset)) return env.Undefined();
+  if (offset + kBuckets > array.ElementLength()) {
+    Napi::RangeError::New(env, "latencyQuantiles: counts must hold " + std::to_string(kBuckets) + " buckets from offset").ThrowAsJavaScriptException();
+    return env.Undefined();
+  }
+  const double* counts = array.Data() + offset;
 
   // Four running sums, grouped as in the TypeScript (see there why this is exact).
   double sum0 = 0, sum1 = 0, sum2 = 0, sum3 = 0;

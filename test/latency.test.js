@@ -17,7 +17,7 @@ const {
 let native = null
 let nativeMissing = 'the native addon is not built (run `npx node-gyp rebuild`)'
 try {
-  native = require('../build/Release/mq_metrics.node')
+  native = require(process.env.MQ_METRICS_ADDON_PATH || '../build/Release/mq_metrics.node') // the sanitizer run's build, if set
   if (typeof native.latencyQuantiles !== 'function') {
     nativeMissing = 'build/Release/mq_metrics.node predates latencyQuantiles (rebuild it)'
     native = null
