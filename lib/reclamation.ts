@@ -27,11 +27,6 @@ export const ANNOUNCE_MS = 10
 /** What a thread announces when it will never record again (it exited). */
 const DETACHED = 2n ** 62n
 
-/** The current epoch. */
-export function currentEpoch(memory: Memory): number {
-  return Number(Atomics.load(memory.wide, B_EPOCH))
-}
-
 /**
  * Announces that this thread is between tasks: inside no recording call. Only ever called from a
  * timer callback, or at a point the caller proves quiescent (a removal by this thread).

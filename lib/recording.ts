@@ -311,11 +311,6 @@ export class Topic {
     return goneError(this.#control, this.name)
   }
 
-  /** Where a group handle checks this topic's liveness itself (no call, no chain of fields). */
-  liveness(): [Float64Array, number, number] {
-    return [this.#tag, this.#index, this.#id]
-  }
-
   /**
    * design §12: `count` messages were durably appended to `partition`; the last has `seq`.
    * Returns false (fault WRITE_WHILE_READ_ONLY, nothing changes) while the quorum is read_only.

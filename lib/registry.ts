@@ -605,10 +605,7 @@ export class Registry {
         // Every thread replays the same entries into the same queues, so it queues the same
         // blocks in the same order. They wait for the removal's epoch (reclamation.ts).
         for (const slot of topic.partitionSlots) this.#release(PARTITION_SLOTS, slot, epoch)
-        for (const group of [...topic.groups, ...topic.retiring]) {
-          for (const slot of group.floorSlots) this.#release(FLOOR_SLOTS, slot, epoch)
-          this.#release(GROUP_SLOTS, group.slot, epoch)
-        }
+        for (const group of [...topic.groups, ...topic.retiring]) this.#releaseGroup(group, epoch)
         this.#release(TOPIC_SLOTS, topic.slot, epoch)
         this.#forgetTopic(topic)
         break
@@ -652,8 +649,7 @@ export class Registry {
         const groupId = narrow(log[f + 2], log[f + 3])
         const group = groupId === 0 ? undefined : this.#groupsById.get(groupId)
         if (group !== undefined) {
-          for (const slot of group.floorSlots) this.#release(FLOOR_SLOTS, slot, group.retireEpoch)
-          this.#release(GROUP_SLOTS, group.slot, group.retireEpoch)
+          this.#releaseGroup(group, group.retireEpoch)
           this.#forgetGroup(group)
         }
         break
@@ -703,6 +699,12 @@ export class Registry {
       }
     }
     for (let i = 0; i < size; i++) this.folds.delete(slot + i)
+  }
+
+  /** A group's blocks (its cells and its floors), freed at `epoch`. */
+  #releaseGroup(group: GroupEntity, epoch: number): void {
+    for (const slot of group.floorSlots) this.#release(FLOOR_SLOTS, slot, epoch)
+    this.#release(GROUP_SLOTS, group.slot, epoch)
   }
 
   #release(size: number, slot: number, epoch: number): void {

@@ -6,6 +6,23 @@ const { backends, surfaceOn, faultsOf, scriptedWorker } = require('./helpers')
 
 const MAX = Number.MAX_SAFE_INTEGER
 
+/**
+ * 8 messages settled of 6 dispatched, by two threads whose own-share fast paths cannot see it:
+ * in_flight sums to −2 and no fault has been raised yet.
+ */
+async function overSettled(t, backend) {
+  const surface = surfaceOn(t, backend, { max_in_flight: 10 })
+  const faults = faultsOf(surface, { ignore: ['CONSERVATION_BROKEN'] })
+  const a = await scriptedWorker(surface)
+  t.teardown(() => a.close())
+  const group = surface.topic('t').group('g')
+  group.dispatch(4)
+  await a.call('t', 'g', 'dispatch', 2) // A's own share: 2
+  await a.call('t', 'g', 'dropped', 4) // beyond its share: checked across threads (6 in flight), A's share −2, Σ = 2
+  group.delivered(4) // main's own share 4 covers it: 8 settled of 6 dispatched, Σ = −2
+  return { surface, faults, a, group }
+}
+
 for (const backend of backends()) {
   t.test(`${backend}: settling more than was dispatched across threads is IN_FLIGHT_UNDERFLOW, and dispatch() keeps its bound`, async (t) => {
     // Before: A dispatch(5), main delivered(3), A delivered(5) settled 8 of 5 unseen; in_flight
@@ -29,15 +46,7 @@ for (const backend of backends()) {
   })
 
   t.test(`${backend}: an over-settlement nobody dispatches after is found by the next dispatch, in either thread`, async (t) => {
-    const surface = surfaceOn(t, backend, { max_in_flight: 10 })
-    const faults = faultsOf(surface, { ignore: ['CONSERVATION_BROKEN'] })
-    const a = await scriptedWorker(surface)
-    t.teardown(() => a.close())
-    const group = surface.topic('t').group('g')
-    group.dispatch(4)
-    await a.call('t', 'g', 'dispatch', 2) // A's own share: 2
-    await a.call('t', 'g', 'dropped', 4) // beyond its share: checked across threads (6 in flight), A's share −2, Σ = 2
-    group.delivered(4) // main's own share 4 covers it: 8 settled of 6 dispatched, Σ = −2, unseen by this fast path
+    const { surface, faults, a, group } = await overSettled(t, backend)
     t.equal(await a.call('t', 'g', 'dispatch', 10), true, 'the worker\'s dispatch repairs in_flight to 0 first, then 10 fit')
     await new Promise((resolve) => setTimeout(resolve, 1100)) // worker faults reach the main thread within a second
     surface.render()
@@ -46,15 +55,7 @@ for (const backend of backends()) {
   })
 
   t.test(`${backend}: an over-settlement is found by the next scrape when nobody dispatches`, async (t) => {
-    const surface = surfaceOn(t, backend, { max_in_flight: 10 })
-    const faults = faultsOf(surface, { ignore: ['CONSERVATION_BROKEN'] })
-    const a = await scriptedWorker(surface)
-    t.teardown(() => a.close())
-    const group = surface.topic('t').group('g')
-    group.dispatch(4)
-    await a.call('t', 'g', 'dispatch', 2)
-    await a.call('t', 'g', 'dropped', 4) // across threads: A's share −2, Σ = 2
-    group.delivered(4) // Σ = −2, unseen by this fast path
+    const { surface, faults, group } = await overSettled(t, backend)
     t.same(faults, [], 'not seen yet')
     t.match(surface.render(), 'mq_group_in_flight{topic="t",group="g"} 0\n', 'the scrape shows 0…')
     t.same(faults.map((f) => [f.code, f.attempted]), [['IN_FLIGHT_UNDERFLOW', -2]], '…and reports the over-settlement once')
