@@ -1,13 +1,14 @@
-// design §4: the conservation identity, checked at scrape time. Per group g of a topic, since the
-// moment the checker first saw g:
+// design §4: the conservation identity, checked at scrape time. Per group g of a topic, since g
+// was registered:
 //
 //   residual_g = Δproduced − Δdelivered_g − Δdropped_g − Δdepth_g     (0 for honest accounting)
 //
 // where depth_g = Σ_p (last_seq_p − ack_floor_{g,p}) counts every message g has not settled. The
 // identity only has to hold in a quiet window: between a settlement's ackFloor() and its
 // delivered()/dropped() call (or while a producer in another thread is between its two writes)
-// a busy group shows transient non-zero residuals. The baseline itself is taken only in a quiet,
-// stable moment, so a transient can never be frozen into it. A quiet, non-zero residual is a fault
+// a busy group shows transient non-zero residuals. The baseline is the group's balance at
+// registration (0, or what `from: 'latest'` skipped), recorded with the group itself, so no
+// transient can be frozen into it and no mistake is absorbed. A quiet, non-zero residual is a fault
 // (`CONSERVATION_BROKEN`), raised once per episode rather than once per scrape.
 import type { FaultRecord } from './faults'
 import type { Count, GroupSnapshot, Snapshot, TopicSnapshot } from './snapshot'
@@ -19,11 +20,8 @@ export interface ConservationGroup {
   delivered: Count
   dropped: Count
   depth: number
-  /**
-   * Δproduced − Δdelivered − Δdropped − Δdepth since the group's baseline; null until a baseline
-   * was taken (the first quiet, stable moment after the group was first seen).
-   */
-  residual: number | bigint | null
+  /** Δproduced − Δdelivered − Δdropped − Δdepth since the group was registered. */
+  residual: number | bigint
   /** The group had nothing in flight and its numbers were stable across a re-read. */
   quiet: boolean
 }
@@ -66,7 +64,7 @@ export class ConservationChecker {
   // baselines and episodes) are forgotten with it, and a topic created again starts afresh.
   readonly #baselines = new WeakMap<object, Baseline>()
   /** Set by #group(): what it found (two results without an object per group and scrape). */
-  #residual: number | bigint | null = null
+  #residual: number | bigint = 0
   #quiet = false
 
   constructor(onBroken: (fault: FaultRecord) => void) {
@@ -132,21 +130,12 @@ export class ConservationChecker {
     reread: (topic: TopicSnapshot) => TopicSnapshot,
   ): TopicSnapshot | undefined {
     let baseline = this.#baselines.get(group.key)
-    let quiet = group.inFlight === 0
     if (baseline === undefined) {
-      // Only a quiet moment that a re-read confirms is a trustworthy starting point.
-      if (quiet) {
-        fresh ??= reread(topic)
-        quiet = sameNumbers(topic, group, fresh)
-      }
-      if (!quiet) {
-        this.#residual = null
-        this.#quiet = false
-        return fresh
-      }
-      baseline = new Baseline(balanceOf(topic.produced, group))
+      // Taken at registration, not at the first scrape: a mistake made before any scrape shows too.
+      baseline = new Baseline(group.start)
       this.#baselines.set(group.key, baseline)
     }
+    let quiet = group.inFlight === 0
     const residual = residualOf(baseline, topic.produced, group)
     if (residual === 0 || residual === 0n) {
       baseline.broken = false // the episode, if any, is over

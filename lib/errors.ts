@@ -1,28 +1,46 @@
-// One error class per kind, each with a stable `code` (STYLE: Errors). HTTP error bodies reuse
-// the same codes.
+// One error class per kind, each with a stable `code` (STYLE: Errors), all under one base class.
+// HTTP error bodies reuse the same codes. Every code is listed in docs/errors.md.
+
+/** Every error this library throws: `code` is stable, the message is for people. */
+export class MqMetricsError extends Error {
+  readonly code: string
+  constructor(code: string, message: string) {
+    super(message)
+    this.name = 'MqMetricsError'
+    this.code = code
+  }
+}
+
+/**
+ * A call that contradicts how the handle is used (two ways of keeping one floor): refused before
+ * anything changes, because the numbers would silently stop adding up.
+ */
+export class UsageError extends MqMetricsError {
+  constructor(code: string, message: string) {
+    super(code, message)
+    this.name = 'UsageError'
+  }
+}
 
 /** Bad configuration or environment at startup: names the key (or variable) at fault. */
-export class ConfigError extends Error {
-  readonly code = 'CONFIG_INVALID'
+export class ConfigError extends MqMetricsError {
   readonly key: string
   constructor(key: string, message: string) {
-    super(`${key}: ${message}`)
+    super('CONFIG_INVALID', `${key}: ${message}`)
     this.name = 'ConfigError'
     this.key = key
   }
 }
 
 /** design §5: an invariant whose violation means the broker's own state is corrupt. */
-export class FatalInvariantError extends Error {
-  readonly code: string
+export class FatalInvariantError extends MqMetricsError {
   readonly metric: string
   readonly labels: Record<string, string>
   readonly previous: number
   readonly attempted: number
   constructor(code: string, metric: string, labels: Record<string, string>, previous: number, attempted: number, detail?: string) {
-    super(`${code}: ${metric}${formatLabels(labels)} ${detail ?? `would decrease from ${previous} to ${attempted}`}`)
+    super(code, `${code}: ${metric}${formatLabels(labels)} ${detail ?? `would decrease from ${previous} to ${attempted}`}`)
     this.name = 'FatalInvariantError'
-    this.code = code
     this.metric = metric
     this.labels = labels
     this.previous = previous
@@ -31,28 +49,25 @@ export class FatalInvariantError extends Error {
 }
 
 /** A handle used after its topic was removed with `surface.removeTopic()`. */
-export class RemovedTopicError extends Error {
-  readonly code = 'TOPIC_REMOVED'
+export class RemovedTopicError extends MqMetricsError {
   constructor(topic: string) {
-    super(`topic ${JSON.stringify(topic)} was removed; resolve a new handle with surface.topic()`)
+    super('TOPIC_REMOVED', `topic ${JSON.stringify(topic)} was removed; resolve a new handle with surface.topic()`)
     this.name = 'RemovedTopicError'
   }
 }
 
 /** A group handle used after its group was removed with `topic.removeGroup()`. */
-export class RemovedGroupError extends Error {
-  readonly code = 'GROUP_REMOVED'
+export class RemovedGroupError extends MqMetricsError {
   constructor(topic: string, group: string) {
-    super(`group ${JSON.stringify(group)} of topic ${JSON.stringify(topic)} was removed; resolve a new handle with topic.group()`)
+    super('GROUP_REMOVED', `group ${JSON.stringify(group)} of topic ${JSON.stringify(topic)} was removed; resolve a new handle with topic.group()`)
     this.name = 'RemovedGroupError'
   }
 }
 
 /** The surface (or the recorder of a worker) was used after `close()`. */
-export class ClosedError extends Error {
-  readonly code = 'SURFACE_CLOSED'
+export class ClosedError extends MqMetricsError {
   constructor(what: string) {
-    super(`${what} is closed`)
+    super('SURFACE_CLOSED', `${what} is closed`)
     this.name = 'ClosedError'
   }
 }

@@ -19,6 +19,13 @@ export const FAULT_CODES = [
   'WRITE_WHILE_READ_ONLY',
   'CONNECTIONS_UNDERFLOW',
   'CONSERVATION_BROKEN',
+  'SEQ_GAP',
+  'SEQ_NOT_APPENDED',
+  'ALREADY_SETTLED',
+  'ALREADY_IN_FLIGHT',
+  'NOT_IN_FLIGHT',
+  'SETTLE_WINDOW_EXCEEDED',
+  'IN_FLIGHT_LIMIT_PASSED',
 ] as const
 
 /** How many recent faults the log keeps; older ones are dropped first (counts are kept). */

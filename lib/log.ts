@@ -15,7 +15,7 @@ export const enum Entry {
   RemoveTopic = 3,
   /** topicId(2), partition, slot. */
   Partition = 4,
-  /** topicId(2), groupId(2), slot, maxInFlight, name. */
+  /** topicId(2), groupId(2), slot, maxInFlight, window, name. */
   Group = 5,
   /** groupId(2), partition, slot. */
   Floor = 6,
@@ -33,6 +33,8 @@ export const enum Entry {
   Free = 10,
   /** The checkpoint at the start of a generation is complete. */
   CheckpointEnd = 11,
+  /** groupId(2), partition, slot: a group's settlement window on a partition. */
+  Window = 12,
 }
 
 const TYPE_BITS = 4
@@ -105,7 +107,7 @@ export class RegistrationLog {
     const type = (log[within] & TYPE_MASK) as Entry
     if (type === Entry.Skip) return { log, fields: within + 1, type, next: position + (LOG_CHUNK_INTS - within) }
     const length = log[within] >>> TYPE_BITS
-    if (length < 1 || type > Entry.CheckpointEnd || type < Entry.Skip) {
+    if (length < 1 || type > Entry.Window || type < Entry.Skip) {
       throw new Error(`mq-metrics: corrupt registration log entry ${type} at ${position}`)
     }
     return { log, fields: within + 1, type, next: position + length }

@@ -4,7 +4,7 @@
 // floors and groups as sorted arrays, so a read needs no per-topic layout of its own.
 import { Memory, SHARED_ROW, SLOTS_PER_CHUNK } from './memory'
 import {
-  G_DELIVERED, G_DLQ, G_DROPPED, G_IN_FLIGHT, G_RETRIES, GroupEntity, Registry, TopicEntity,
+  G_DELIVERED, G_DLQ, G_DROPPED, G_IN_FLIGHT, G_RETRIES, G_START, P_BASE, W_SETTLED, GroupEntity, Registry, TopicEntity,
 } from './registry'
 import { Count, GroupSnapshot, Layout, MAX_SAFE, TopicSnapshot, addCount, hasNoCollisions } from './snapshot'
 
@@ -135,6 +135,18 @@ export class SnapshotReader {
     return max
   }
 
+  /** A partition's base (registry.ts P_BASE): 0 unless its first append started above seq 1. */
+  #base(slot: number): number {
+    const c = slot >>> Chunk.Shift
+    return (this.#shared[c] ?? this.#sharedOf(c))[(slot & Chunk.Mask) + P_BASE]
+  }
+
+  /** Seqs a settlement window holds settled above its floor (registry.ts W_SETTLED). */
+  #settledAbove(slot: number): number {
+    const c = slot >>> Chunk.Shift
+    return (this.#shared[c] ?? this.#sharedOf(c))[(slot & Chunk.Mask) + W_SETTLED]
+  }
+
   /** Into `floors`: `group`'s ack floor on each of `partitions` (0 where it has none). */
   #floors(group: GroupEntity, partitions: readonly number[], floors: number[] | Float64Array): void {
     const count = partitions.length
@@ -178,8 +190,13 @@ export class SnapshotReader {
     const depth: number[] = new Array(partitionCount)
     for (let p = 0; p < partitionCount; p++) {
       const seq = this.#max(lastSeqSlots[p])
-      let slowest = groupCount === 0 ? 0 : Infinity
-      for (let g = 0; g < groupCount; g++) if (floors[g][p] < slowest) slowest = floors[g][p]
+      // design §4: a partition whose first message came after seq 1 owes nothing below its base.
+      const base = this.#base(lastSeqSlots[p])
+      let slowest = groupCount === 0 ? base : Infinity
+      for (let g = 0; g < groupCount; g++) {
+        if (floors[g][p] < base) floors[g][p] = base
+        if (floors[g][p] < slowest) slowest = floors[g][p]
+      }
       lastSeq[p] = seq
       depth[p] = seq - slowest
     }
@@ -192,9 +209,16 @@ export class SnapshotReader {
       const groupFloors = floors[g]
       let lag = 0
       let groupDepth = 0
-      for (let p = 0; p < partitionCount; p++) {
-        const behind = lastSeq[p] - groupFloors[p]
+      const windows = group.windowPartitions
+      for (let p = 0, w = 0; p < partitionCount; p++) {
+        let behind = lastSeq[p] - groupFloors[p]
         if (behind > lag) lag = behind
+        if (windows.length !== 0) {
+          // design §4: what the group settled above its floor it no longer owes. Read after the
+          // floor (a settlement writes its count first), so this never goes below 0.
+          while (w < windows.length && windows[w] < numbers[p]) w++
+          if (w < windows.length && windows[w] === numbers[p]) behind -= Math.min(behind, this.#settledAbove(group.windowSlots[w]))
+        }
         groupDepth += behind
       }
       // Σ of the per-thread shares. Below 0 only when more was settled than dispatched by threads
@@ -216,6 +240,7 @@ export class SnapshotReader {
         unboxed(lag),
         unboxed(groupDepth),
         ackFloors ? (groupFloors as number[]) : undefined,
+        this.#sharedOf(group.slot >>> Chunk.Shift)[(group.slot & Chunk.Mask) + G_START],
       )
       delivered = addCount(delivered, snapshot.delivered)
       dropped = addCount(dropped, snapshot.dropped)
@@ -253,7 +278,7 @@ function unboxed(value: number): number {
 
 function groupSnapshot(
   group: GroupEntity, delivered: Count, dropped: Count, dlq: Count, retries: Count,
-  inFlight: number, lag: number, depth: number, ackFloors: readonly number[] | undefined,
+  inFlight: number, lag: number, depth: number, ackFloors: readonly number[] | undefined, start: number,
 ): GroupSnapshot {
   return {
     name: group.name,
@@ -267,6 +292,7 @@ function groupSnapshot(
     lag,
     depth,
     ackFloors,
+    start,
     key: group,
   }
 }
@@ -295,8 +321,8 @@ function topicSnapshot(
 {
   const tagged = 2n ** 64n as unknown as number
   const entity = new TopicEntity(0, '', '', 0)
-  const group = new GroupEntity(entity, 0, '', '', 0, 0)
-  topicSnapshot(entity, tagged, tagged, tagged, tagged, tagged, [], [], [groupSnapshot(group, tagged, tagged, tagged, tagged, tagged, tagged, tagged, [])], false)
+  const group = new GroupEntity(entity, 0, '', '', 0, 0, 0)
+  topicSnapshot(entity, tagged, tagged, tagged, tagged, tagged, [], [], [groupSnapshot(group, tagged, tagged, tagged, tagged, tagged, tagged, tagged, [], 0)], false)
 }
 
 function byLabelThenName(a: { label: string; name: string }, b: { label: string; name: string }): number {

@@ -3,13 +3,24 @@
 // a rejected call leaves every number as it was. Counters go to this thread's own row (a plain
 // Float64Array add: no lock, no atomic, no N-API call); the few cells that need an exact bound
 // across threads (in_flight, the dlq credit) use Atomics on the shared row.
-import { ClosedError, FatalInvariantError, RemovedGroupError, RemovedTopicError } from './errors'
+import { ClosedError, FatalInvariantError, RemovedGroupError, RemovedTopicError, UsageError } from './errors'
 import { describe, validateName } from './labels'
 import { C_CLOSED, C_NEXT_ROW, C_QUORUM, MAX_ROWS, Memory, SHARED_ROW, SLOTS_PER_CHUNK, acquire, release } from './memory'
 import { MAX_IN_FLIGHT_LIMIT } from './config'
 import {
-  G_DELIVERED, G_DLQ, G_DROPPED, G_IN_FLIGHT, G_LOCK, G_RETRIES, GroupEntity, Registry, TopicEntity,
+  DEFAULT_SETTLE_WINDOW, G_DELIVERED, G_DLQ, G_DROPPED, G_IN_FLIGHT, G_LOCK, G_RETRIES, GroupEntity, P_BASE, Registry, TopicEntity, W_BASE, W_HEADER, W_SETTLED,
 } from './registry'
+
+export const MAX_SETTLE_WINDOW = 1 << 20
+export type Outcome = 'delivered' | 'dropped'
+export interface GroupOptions {
+  /** design §5: dispatch() refuses past it; dispatched() and send() count and raise a fault. */
+  max_in_flight?: number
+  /** Where a new group starts: at each partition's start (`'earliest'`) or its last_seq (`'latest'`). */
+  from?: 'earliest' | 'latest'
+  /** Seqs above the floor that settle()/send() can track per partition (a multiple of 32). */
+  settle_window?: number
+}
 
 /** A handle's topic is gone: ClosedError once the surface is closed, else RemovedTopicError. */
 function goneError(control: Int32Array, topic: string): Error {
@@ -341,7 +352,7 @@ export class Topic {
     const at = slot & Chunk.Mask
     const own = row[at]
     const hint = hints[at]
-    if (seq - count < own || seq - count < hint) this.#regression(partition, seq, seq - count)
+    if (seq - count !== own && seq - count !== hint) this.#checkSeq(partition, seq, seq - count)
     const counters = this.#row
     // Writing marker (cell 2): a reader that finds it set knows this thread stopped between the
     // counter and last_seq writes, so it never takes such a torn moment for a quiet one.
@@ -359,6 +370,93 @@ export class Topic {
     if (seq > hint) hints[at] = seq
     counters[index + 2] = 0
     return true
+  }
+
+  /**
+   * The batch does not continue this thread's last_seq nor the shared hint: contiguous with what
+   * other threads appended (fine), a regression (fatal), the partition's first append starting
+   * above seq 1 (its base is set: design §4), or a gap (fatal: SEQ_GAP, nothing changes).
+   */
+  #checkSeq(partition: number, seq: number, before: number): void {
+    const slot = this.#lastSeqSlots[partition]
+    const highest = this.#recorder.highest(slot)
+    if (before === highest) return
+    if (before < highest) this.#regression(partition, seq, before)
+    if (highest === 0 && this.#recorder.registry.setBase(this.entity, slot, before)) return
+    const labels = this.#labels(partition)
+    const message = `would skip seqs ${highest + 1}…${before}: a batch of ${seq - before} ending at seq ${seq} must start at ${highest + 1} (the n-th message of a partition has seq n; topic.append() assigns seqs)`
+    this.#recorder.fault('SEQ_GAP', 'mq_partition_last_seq', labels, highest, before + 1)
+    throw new FatalInvariantError('SEQ_GAP', 'mq_partition_last_seq', labels, highest, before + 1, message)
+  }
+
+  /**
+   * Appends `count` messages to `partition` with seqs the library assigns (the next after
+   * last_seq) and returns the last one's seq, or 0 when the write is refused (read_only). Several
+   * threads may append to one partition: each gets its own seqs. (Do not mix it with explicit
+   * seqs from another thread on the same partition: docs/integration.md.)
+   */
+  append(partition: number, bytes: number, count = 1): number {
+    if (!(isCount(bytes) && isCount(count)) || count === 0) {
+      checkCount('bytes', bytes)
+      if (checkCount('count', count) === 0) throw new RangeError('count must be at least 1 for append(), got 0')
+    }
+    const known = typeof partition === 'number' ? this.#lastSeqSlots[partition] : undefined
+    this.alive()
+    const slot = known ?? this.#resolvePartition(partition, 0)
+    const c = slot >>> Chunk.Shift
+    const at = slot & Chunk.Mask
+    const hint = this.#sharedChunks[c][at]
+    // A NaN hint names this thread as the partition's only writer (Recorder.claimLastSeq).
+    if (Number.isNaN(hint)) {
+      const seq = this.#rowChunks[c][at] + count
+      return this.produced(partition, seq, bytes, count) ? seq : 0
+    }
+    return this.#appendShared(partition, slot, bytes, count)
+  }
+
+  /** append() on a partition several threads write: the seqs are reserved on the shared hint with a CAS. */
+  #appendShared(partition: number, slot: number, bytes: number, count: number): number {
+    if (this.#control[Control.Quorum] === 2) {
+      this.#refuseReadOnly(partition, this.#recorder.highest(slot) + count, slot)
+      return 0
+    }
+    const c = slot >>> Chunk.Shift
+    const at = slot & Chunk.Mask
+    const cells = this.#recorder.registry.memory.sharedI64(c)
+    const counters = this.#row
+    const index = this.#index
+    counters[index + 2] = 1
+    let seq: number
+    for (;;) {
+      const bits = Atomics.load(cells, at)
+      bitsView64[0] = bits
+      const last = bitsView[0] > 0 ? bitsView[0] : 0
+      seq = last + count
+      bitsView[0] = seq
+      if (Atomics.compareExchange(cells, at, bits, bitsView64[0]) === bits) break
+    }
+    if (counters[index] + count + counters[index + 1] + bytes <= MAX_SAFE) {
+      counters[index] += count
+      counters[index + 1] += bytes
+    } else {
+      this.#addFolding(count, bytes)
+    }
+    const row = this.#rowChunks[c]
+    if (seq > row[at]) row[at] = seq
+    counters[index + 2] = 0
+    return seq
+  }
+
+  /** design §4: the partition's last_seq across every thread (0 before any append). */
+  lastSeq(partition: number): number {
+    checkPartition(partition)
+    return this.lastSeqKnown(partition)
+  }
+
+  /** The partition's base: the seq before its first message (0 unless its log started later). */
+  baseOf(slot: number): number {
+    this.#recorder.resolveChunk(slot)
+    return this.#sharedChunks[slot >>> Chunk.Shift][(slot & Chunk.Mask) + P_BASE]
   }
 
   /** produced and bytes, one of which nears 2^53: the exact (folding) adds. */
@@ -403,14 +501,22 @@ export class Topic {
     throw new FatalInvariantError('SEQ_REGRESSION', 'mq_partition_last_seq', labels, previous, first, message)
   }
 
-  /** design §12: resolve a consumer group (same name → same handle). */
-  group(name: string, options?: { max_in_flight?: number }): Group {
+  /**
+   * design §12: resolve a consumer group (same name → same handle). Options apply when the group
+   * is created; `max_in_flight` and `settle_window` given for an existing group must match it.
+   */
+  group(name: string, options?: GroupOptions): Group {
     validateName('group name', name)
-    let maxInFlight = this.#recorder.registry.config.max_in_flight
+    const config = this.#recorder.registry.config
+    let maxInFlight = config.max_in_flight
+    let window = DEFAULT_SETTLE_WINDOW
+    let latest = false
     if (options !== undefined) {
       if (options === null || typeof options !== 'object') throw new TypeError(`group options must be an object, got ${describe(options)}`)
       for (const key of Object.keys(options)) {
-        if (key !== 'max_in_flight') throw new TypeError(`unknown group option ${JSON.stringify(key)} (known: max_in_flight)`)
+        if (key !== 'max_in_flight' && key !== 'from' && key !== 'settle_window') {
+          throw new TypeError(`unknown group option ${JSON.stringify(key)} (known: max_in_flight, from, settle_window)`)
+        }
       }
       const override = options.max_in_flight
       if (override !== undefined) {
@@ -418,6 +524,17 @@ export class Topic {
           throw new RangeError(`max_in_flight must be an integer from 1 to ${MAX_IN_FLIGHT_LIMIT}, got ${describe(override)}`)
         }
         maxInFlight = override
+      }
+      if (options.from !== undefined) {
+        if (options.from !== 'earliest' && options.from !== 'latest') throw new TypeError(`from must be 'earliest' or 'latest', got ${describe(options.from)}`)
+        latest = options.from === 'latest'
+      }
+      if (options.settle_window !== undefined) {
+        const w = options.settle_window
+        if (typeof w !== 'number' || !Number.isInteger(w) || w < 32 || w > MAX_SETTLE_WINDOW || w % 32 !== 0) {
+          throw new RangeError(`settle_window must be a multiple of 32 from 32 to ${MAX_SETTLE_WINDOW}, got ${describe(w)}`)
+        }
+        window = w
       }
     }
     this.alive()
@@ -428,12 +545,15 @@ export class Topic {
       handle = undefined
     }
     if (handle === undefined) {
-      const entity = this.#recorder.registry.group(this.entity, name, maxInFlight)
+      const entity = this.#recorder.registry.group(this.entity, name, maxInFlight, window, latest)
       handle = new Group(this.#recorder, this, entity)
       this.#addGroupHandle(handle)
     }
     if (options?.max_in_flight !== undefined && handle.entity.maxInFlight !== maxInFlight) {
       throw new RangeError(`group ${JSON.stringify(name)} of topic ${JSON.stringify(this.name)} is registered with max_in_flight ${handle.entity.maxInFlight}, not ${maxInFlight}`)
+    }
+    if (options?.settle_window !== undefined && handle.entity.window !== window) {
+      throw new RangeError(`group ${JSON.stringify(name)} of topic ${JSON.stringify(this.name)} is registered with settle_window ${handle.entity.window}, not ${window}`)
     }
     return handle
   }
@@ -542,6 +662,14 @@ export class Topic {
   #labels(partition: number): Record<string, string> {
     return { topic: this.entity.label, partition: String(partition) }
   }
+}
+
+/** What a per-message call does (Group.#perMessage). */
+const enum Op {
+  Send,
+  Redeliver,
+  Delivered,
+  Dropped,
 }
 
 export class Group {
@@ -763,6 +891,9 @@ export class Group {
     checkPartition(partition)
     checkCount('floor', floor)
     this.#alive()
+    if (this.entity.windowSlot(partition) !== undefined || (this.#recorder.registry.sync(), this.entity.windowSlot(partition) !== undefined)) {
+      throw new UsageError('FLOOR_KEPT_BY_SETTLE', `group ${JSON.stringify(this.name)} of topic ${JSON.stringify(this.topic.name)} settles partition ${partition} per message (settle/send): its floor follows the settlements and ackFloor() cannot move it`)
+    }
     const lastSeqSlot = this.topic.knownPartition(partition)
     const lastSeq = lastSeqSlot === undefined ? 0 : this.topic.lastSeqOf(lastSeqSlot)
     // The registry's sorted floor arrays, not a cache of our own (8 B per floor saved: ~1.6 MB at
@@ -790,6 +921,172 @@ export class Group {
     rowChunks[slot >>> Chunk.Shift][at] = floor
     if (floor > hints[at]) hints[at] = floor
     return true
+  }
+
+  /**
+   * in_flight += n, always (a broker that cannot refuse a delivery): passing max_in_flight is the
+   * fault IN_FLIGHT_LIMIT_PASSED, not a refusal. Returns whether the bound still held.
+   */
+  dispatched(n = 1): boolean {
+    if (!isCount(n)) checkCount('n', n)
+    this.#alive()
+    const tag = this.#memory.lockTag
+    let total: number
+    acquire(this.#lock, this.#lockIndex, tag, this.#memory)
+    try {
+      this.#alive()
+      this.#row[this.#index + GroupCell.InFlight] += n
+      total = this.#inFlightAll()
+    } finally {
+      release(this.#lock, this.#lockIndex, tag)
+    }
+    if (total > this.#maxInFlight) {
+      this.#recorder.fault('IN_FLIGHT_LIMIT_PASSED', 'mq_group_in_flight', this.#labels(), this.#maxInFlight, total)
+      return false
+    }
+    return true
+  }
+
+  /**
+   * Message `seq` of `partition` was sent to a consumer: it is in flight until settled (counted
+   * always, as dispatched(); passing max_in_flight is IN_FLIGHT_LIMIT_PASSED). false, with a
+   * fault and nothing counted: not appended yet, settled already, in flight already (use
+   * redeliver()), or beyond the settlement window.
+   */
+  send(partition: number, seq: number): boolean {
+    return this.#perMessage(partition, seq, Op.Send)
+  }
+
+  /** Message `seq`, in flight, was sent again: retries += 1, in_flight unchanged (fault NOT_IN_FLIGHT otherwise). */
+  redeliver(partition: number, seq: number): boolean {
+    return this.#perMessage(partition, seq, Op.Redeliver)
+  }
+
+  /**
+   * Message `seq` of `partition` is settled, `'delivered'` or `'dropped'` — in flight or never
+   * sent (expired, a discarded backlog). Counts it, ends it in flight if it was, and raises the
+   * floor over every settled seq (so depth and lag follow), in one call. false, with a fault and
+   * nothing counted: settled already (ALREADY_SETTLED), above last_seq (SEQ_NOT_APPENDED), or
+   * beyond the window (SETTLE_WINDOW_EXCEEDED).
+   */
+  settle(partition: number, seq: number, outcome: Outcome): boolean {
+    if (outcome !== 'delivered' && outcome !== 'dropped') throw new TypeError(`outcome must be 'delivered' or 'dropped', got ${describe(outcome)}`)
+    return this.#perMessage(partition, seq, outcome === 'delivered' ? Op.Delivered : Op.Dropped)
+  }
+
+  /** design §4: this group's ack floor on `partition` (its base when higher: the partition started later). */
+  floor(partition: number): number {
+    checkPartition(partition)
+    this.#alive()
+    const lastSeqSlot = this.topic.knownPartition(partition)
+    const base = lastSeqSlot === undefined ? 0 : this.topic.baseOf(lastSeqSlot)
+    const slot = this.entity.floorSlot(partition)
+    return Math.max(base, slot === undefined ? this.#knownFloor(partition) : this.#recorder.highest(slot))
+  }
+
+  /**
+   * The per-message calls. The window (registry.ts windowSlots) holds two bits per seq above its
+   * base — in flight, settled — at bit `seq mod window`, and is read and written only under the
+   * group's lock: any thread may send, redeliver or settle any message.
+   */
+  #perMessage(partition: number, seq: number, op: Op): boolean {
+    checkPartition(partition)
+    if (!isCount(seq) || seq === 0) {
+      if (checkCount('seq', seq) === 0) throw new RangeError('seq must be at least 1 (the first message of a partition has seq 1), got 0')
+    }
+    this.#alive()
+    const lastSeqSlot = this.topic.knownPartition(partition)
+    const lastSeq = lastSeqSlot === undefined ? 0 : this.topic.lastSeqOf(lastSeqSlot)
+    if (seq > lastSeq) {
+      this.#recorder.fault('SEQ_NOT_APPENDED', 'mq_partition_last_seq', this.#partitionLabels(partition), lastSeq, seq)
+      return false
+    }
+    const base = this.topic.baseOf(lastSeqSlot!)
+    const registry = this.#recorder.registry
+    // Blocks first (they may take the registration lock), then the group's lock.
+    const floorSlot = registry.floor(this.entity, partition)
+    const windowSlot = registry.windowBlock(this.entity, partition)
+    this.#recorder.resolveChunk(floorSlot)
+    this.#recorder.resolveChunk(windowSlot)
+    const headers = this.#recorder.sharedChunks[windowSlot >>> Chunk.Shift]
+    const header = windowSlot & Chunk.Mask
+    const bits = this.#memory.sharedI32(windowSlot >>> Chunk.Shift)
+    const window = this.entity.window
+    const words = window >>> 5
+    const first = (header + W_HEADER) * 2 // the in-flight bits; the settled bits follow them
+    const position = seq % window
+    const word = first + (position >>> 5)
+    const bit = 1 << (position & 31)
+    const row = this.#row
+    const index = this.#index
+    const tag = this.#memory.lockTag
+    let fault = ''
+    let previous = 0
+    let total = 0
+    acquire(this.#lock, this.#lockIndex, tag, this.#memory)
+    try {
+      this.#alive()
+      if (headers[header + W_BASE] === 0) headers[header + W_BASE] = Math.max(this.#recorder.highest(floorSlot), base) + 1
+      let floor = headers[header + W_BASE] - 1
+      const inFlight = (bits[word] & bit) !== 0
+      if (seq <= floor || (bits[word + words] & bit) !== 0) {
+        fault = 'ALREADY_SETTLED'
+        previous = floor
+      } else if (seq > floor + window) {
+        fault = 'SETTLE_WINDOW_EXCEEDED'
+        previous = floor + window
+      } else if (op === Op.Send) {
+        if (inFlight) {
+          fault = 'ALREADY_IN_FLIGHT'
+        } else {
+          bits[word] |= bit
+          row[index + GroupCell.InFlight] += 1
+          total = this.#inFlightAll()
+        }
+      } else if (op === Op.Redeliver) {
+        if (inFlight) this.#recorder.add(row, index + GroupCell.Retries, this.#slot + GroupCell.Retries, 1, this.topic.entity, this.entity)
+        else fault = 'NOT_IN_FLIGHT'
+      } else {
+        const cell = op === Op.Delivered ? GroupCell.Delivered : GroupCell.Dropped
+        this.#recorder.add(row, index + cell, this.#slot + cell, 1, this.topic.entity, this.entity)
+        if (inFlight) {
+          bits[word] &= ~bit
+          row[index + GroupCell.InFlight] -= 1
+        }
+        bits[word + words] |= bit
+        let above = headers[header + W_SETTLED] + 1
+        // The floor rises over every settled seq above it; their bits are cleared for reuse.
+        for (;;) {
+          const next = (floor + 1) % window
+          const w = first + words + (next >>> 5)
+          const b = 1 << (next & 31)
+          if ((bits[w] & b) === 0 || floor + 1 > lastSeq) break
+          bits[w] &= ~b
+          floor++
+          above--
+        }
+        headers[header + W_SETTLED] = above
+        headers[header + W_BASE] = floor + 1
+        const hints = this.#recorder.sharedChunks[floorSlot >>> Chunk.Shift]
+        if (floor > hints[floorSlot & Chunk.Mask]) hints[floorSlot & Chunk.Mask] = floor
+      }
+    } finally {
+      release(this.#lock, this.#lockIndex, tag)
+    }
+    // Faults are raised after the call's last write (docs/reclamation.md).
+    if (fault !== '') {
+      const metric = fault === 'ALREADY_IN_FLIGHT' || fault === 'NOT_IN_FLIGHT' ? 'mq_group_in_flight' : 'mq_group_lag'
+      this.#recorder.fault(fault, metric, this.#partitionLabels(partition), previous, seq)
+      return false
+    }
+    if (op === Op.Send && total > this.#maxInFlight) {
+      this.#recorder.fault('IN_FLIGHT_LIMIT_PASSED', 'mq_group_in_flight', this.#labels(), this.#maxInFlight, total)
+    }
+    return true
+  }
+
+  #partitionLabels(partition: number): Record<string, string> {
+    return { topic: this.topic.entity.label, group: this.entity.label, partition: String(partition) }
   }
 
   /** Current in_flight across every thread. */

@@ -19,7 +19,8 @@ import { Count, addCount } from './snapshot'
 
 // Slot block sizes. Thread rows use the counter cells; the shared row uses the rest.
 export const TOPIC_SLOTS = 3 // rows: produced, bytes, writing marker · shared: +0 liveness tag (the topic id)
-export const PARTITION_SLOTS = 1 // rows: last_seq · shared: last_seq hint (max seen by any thread)
+export const PARTITION_SLOTS = 2 // rows: last_seq · shared: last_seq hint (max seen by any thread), +1 base (the seq before the partition's first message)
+export const P_BASE = 1
 export const GROUP_SLOTS = 6 // rows: delivered, dropped, dlq, retries, in_flight share · shared: +0 liveness tag (the group id), +5 dispatch lock (Int32)
 export const FLOOR_SLOTS = 1 // rows: ack_floor · shared: ack_floor hint
 export const G_DELIVERED = 0
@@ -31,6 +32,19 @@ export const G_IN_FLIGHT = 4
 export const G_LOCK = 5
 /** In the shared row: the group's liveness tag (its id while it lives, else 0). */
 export const G_TAG = 0
+/** Shared row: the group's balance at registration (design §4: what `from: 'latest'` skipped). */
+export const G_START = 1
+/** A settlement window's header (shared row): its base + 1 (0: not yet initialized)… */
+export const W_BASE = 0
+/** …and how many seqs above the floor are settled (the group no longer owes them: design §4). */
+export const W_SETTLED = 1
+export const W_HEADER = 2
+/** A settlement window spans this many seqs above the floor unless the group says otherwise. */
+export const DEFAULT_SETTLE_WINDOW = 1024
+/** Slots of a settlement window of `seqs` seqs: the header, then two bits per seq (in flight, settled). */
+export function windowSlots(seqs: number): number {
+  return W_HEADER + seqs / 32
+}
 
 /** A log shorter than this is never compacted (Int32 units: 256 KiB). */
 const COMPACT_MIN_INTS = 65536
@@ -65,6 +79,9 @@ export class GroupEntity {
    */
   floorPartitions: readonly number[] = NONE
   floorSlots: readonly number[] = NONE
+  /** Partitions this group settles per message on, ascending, and each one's window block (parallel). */
+  windowPartitions: readonly number[] = NONE
+  windowSlots: readonly number[] = NONE
   constructor(
     readonly topic: TopicEntity,
     readonly id: number,
@@ -72,7 +89,15 @@ export class GroupEntity {
     readonly label: string,
     readonly slot: number,
     readonly maxInFlight: number,
+    /** Seqs a settlement window spans above the floor (a multiple of 32). */
+    readonly window: number,
   ) {}
+
+  /** The slot of this group's settlement window on `partition`, or undefined before it has one. */
+  windowSlot(partition: number): number | undefined {
+    const at = indexOf(this.windowPartitions, partition)
+    return at < 0 ? undefined : this.windowSlots[at]
+  }
 
   /** The slot of this group's ack floor on `partition`, or undefined before it has one. */
   floorSlot(partition: number): number | undefined {
@@ -330,7 +355,12 @@ export class Registry {
     })
   }
 
-  group(topic: TopicEntity, name: string, maxInFlight: number): GroupEntity {
+  /**
+   * The group named `name`, registered if it is new. `latest`: a new group starts at each known
+   * partition's last_seq (its floors are set there, and its balance at registration, design §4,
+   * is what those floors skip); otherwise at the partition's start.
+   */
+  group(topic: TopicEntity, name: string, maxInFlight: number, window = DEFAULT_SETTLE_WINDOW, latest = false): GroupEntity {
     const known = topic.group(name)
     if (known && this.isGroupLive(known)) return known
     return this.#locked(() => {
@@ -343,8 +373,66 @@ export class Registry {
       const id = this.#nextId()
       const slot = this.#allocate(GROUP_SLOTS)
       this.#setTag(slot + G_TAG, id)
-      this.#append(Entry.Group, [...wide(topic.id), ...wide(id), slot, maxInFlight], name)
-      return this.#groupsById.get(id)!
+      this.#append(Entry.Group, [...wide(topic.id), ...wide(id), slot, maxInFlight, window], name)
+      const group = this.#groupsById.get(id)!
+      if (latest) {
+        // Under the registration lock, before any other thread can see the group: its floors
+        // and its starting balance are in place when it appears.
+        let start = 0
+        for (let p = 0; p < topic.partitionNumbers.length; p++) {
+          const lastSeq = this.highest(topic.partitionSlots[p])
+          const base = this.#sharedF64(topic.partitionSlots[p])[(topic.partitionSlots[p] % SLOTS_PER_CHUNK) + P_BASE]
+          if (lastSeq <= base) continue
+          const floorSlot = this.#allocate(FLOOR_SLOTS)
+          this.#append(Entry.Floor, [...wide(group.id), topic.partitionNumbers[p], floorSlot])
+          this.#sharedF64(floorSlot)[floorSlot % SLOTS_PER_CHUNK] = lastSeq
+          start += lastSeq - base
+        }
+        this.#sharedF64(slot)[(slot % SLOTS_PER_CHUNK) + G_START] = start
+      }
+      return group
+    })
+  }
+
+  /** The highest value any thread holds in `slot` (a last_seq or a floor), its shared hint included. */
+  highest(slot: number): number {
+    const c = Math.floor(slot / SLOTS_PER_CHUNK)
+    const at = slot % SLOTS_PER_CHUNK
+    const hint = this.#sharedF64(slot)[at]
+    let max = hint > 0 ? hint : 0
+    for (let row = 1; row < this.memory.rowCount(); row++) {
+      const value = this.memory.rowChunk(row, c, false)?.[at]
+      if (value !== undefined && value > max) max = value
+    }
+    return max
+  }
+
+  /**
+   * Sets a partition's base, the seq before its first message, when its first append starts above
+   * seq 1 (a broker resuming a log). Only while nothing was appended to it; false otherwise.
+   */
+  setBase(topic: TopicEntity, slot: number, base: number): boolean {
+    return this.#locked(() => {
+      this.#assertAlive(topic)
+      const shared = this.#sharedF64(slot)
+      const at = slot % SLOTS_PER_CHUNK
+      if (shared[at + P_BASE] !== 0 || this.highest(slot) !== 0) return false
+      shared[at + P_BASE] = base
+      return true
+    })
+  }
+
+  /** The slot of this group's settlement window on `partition`, registering it if it is new. */
+  windowBlock(group: GroupEntity, partition: number): number {
+    const known = group.windowSlot(partition)
+    if (known !== undefined) return known
+    return this.#locked(() => {
+      this.#assertGroupAlive(group)
+      const again = group.windowSlot(partition)
+      if (again !== undefined) return again
+      const slot = this.#allocate(windowSlots(group.window))
+      this.#append(Entry.Window, [...wide(group.id), partition, slot])
+      return group.windowSlot(partition)!
     })
   }
 
@@ -512,8 +600,9 @@ export class Registry {
       for (let p = 0; p < topic.partitionNumbers.length; p++) put(Entry.Partition, [...topicId, topic.partitionNumbers[p], topic.partitionSlots[p]])
       for (const group of [...topic.groups, ...topic.retiring]) {
         const groupId = wide(group.id)
-        put(Entry.Group, [...topicId, ...groupId, group.slot, group.maxInFlight], group.name)
+        put(Entry.Group, [...topicId, ...groupId, group.slot, group.maxInFlight, group.window], group.name)
         for (let f = 0; f < group.floorPartitions.length; f++) put(Entry.Floor, [...groupId, group.floorPartitions[f], group.floorSlots[f]])
+        for (let w = 0; w < group.windowPartitions.length; w++) put(Entry.Window, [...groupId, group.windowPartitions[w], group.windowSlots[w]])
         if (!group.alive) put(Entry.RemoveGroup, [...groupId, ...wide(group.retireEpoch)])
       }
       if (topic.retiredDelivered !== 0 || topic.retiredDropped !== 0 || topic.retiredDlq !== 0) {
@@ -622,9 +711,9 @@ export class Registry {
         this.#seen?.add(id)
         if (this.#groupsById.has(id)) return
         const topic = this.#topicsById.get(narrow(log[f], log[f + 1]))!
-        const name = this.#textAt(position, log, f + 6)
+        const name = this.#textAt(position, log, f + 7)
         this.#take(GROUP_SLOTS, log[f + 4])
-        const group = new GroupEntity(topic, id, name, sanitizeLabelValue(name), log[f + 4], log[f + 5])
+        const group = new GroupEntity(topic, id, name, sanitizeLabelValue(name), log[f + 4], log[f + 5], log[f + 6])
         topic.groups = withGroup(topic.groups, group)
         this.#groupsById.set(group.id, group)
         break
@@ -662,6 +751,13 @@ export class Registry {
         const all = group.topic.partitionNumbers
         group.floorPartitions = sameNumbers(partitions, all) ? all : partitions
         group.floorSlots = slots
+        break
+      }
+      case Entry.Window: {
+        const group = this.#groupsById.get(narrow(log[f], log[f + 1]))!
+        if (group.windowSlot(log[f + 2]) !== undefined) return
+        this.#take(windowSlots(group.window), log[f + 3])
+        ;[group.windowPartitions, group.windowSlots] = inserted(group.windowPartitions, group.windowSlots, log[f + 2], log[f + 3])
         break
       }
       case Entry.Fold: {
@@ -704,6 +800,7 @@ export class Registry {
   /** A group's blocks (its cells and its floors), freed at `epoch`. */
   #releaseGroup(group: GroupEntity, epoch: number): void {
     for (const slot of group.floorSlots) this.#release(FLOOR_SLOTS, slot, epoch)
+    for (const slot of group.windowSlots) this.#release(windowSlots(group.window), slot, epoch)
     this.#release(GROUP_SLOTS, group.slot, epoch)
   }
 

@@ -47,6 +47,11 @@ export interface GroupSnapshot {
    * /healthz) needs only the depth and lag derived from them and leaves them out.
    */
   ackFloors?: readonly number[]
+  /**
+   * design §4: produced − delivered − dropped − depth when the group was registered: 0, unless it
+   * started at the partitions' last_seq (`from: 'latest'`), skipping what was there.
+   */
+  start: number
   /** Stable identity of the live group (same object across snapshots until removal). */
   key: object
 }

@@ -32,6 +32,80 @@ export interface StatsContext {
   backend: 'native' | 'js'
 }
 
+// The shape of each view (`surface.stats(view)` returns StatsViews[view]).
+export interface TopicsView {
+  filter: 'topics'
+  topics: { topic: string; label: string; produced: Count; delivered: Count; dropped: Count; dlq: Count; bytes: Count; partitions: number; groups: number }[]
+  totals: Record<'produced' | 'delivered' | 'dropped' | 'dlq' | 'bytes', Count>
+}
+export interface PartitionsView {
+  filter: 'partitions'
+  partitions: { topic: string; label: string; partition: number; last_seq: number; depth: number }[]
+}
+export interface GroupsView {
+  filter: 'groups'
+  groups: {
+    topic: string; topic_label: string; group: string; label: string
+    delivered: Count; dropped: Count; dlq: Count; retries: Count
+    in_flight: number; max_in_flight: number; lag: number; depth: number
+    /** By partition number (as a string key). */
+    ack_floors: Record<string, number>
+  }[]
+}
+export interface QuorumView {
+  filter: 'quorum'
+  quorum_state: number
+  status: string
+  runbook_level: number
+  replicas: number
+  in_sync: number
+  leader_epoch: number
+  connections: number
+  uptime_seconds: number
+}
+export interface LatencyView {
+  filter: 'latency'
+  enabled: boolean
+  p50: number | null
+  p90: number | null
+  p99: number | null
+  count: number
+}
+export interface ConservationView extends ConservationReport {
+  filter: 'conservation'
+}
+export interface FaultsView extends FaultLogView {
+  filter: 'faults'
+}
+export interface CollisionsView {
+  filter: 'collisions'
+  topics: { label: string; names: string[] }[]
+  groups: { topic_label: string; label: string; names: { topic: string; group: string }[] }[]
+}
+export interface ConfigView {
+  filter: 'config'
+  metrics_enabled: boolean
+  max_in_flight: number
+  max_attempts: number
+  e2e_latency: boolean
+  metrics_auth_token: 'set' | 'unset'
+  max_topics: number
+  max_partitions_per_topic: number
+  max_groups_per_topic: number
+  backend: 'native' | 'js'
+}
+export interface StatsViews {
+  topics: TopicsView
+  partitions: PartitionsView
+  groups: GroupsView
+  quorum: QuorumView
+  latency: LatencyView
+  conservation: ConservationView
+  faults: FaultsView
+  collisions: CollisionsView
+  config: ConfigView
+}
+
 export type StatsErrorCode = 'MISSING_FILTER' | 'INVALID_FILTER' | 'INVALID_QUERY'
 
 /** A bad `/stats` request (or `surface.stats()` call): HTTP 400 with a stable code. */
@@ -52,7 +126,7 @@ export function isStatsView(view: unknown): view is StatsView {
 }
 
 /** The /stats object for one view. Throws StatsError for an unknown view or a bad filter. */
-export function statsView(view: string, filter: StatsFilter, ctx: StatsContext): object {
+export function statsView(view: string, filter: StatsFilter, ctx: StatsContext): StatsViews[StatsView] {
   if (view === undefined) throw new StatsError('MISSING_FILTER', `a view is required, e.g. stats('topics'); ${ALLOWED_VIEWS}`)
   if (!isStatsView(view)) {
     throw new StatsError('INVALID_FILTER', `unknown view ${JSON.stringify(String(view))}; ${ALLOWED_VIEWS}`)
@@ -72,7 +146,7 @@ export function statsView(view: string, filter: StatsFilter, ctx: StatsContext):
     case 'conservation':
       return conservationView(ctx.conservation, narrow)
     case 'faults':
-      return { filter: 'faults', capacity: ctx.faults.capacity, counts: ctx.faults.counts, recent: ctx.faults.recent, total: ctx.faults.total }
+      return { filter: 'faults' as const, capacity: ctx.faults.capacity, counts: ctx.faults.counts, recent: ctx.faults.recent, total: ctx.faults.total }
     case 'collisions':
       return collisionsView(ctx.snapshot, narrow)
     case 'config':
@@ -150,7 +224,7 @@ function selectTopics(snapshot: Snapshot, narrow: Narrow): TopicSnapshot[] {
   )
 }
 
-function topicsView(snapshot: Snapshot, narrow: Narrow): object {
+function topicsView(snapshot: Snapshot, narrow: Narrow): TopicsView {
   const topics = selectTopics(snapshot, narrow)
   const totals: Record<'produced' | 'delivered' | 'dropped' | 'dlq' | 'bytes', Count> = { produced: 0, delivered: 0, dropped: 0, dlq: 0, bytes: 0 }
   for (const t of topics) {
@@ -174,14 +248,14 @@ function topicsView(snapshot: Snapshot, narrow: Narrow): object {
   }
 }
 
-function partitionsView(snapshot: Snapshot, narrow: Narrow): object {
+function partitionsView(snapshot: Snapshot, narrow: Narrow): PartitionsView {
   const partitions = selectTopics(snapshot, narrow).flatMap((t) =>
     t.partitionNumbers.map((partition, p) => ({ topic: t.name, label: t.label, partition, last_seq: t.lastSeq[p], depth: t.depth[p] })),
   )
   return { filter: 'partitions', partitions }
 }
 
-function groupsView(snapshot: Snapshot, narrow: Narrow): object {
+function groupsView(snapshot: Snapshot, narrow: Narrow): GroupsView {
   const groups = selectTopics(snapshot, narrow).flatMap((t) =>
     t.groups
       .filter((g) => narrow.group === undefined || g.name === narrow.group)
@@ -208,7 +282,7 @@ function groupsView(snapshot: Snapshot, narrow: Narrow): object {
   return { filter: 'groups', groups }
 }
 
-function quorumView(snapshot: Snapshot): object {
+function quorumView(snapshot: Snapshot): QuorumView {
   const state = snapshot.quorumState
   return {
     filter: 'quorum',
@@ -224,7 +298,7 @@ function quorumView(snapshot: Snapshot): object {
   }
 }
 
-function latencyView(ctx: StatsContext): object {
+function latencyView(ctx: StatsContext): LatencyView {
   const window = ctx.snapshot.latency
   return {
     filter: 'latency',
@@ -236,7 +310,7 @@ function latencyView(ctx: StatsContext): object {
   }
 }
 
-function conservationView(report: ConservationReport, narrow: Narrow): object {
+function conservationView(report: ConservationReport, narrow: Narrow): ConservationView {
   const topics = report.topics
     .filter((t) => narrow.topic === undefined || t.topic === narrow.topic)
     .map((t) => (narrow.group === undefined ? t : { ...t, groups: t.groups.filter((g) => g.group === narrow.group) }))
@@ -245,7 +319,7 @@ function conservationView(report: ConservationReport, narrow: Narrow): object {
 }
 
 /** design §3.5: raw names that share one label value, and so one series on /metrics. */
-function collisionsView(snapshot: Snapshot, narrow: Narrow): object {
+function collisionsView(snapshot: Snapshot, narrow: Narrow): CollisionsView {
   const topicNames = new Map<string, string[]>()
   const groupNames = new Map<string, { topic_label: string; label: string; names: { topic: string; group: string }[] }>()
   for (const t of snapshot.topics) {
@@ -275,7 +349,7 @@ function collisionsView(snapshot: Snapshot, narrow: Narrow): object {
   return { filter: 'collisions', topics, groups }
 }
 
-function configView(ctx: StatsContext): object {
+function configView(ctx: StatsContext): ConfigView {
   const c = ctx.config
   return {
     filter: 'config',

@@ -20,7 +20,7 @@ import { Registry, TopicEntity } from './registry'
 import { Renderer } from './render'
 import { LatencyQuantiles, QuorumState, Snapshot, SnapshotWithPartitions, TopicSnapshot, withPartitions } from './snapshot'
 import { ResolvedSurfaceOptions, ScrapePacer, ScrapeScheduler, SurfaceOptions, resolveSurfaceOptions } from './pacing'
-import { StatsContext, statsFromQuery, statsView } from './stats'
+import { StatsContext, StatsView, StatsViews, statsFromQuery, statsView } from './stats'
 import { WorkerFaultChannel } from './worker-faults'
 
 /** Slots [0, LATENCY_SLOTS) of every row hold the latency estimator's cumulative buckets. */
@@ -215,9 +215,10 @@ export class Surface extends EventEmitter {
     return text
   }
 
-  stats(view: string, filter: { topic?: string; group?: string } = {}): object {
+  /** design §7: one view of the numbers, typed per view (an unknown view is a StatsError). */
+  stats<V extends StatsView>(view: V, filter: { topic?: string; group?: string } = {}): StatsViews[V] {
     if (filter === null || typeof filter !== 'object') throw new TypeError(`stats filter must be an object, got ${describe(filter)}`)
-    return statsView(view, filter, this.#statsContext())
+    return statsView(view, filter, this.#statsContext()) as StatsViews[V]
   }
 
   /** Mounts into the broker's own node:http server: true when it handled the request. */
@@ -388,26 +389,30 @@ export class Surface extends EventEmitter {
 
   override on(event: 'fault', listener: (fault: FaultRecord) => void): this
   override on(event: 'quorum', listener: (change: QuorumEvent) => void): this
-  override on(event: string | symbol, listener: (...args: any[]) => void): this
   override on(event: string | symbol, listener: (...args: any[]) => void): this {
     return super.on(knownEvent(event), listener)
   }
 
   override once(event: 'fault', listener: (fault: FaultRecord) => void): this
   override once(event: 'quorum', listener: (change: QuorumEvent) => void): this
-  override once(event: string | symbol, listener: (...args: any[]) => void): this
   override once(event: string | symbol, listener: (...args: any[]) => void): this {
     return super.once(knownEvent(event), listener)
   }
 
+  override addListener(event: 'fault', listener: (fault: FaultRecord) => void): this
+  override addListener(event: 'quorum', listener: (change: QuorumEvent) => void): this
   override addListener(event: string | symbol, listener: (...args: any[]) => void): this {
     return super.addListener(knownEvent(event), listener)
   }
 
+  override prependListener(event: 'fault', listener: (fault: FaultRecord) => void): this
+  override prependListener(event: 'quorum', listener: (change: QuorumEvent) => void): this
   override prependListener(event: string | symbol, listener: (...args: any[]) => void): this {
     return super.prependListener(knownEvent(event), listener)
   }
 
+  override prependOnceListener(event: 'fault', listener: (fault: FaultRecord) => void): this
+  override prependOnceListener(event: 'quorum', listener: (change: QuorumEvent) => void): this
   override prependOnceListener(event: string | symbol, listener: (...args: any[]) => void): this {
     return super.prependOnceListener(knownEvent(event), listener)
   }

@@ -1,0 +1,256 @@
+'use strict'
+// The per-message lifecycle (docs/integration.md): append() assigns seqs, send() puts a message
+// in flight, redeliver() counts a retry without counting it in flight twice, settle() counts the
+// outcome and keeps the floor from out-of-order settlements; dispatched() counts without refusing;
+// `from: 'latest'`; gaps; conservation from registration. Every case on both backends.
+const t = require('tap')
+const { backends, surfaceOn, faultsOf, prng, scriptedWorker } = require('./helpers')
+
+const codes = (faults) => faults.map((f) => f.code)
+const group = (s, topic, name) => s.stats('groups', { topic, group: name }).groups[0]
+const conservation = (s, topic, name) => s.stats('conservation', { topic, group: name }).topics[0].groups[0]
+
+for (const backend of backends()) {
+  t.test(`${backend}: append() assigns the next seqs; a batch returns its last; read_only refuses with 0`, (t) => {
+    const s = surfaceOn(t, backend)
+    const faults = faultsOf(s)
+    const topic = s.topic('orders')
+    t.same([topic.append(0, 10), topic.append(0, 10), topic.append(0, 30, 3), topic.append(1, 5)], [1, 2, 5, 1])
+    t.equal(topic.lastSeq(0), 5)
+    t.equal(topic.lastSeq(7), 0, 'a partition never written: 0')
+    s.replicationRound({ replicas: 3, inSync: 1 })
+    t.equal(topic.append(0, 10), 0, 'read_only: refused')
+    t.same(codes(faults), ['WRITE_WHILE_READ_ONLY'])
+    t.equal(topic.lastSeq(0), 5, 'and nothing changed')
+    t.throws(() => topic.append(0, 10, 0), RangeError, 'count 0 appends nothing: refused')
+    t.throws(() => topic.append(0, -1), RangeError)
+    t.throws(() => topic.append('0', 1), TypeError)
+    t.equal(s.stats('topics').totals.produced, 6)
+    t.end()
+  })
+
+  t.test(`${backend}: out-of-order settlements keep the floor, depth, lag and in_flight in one call`, (t) => {
+    const s = surfaceOn(t, backend)
+    const faults = faultsOf(s)
+    const topic = s.topic('orders')
+    const g = topic.group('billing')
+    for (let i = 0; i < 6; i++) topic.append(0, 100)
+    for (const seq of [1, 2, 3, 4]) t.ok(g.send(0, seq))
+    t.equal(g.inFlight(), 4)
+    t.ok(g.settle(0, 3, 'delivered'))
+    t.ok(g.settle(0, 2, 'dropped'))
+    t.equal(g.floor(0), 0, 'seq 1 is still owed: the floor stays')
+    t.same([group(s, 'orders', 'billing').lag, group(s, 'orders', 'billing').in_flight], [6, 2])
+    t.ok(g.settle(0, 1, 'delivered'))
+    t.equal(g.floor(0), 3, 'seqs 1–3 settled: the floor jumps over all of them')
+    t.ok(g.settle(0, 6, 'dropped'), 'a message never sent (expired) is settled without a dispatch')
+    t.equal(g.inFlight(), 1, 'and leaves in_flight alone')
+    t.ok(g.settle(0, 4, 'delivered'))
+    t.ok(g.settle(0, 5, 'delivered'))
+    const numbers = group(s, 'orders', 'billing')
+    t.same([numbers.delivered, numbers.dropped, numbers.in_flight, numbers.lag, numbers.depth, g.floor(0)], [4, 2, 0, 0, 0, 6])
+    t.same(s.stats('partitions').partitions[0].depth, 0)
+    t.equal(conservation(s, 'orders', 'billing').residual, 0)
+    t.same(codes(faults), [])
+    t.end()
+  })
+
+  t.test(`${backend}: a second settlement, one above last_seq, or outside the window counts nothing`, (t) => {
+    const s = surfaceOn(t, backend)
+    const faults = faultsOf(s)
+    const topic = s.topic('orders')
+    const g = topic.group('billing', { settle_window: 32 })
+    for (let i = 0; i < 40; i++) topic.append(0, 1)
+    t.ok(g.settle(0, 2, 'delivered'))
+    const before = JSON.stringify(group(s, 'orders', 'billing'))
+    t.notOk(g.settle(0, 2, 'dropped'), 'settled already')
+    t.notOk(g.settle(0, 41, 'delivered'), 'never appended')
+    t.notOk(g.settle(0, 33, 'delivered'), 'floor 0 + window 32: seq 33 is beyond it')
+    t.notOk(g.send(0, 2), 'sending a settled message')
+    t.equal(JSON.stringify(group(s, 'orders', 'billing')), before, 'nothing changed')
+    t.same(codes(faults), ['ALREADY_SETTLED', 'SEQ_NOT_APPENDED', 'SETTLE_WINDOW_EXCEEDED', 'ALREADY_SETTLED'])
+    t.same(faults[0].labels, { topic: 'orders', group: 'billing', partition: '0' })
+    t.ok(g.settle(0, 1, 'delivered'))
+    t.equal(g.floor(0), 2)
+    t.ok(g.settle(0, 33, 'delivered'), 'the window moved with the floor')
+    t.notOk(g.settle(0, 1, 'delivered'), 'below the floor: settled already')
+    t.throws(() => g.settle(0, 0, 'delivered'), RangeError)
+    t.throws(() => g.settle(0, 3, 'acked'), TypeError)
+    t.throws(() => g.settle(-1, 3, 'delivered'), RangeError)
+    t.throws(() => g.settle(0, 1.5, 'delivered'), RangeError)
+    t.end()
+  })
+
+  t.test(`${backend}: a redelivery counts a retry, never a second message in flight`, (t) => {
+    const s = surfaceOn(t, backend)
+    const faults = faultsOf(s)
+    const topic = s.topic('orders')
+    const g = topic.group('billing')
+    topic.append(0, 1, 2)
+    g.send(0, 1)
+    for (let i = 0; i < 5; i++) t.ok(g.redeliver(0, 1))
+    t.equal(g.inFlight(), 1)
+    t.notOk(g.send(0, 1), 'send() again is a fault: use redeliver()')
+    t.notOk(g.redeliver(0, 2), 'a message not in flight cannot be redelivered')
+    t.same(codes(faults), ['ALREADY_IN_FLIGHT', 'NOT_IN_FLIGHT'])
+    g.settle(0, 1, 'delivered')
+    t.notOk(g.redeliver(0, 1), 'nor one settled')
+    const numbers = group(s, 'orders', 'billing')
+    t.same([numbers.retries, numbers.in_flight, numbers.delivered], [5, 0, 1])
+    t.end()
+  })
+
+  t.test(`${backend}: dispatched() and send() count past max_in_flight and say so; dispatch() still refuses`, (t) => {
+    const s = surfaceOn(t, backend)
+    const faults = faultsOf(s, { ignore: ['CONSERVATION_BROKEN'] })
+    const topic = s.topic('orders')
+    const g = topic.group('billing', { max_in_flight: 2 })
+    topic.append(0, 1, 3)
+    t.ok(g.dispatched(2))
+    t.notOk(g.dispatched(1), 'past the bound: counted, and false')
+    t.equal(g.inFlight(), 3)
+    t.notOk(g.dispatch(1), 'the refusing form refuses')
+    t.equal(g.inFlight(), 3)
+    const h = topic.group('other', { max_in_flight: 1 })
+    h.send(0, 1)
+    t.ok(h.send(0, 2), 'send() counts past the bound (true: the message is in flight)')
+    t.equal(h.inFlight(), 2)
+    t.same(codes(faults), ['IN_FLIGHT_LIMIT_PASSED', 'IN_FLIGHT_LIMIT_PASSED'])
+    t.same([faults[0].previous, faults[0].attempted], [2, 3])
+    t.end()
+  })
+
+  t.test(`${backend}: from: 'latest' starts at last_seq; 'earliest' owes everything; both balance from registration`, (t) => {
+    const s = surfaceOn(t, backend)
+    const faults = faultsOf(s)
+    const topic = s.topic('orders')
+    topic.append(0, 1, 10)
+    topic.append(1, 1, 4)
+    const latest = topic.group('latest', { from: 'latest' })
+    const earliest = topic.group('earliest')
+    t.same([latest.floor(0), latest.floor(1), earliest.floor(0)], [10, 4, 0])
+    t.same([group(s, 'orders', 'latest').lag, group(s, 'orders', 'earliest').lag], [0, 10])
+    topic.append(0, 1)
+    latest.send(0, 11)
+    latest.settle(0, 11, 'delivered')
+    t.equal(latest.floor(0), 11)
+    t.same([conservation(s, 'orders', 'latest').residual, conservation(s, 'orders', 'earliest').residual], [0, 0])
+    t.equal(topic.group('latest', { from: 'earliest' }), latest, 'an existing group: the start is ignored')
+    t.throws(() => topic.group('x', { from: 'oldest' }), TypeError)
+    t.throws(() => topic.group('x', { settle_window: 33 }), RangeError)
+    t.throws(() => topic.group('latest', { settle_window: 64 }), /registered with settle_window 1024/)
+    t.same(codes(faults), [])
+    t.end()
+  })
+
+  t.test(`${backend}: conservation holds from registration: a mistake before the first scrape is reported`, (t) => {
+    const s = surfaceOn(t, backend)
+    const faults = faultsOf(s)
+    const topic = s.topic('orders')
+    const g = topic.group('billing')
+    topic.produced(0, 5, 50, 5)
+    g.dispatch(5)
+    g.delivered(5) // five deliveries, but the floor is never raised: the books do not balance
+    s.render()
+    t.same(codes(faults), ['CONSERVATION_BROKEN'], 'the first scrape reports it')
+    t.equal(conservation(s, 'orders', 'billing').residual, -5)
+    t.end()
+  })
+
+  t.test(`${backend}: a gap in explicit seqs is refused (SEQ_GAP); a log may start above seq 1`, (t) => {
+    const s = surfaceOn(t, backend)
+    const faults = faultsOf(s)
+    const topic = s.topic('orders')
+    const g = topic.group('billing')
+    t.ok(topic.produced(0, 1000, 10, 1), 'a resumed log: the first message is seq 1000')
+    t.same([group(s, 'orders', 'billing').lag, g.floor(0)], [1, 999], 'only that message is owed')
+    const before = s.stats('topics').totals
+    t.throws(() => topic.produced(0, 1002, 10, 1), { code: 'SEQ_GAP', previous: 1000, attempted: 1002 })
+    t.same(s.stats('topics').totals, before, 'nothing changed')
+    t.equal(topic.lastSeq(0), 1000)
+    t.ok(topic.produced(0, 1003, 30, 3), 'a batch that continues the log')
+    t.equal(topic.append(0, 1), 1004)
+    for (let seq = 1000; seq <= 1004; seq++) g.settle(0, seq, 'delivered')
+    t.same([g.floor(0), conservation(s, 'orders', 'billing').residual], [1004, 0])
+    t.same(codes(faults), ['SEQ_GAP'])
+    t.end()
+  })
+
+  t.test(`${backend}: a partition settled per message refuses ackFloor() (one floor, one keeper)`, (t) => {
+    const s = surfaceOn(t, backend)
+    const topic = s.topic('orders')
+    const g = topic.group('billing')
+    topic.append(0, 1, 3)
+    topic.append(1, 1, 3)
+    g.settle(0, 1, 'delivered')
+    t.throws(() => g.ackFloor(0, 3), { name: 'UsageError', code: 'FLOOR_KEPT_BY_SETTLE' })
+    t.equal(g.floor(0), 1)
+    t.ok(g.ackFloor(1, 2), 'another partition keeps its floor by ackFloor()')
+    t.end()
+  })
+
+  t.test(`${backend}: the window is reused as the floor moves: 20 windows of shuffled settlements`, (t) => {
+    const s = surfaceOn(t, backend)
+    const faults = faultsOf(s)
+    const topic = s.topic('orders')
+    const g = topic.group('billing', { settle_window: 64 })
+    const random = prng(7)
+    const total = 64 * 20
+    let settled = 0
+    let delivered = 0
+    let mismatch = 0
+    // The model: the floor is the longest settled prefix.
+    const done = []
+    let floor = 0
+    while (settled < total) {
+      const last = topic.append(0, 1, 1 + Math.floor(random() * 8))
+      const open = []
+      for (let seq = floor + 1; seq <= Math.min(last, floor + 64); seq++) if (!done[seq]) open.push(seq)
+      for (let i = open.length - 1; i > 0; i--) {
+        const j = Math.floor(random() * (i + 1))
+        ;[open[i], open[j]] = [open[j], open[i]]
+      }
+      for (const seq of open.slice(0, 1 + Math.floor(random() * open.length))) {
+        if (random() < 0.5) g.send(0, seq)
+        const outcome = random() < 0.8 ? 'delivered' : 'dropped'
+        if (outcome === 'delivered') delivered++
+        g.settle(0, seq, outcome)
+        done[seq] = 1
+        settled++
+        while (done[floor + 1]) floor++
+        if (g.floor(0) !== floor) mismatch++
+      }
+    }
+    t.equal(mismatch, 0, 'the floor matched the model after every settlement')
+    const numbers = group(s, 'orders', 'billing')
+    t.same([numbers.delivered, numbers.in_flight], [delivered, 0])
+    t.equal(conservation(s, 'orders', 'billing').residual, 0)
+    t.same(codes(faults), [])
+    t.end()
+  })
+
+  t.test(`${backend}: any thread settles what another sent; windows survive compaction and leave with the group`, async (t) => {
+    const s = surfaceOn(t, backend)
+    const faults = faultsOf(s)
+    const topic = s.topic('orders')
+    const g = topic.group('billing')
+    for (let i = 0; i < 4; i++) topic.append(0, 1)
+    g.send(0, 1)
+    g.send(0, 2)
+    const worker = await scriptedWorker(s)
+    t.teardown(() => worker.close())
+    t.equal(await worker.call('orders', 'billing', 'settle', 0, 2, 'delivered'), true)
+    t.equal(await worker.call('orders', 'billing', 'settle', 0, 2, 'delivered'), false, 'a duplicate from another thread is caught')
+    t.equal(await worker.call('orders', 'billing', 'send', 0, 3), true)
+    t.equal(g.inFlight(), 2)
+    g.settle(0, 1, 'delivered')
+    g.settle(0, 3, 'dropped')
+    t.equal(await worker.call('orders', 'billing', 'floor', 0), 3, 'the worker reads the floor the main thread raised')
+    t.equal(await worker.call('orders', undefined, 'append', 0, 1), 5, 'and appends after the main thread')
+    const numbers = group(s, 'orders', 'billing')
+    t.same([numbers.delivered, numbers.dropped, numbers.in_flight, numbers.lag], [2, 1, 0, 2])
+    await new Promise((resolve) => setTimeout(resolve, 50))
+    t.same(codes(faults), ['ALREADY_SETTLED'])
+    t.end()
+  })
+}
