@@ -352,7 +352,9 @@ export class Topic {
     const at = slot & Chunk.Mask
     const own = row[at]
     const hint = hints[at]
-    if (seq - count !== own && seq - count !== hint) this.#checkSeq(partition, seq, seq - count)
+    // The batch must continue last_seq exactly: this thread's own, or the shared hint when another
+    // thread wrote since (a NaN hint, owned by this thread, is never the larger).
+    if (seq - count !== (hint > own ? hint : own)) this.#checkSeq(partition, seq, seq - count)
     const counters = this.#row
     // Writing marker (cell 2): a reader that finds it set knows this thread stopped between the
     // counter and last_seq writes, so it never takes such a torn moment for a quiet one.

@@ -233,7 +233,7 @@ for (const backend of backends()) {
 
   t.test(`${backend}: the scrape's moment is its first slice, after the wait`, async (t) => {
     const { surface, waiting } = await waitingScrape(t, backend)
-    surface.topic('t0').produced(0, 1000, 5) // recorded after the request, before its snapshot
+    surface.topic('t0').append(0, 5) // recorded after the request, before its snapshot
     const expected = strip(surface.render())
     t.match(expected, /mq_topic_messages_produced_total\{topic="t0"\} \d+/)
     t.equal(strip((await waiting.answered).body.toString('latin1')), expected, 'one moment, taken when the wait was over')
@@ -267,7 +267,7 @@ for (const [name, headers] of [['plain', {}], ['gzip', { 'accept-encoding': 'gzi
     let seq = 10
     const meddle = setInterval(() => {
       seq++
-      for (let i = seq % 10; i < handles.length; i += 10) handles[i].produced(seq % 16, seq, 7)
+      for (let i = seq % 10; i < handles.length; i += 10) handles[i].append(seq % 16, 7)
       if (handles.length > 8500) surface.removeTopic(handles.pop().name)
     }, 2)
     const before = surface.render()
@@ -350,7 +350,7 @@ for (const backend of backends()) {
     const answered = []
     const after = (seq) => (res) => {
       answered.push(seq)
-      t0.produced(0, seq, 1) // recorded once this scrape has its body, before the next one starts
+      t0.append(0, 1) // recorded once this scrape has its body, before the next one starts
       expected.push(strip(surface.render()))
     }
     const a = call(surface, '/metrics', {}, after(100))

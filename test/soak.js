@@ -21,9 +21,9 @@ const BOUNDS = { rssGrowthBytes: 64 * 2 ** 20, heapGrowthBytes: 16 * 2 ** 20, he
 const PARTITIONS = 4
 const GROUPS = ['g0', 'g1']
 const MAX_IN_FLIGHT = 50
-// Per-topic slot blocks at most (lib/registry.ts): topic 3, partitions 4 × 1, groups 2 × (6 + 4 floors × 1).
-const { TOPIC_SLOTS } = require('../dist/registry')
-const SLOTS_PER_TOPIC = TOPIC_SLOTS + PARTITIONS + GROUPS.length * (6 + PARTITIONS)
+// Per-topic slot blocks at most (lib/registry.ts): the topic, its partitions, each group and its floors.
+const { TOPIC_SLOTS, PARTITION_SLOTS, GROUP_SLOTS, FLOOR_SLOTS } = require('../dist/registry')
+const SLOTS_PER_TOPIC = TOPIC_SLOTS + PARTITIONS * PARTITION_SLOTS + GROUPS.length * (GROUP_SLOTS + PARTITIONS * FLOOR_SLOTS)
 const LATENCY_SLOTS = 4096
 /** Share of operations that remove a live topic (each is created again when next touched), by default. */
 const CHURN = 0.002

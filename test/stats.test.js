@@ -12,7 +12,7 @@ const U64_MAX = 2n ** 64n - 1n
 const ALLOWED = 'topics, partitions, groups, quorum, latency, conservation, faults, collisions, config'
 
 function group(name, label, values) {
-  return { name, label, delivered: 0, dropped: 0, dlq: 0, retries: 0, inFlight: 0, maxInFlight: 1000, lag: 0, depth: 0, ackFloors: [], key: {}, ...values }
+  return { name, label, delivered: 0, dropped: 0, dlq: 0, retries: 0, inFlight: 0, maxInFlight: 1000, lag: 0, depth: 0, ackFloors: [], start: 0, key: {}, ...values }
 }
 
 // Two raw topic names share the label `a_b`; in each, two raw group names share the label `g_1`.
@@ -30,8 +30,9 @@ function snapshot() {
         name: 'a.b', label: 'a_b', produced: U64_MAX, bytes: 2n ** 60n, delivered: 30, dropped: 4, dlq: 3,
         partitionNumbers: [0, 3], lastSeq: [40, 10], depth: [25, 0],
         groups: [
-          group('g.1', 'g_1', { delivered: 20, dropped: 3, dlq: 2, retries: 5, inFlight: 2, maxInFlight: 50, lag: 15, depth: 15, ackFloors: [25, 10] }),
-          group('g/1', 'g_1', { delivered: 10, dropped: 1, dlq: 1, lag: 30, depth: 35, ackFloors: [15, 0] }),
+          // Balances at registration (`start`): g.1 is 7 off (but busy), g/1 balances.
+          group('g.1', 'g_1', { delivered: 20, dropped: 3, dlq: 2, retries: 5, inFlight: 2, maxInFlight: 50, lag: 15, depth: 15, ackFloors: [25, 10], start: U64_MAX - 45n }),
+          group('g/1', 'g_1', { delivered: 10, dropped: 1, dlq: 1, lag: 30, depth: 35, ackFloors: [15, 0], start: U64_MAX - 46n }),
         ],
         key: {},
       },
@@ -129,20 +130,20 @@ t.test('latency view', async (t) => {
 })
 
 t.test('conservation view', async (t) => {
-  // context() runs a fresh checker once, with a re-read that sees the same numbers: every group is
-  // at first sight, so a quiet one takes its baseline there and a busy one (g.1, 2 in flight) not.
+  // context() runs a fresh checker once, with a re-read that sees the same numbers: each group's
+  // residual is measured from its balance at registration (`start`), busy or not.
   const view = statsView('conservation', {}, context())
   t.equal(view.filter, 'conservation')
   t.strictSame(view.topics[0], {
     topic: 'a.b', label: 'a_b', produced: U64_MAX, dropped: 4, dlq: 3, dlq_within_dropped: true,
     groups: [
-      { group: 'g.1', label: 'g_1', delivered: 20, dropped: 3, depth: 15, residual: null, quiet: false },
+      { group: 'g.1', label: 'g_1', delivered: 20, dropped: 3, depth: 15, residual: 7, quiet: false },
       { group: 'g/1', label: 'g_1', delivered: 10, dropped: 1, depth: 35, residual: 0, quiet: true },
     ],
-  }, 'first sight: a busy group has no baseline yet (residual null, not quiet); a quiet, stable one has residual 0')
+  }, 'a busy group shows its residual (not quiet: no fault); a quiet, balanced one has residual 0')
   t.equal(view.topics.length, 3)
   t.strictSame(view.topics.slice(1).map((x) => x.groups.map((g) => [g.residual, g.quiet])), [[[0, true]], [[0, true]]], 'the quiet groups of the other topics: residual 0')
-  t.match(toJSON(view), /"group":"g\.1","label":"g_1","delivered":20,"dropped":3,"depth":15,"residual":null,"quiet":false\}/, 'a missing baseline is JSON null')
+  t.match(toJSON(view), /"group":"g\.1","label":"g_1","delivered":20,"dropped":3,"depth":15,"residual":7,"quiet":false\}/, 'a residual is a JSON number')
 })
 
 t.test('faults view', async (t) => {

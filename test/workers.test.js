@@ -20,7 +20,9 @@ function run(shared, id, n, mode) {
 for (const backend of backends()) {
   t.test(`${backend}: main + 2 workers × 1,000,000 produced()/delivered() → exact totals`, async (t) => {
     const surface = surfaceOn(t, backend, { max_in_flight: 2 ** 31 - 1 })
-    const faults = faultsOf(surface)
+    // These threads count deliveries without raising floors (only the totals are under test here),
+    // so the group's books do not balance: CONSERVATION_BROKEN is right, and left out.
+    const faults = faultsOf(surface, { ignore: ['CONSERVATION_BROKEN'] })
     const shared = surface.share()
     const N = 1_000_000
     const topic = surface.topic('shared-topic')
@@ -101,7 +103,7 @@ const STEPPER = `
 for (const backend of backends()) {
   t.test(`${backend}: last_seq regressions are caught across threads, whichever thread wrote first`, async (t) => {
     const surface = surfaceOn(t, backend)
-    const faults = faultsOf(surface)
+    const faults = faultsOf(surface, { ignore: ['CONSERVATION_BROKEN'] }) // an ack floor below without deliveries: not the subject here
     const worker = new Worker(STEPPER, { eval: true, workerData: surface.share() })
     t.teardown(() => worker.terminate())
     const inWorker = (partition, seq, count = 1) => new Promise((resolve, reject) => {
@@ -125,10 +127,10 @@ for (const backend of backends()) {
 
     // p1: the main thread writes first, the worker joins, each then regresses against the other.
     t.equal(topic.produced(1, 10, 1), true)
-    t.same(await inWorker(1, 20), { ok: true })
+    t.same(await inWorker(1, 20, 10), { ok: true })
     t.throws(() => topic.produced(1, 15, 1), { code: 'SEQ_REGRESSION', previous: 20 })
     t.same(await inWorker(1, 18), { ok: false, code: 'SEQ_REGRESSION', previous: 20 })
-    t.equal(topic.produced(1, 30, 1), true)
+    t.equal(topic.produced(1, 30, 1, 10), true)
     t.same(await inWorker(1, 25), { ok: false, code: 'SEQ_REGRESSION', previous: 30 })
 
     // p2: only seq 0 so far (empty appends, count 0), from both threads; it must read (and
