@@ -672,6 +672,9 @@ const enum Op {
   Redeliver,
   Delivered,
   Dropped,
+  DeliveredUpTo,
+  DroppedUpTo,
+  Query,
 }
 
 export class Group {
@@ -695,6 +698,8 @@ export class Group {
   readonly #lock: Int32Array
   readonly #lockIndex: number
   readonly #maxInFlight: number
+  /** What the last settleUpTo() settled, or isInFlight()'s answer (1/0): a second result of #perMessage. */
+  #settledUpTo = 0
 
   constructor(recorder: Recorder, topic: Topic, entity: GroupEntity) {
     this.name = entity.name
@@ -976,6 +981,23 @@ export class Group {
     return this.#perMessage(partition, seq, outcome === 'delivered' ? Op.Delivered : Op.Dropped)
   }
 
+  /**
+   * Settles every message of `partition` up to `seq` that is not settled yet with `outcome` — a
+   * discarded session's backlog, an expired range — ending in flight those that were. Returns how
+   * many it settled (0, with ALREADY_SETTLED, when the floor is at `seq` already).
+   */
+  settleUpTo(partition: number, seq: number, outcome: Outcome): number {
+    if (outcome !== 'delivered' && outcome !== 'dropped') throw new TypeError(`outcome must be 'delivered' or 'dropped', got ${describe(outcome)}`)
+    this.#perMessage(partition, seq, outcome === 'delivered' ? Op.DeliveredUpTo : Op.DroppedUpTo)
+    return this.#settledUpTo
+  }
+
+  /** Whether message `seq` of `partition` is in flight in this group (sent, not settled). */
+  isInFlight(partition: number, seq: number): boolean {
+    this.#perMessage(partition, seq, Op.Query)
+    return this.#settledUpTo === 1
+  }
+
   /** design §4: this group's ack floor on `partition` (its base when higher: the partition started later). */
   floor(partition: number): number {
     checkPartition(partition)
@@ -1031,7 +1053,54 @@ export class Group {
       if (headers[header + W_BASE] === 0) headers[header + W_BASE] = Math.max(this.#recorder.highest(floorSlot), base) + 1
       let floor = headers[header + W_BASE] - 1
       const inFlight = (bits[word] & bit) !== 0
-      if (seq <= floor || (bits[word + words] & bit) !== 0) {
+      this.#settledUpTo = 0
+      if (op === Op.Query) {
+        this.#settledUpTo = seq > floor && seq <= floor + window && inFlight ? 1 : 0
+      } else if (op === Op.DeliveredUpTo || op === Op.DroppedUpTo) {
+        if (seq <= floor) {
+          fault = 'ALREADY_SETTLED'
+          previous = floor
+        } else {
+          // Within the window: each seq not settled yet counts (in flight ones end); beyond it
+          // nothing can be settled or in flight, so every seq there counts.
+          let count = 0
+          let above = headers[header + W_SETTLED]
+          for (let s = floor + 1; s <= seq && s <= floor + window; s++) {
+            const at = s % window
+            const w = first + (at >>> 5)
+            const b = 1 << (at & 31)
+            if ((bits[w + words] & b) !== 0) {
+              bits[w + words] &= ~b
+              above--
+              continue
+            }
+            if ((bits[w] & b) !== 0) {
+              bits[w] &= ~b
+              row[index + GroupCell.InFlight] -= 1
+            }
+            count++
+          }
+          if (seq > floor + window) count += seq - (floor + window)
+          floor = seq
+          // Seqs settled above the new floor now continue it: the floor rises over them too.
+          for (;;) {
+            const next = (floor + 1) % window
+            const w = first + words + (next >>> 5)
+            const b = 1 << (next & 31)
+            if ((bits[w] & b) === 0 || floor + 1 > lastSeq) break
+            bits[w] &= ~b
+            floor++
+            above--
+          }
+          const cell = op === Op.DeliveredUpTo ? GroupCell.Delivered : GroupCell.Dropped
+          this.#recorder.add(row, index + cell, this.#slot + cell, count, this.topic.entity, this.entity)
+          headers[header + W_SETTLED] = above
+          headers[header + W_BASE] = floor + 1
+          const hints = this.#recorder.sharedChunks[floorSlot >>> Chunk.Shift]
+          if (floor > hints[floorSlot & Chunk.Mask]) hints[floorSlot & Chunk.Mask] = floor
+          this.#settledUpTo = count
+        }
+      } else if (seq <= floor || (bits[word + words] & bit) !== 0) {
         fault = 'ALREADY_SETTLED'
         previous = floor
       } else if (seq > floor + window) {

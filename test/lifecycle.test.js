@@ -254,3 +254,24 @@ for (const backend of backends()) {
     t.end()
   })
 }
+
+for (const backend of backends()) {
+  t.test(`${backend}: settleUpTo() settles a backlog at once; isInFlight() tells a resend from a first send`, (t) => {
+    const s = surfaceOn(t, backend)
+    const faults = faultsOf(s)
+    const topic = s.topic('orders')
+    const g = topic.group('session', { settle_window: 32 })
+    topic.append(0, 1, 100)
+    g.send(0, 1)
+    g.send(0, 2)
+    g.settle(0, 3, 'delivered')
+    t.same([g.isInFlight(0, 1), g.isInFlight(0, 3), g.isInFlight(0, 4)], [true, false, false])
+    t.equal(g.settleUpTo(0, 100, 'dropped'), 99, 'everything but seq 3 (settled already), the window and beyond it')
+    const numbers = group(s, 'orders', 'session')
+    t.same([numbers.delivered, numbers.dropped, numbers.in_flight, numbers.lag, g.floor(0)], [1, 99, 0, 0, 100])
+    t.equal(g.settleUpTo(0, 100, 'dropped'), 0)
+    t.equal(conservation(s, 'orders', 'session').residual, 0)
+    t.same(codes(faults), ['ALREADY_SETTLED'])
+    t.end()
+  })
+}
