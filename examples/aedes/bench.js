@@ -1,0 +1,57 @@
+'use strict'
+// Broker CPU per delivery, aedes alone against aedes + mq-metrics (instrument.js), in interleaved
+// rounds: a child process runs the broker (INSTRUMENT=0|1) and reports its own CPU time; this
+// process drives it with mqtt.js (2 publishers × QoS 1, 4 subscribers on 4 topics).
+//   node bench.js [--rounds 5] [--messages 4000]
+const { fork } = require('node:child_process')
+const mqtt = require('mqtt')
+const arg = (name, fallback) => Number(process.argv[process.argv.indexOf(`--${name}`) + 1] || fallback)
+const ROUNDS = arg('rounds', 5)
+const MESSAGES = arg('messages', 4000)
+const TOPICS = ['orders', 'billing', 'audit', 'alerts']
+
+if (process.env.BENCH_CHILD) {
+  const net = require('node:net')
+  const broker = require('aedes')()
+  if (process.env.INSTRUMENT === '1') require('./instrument').instrument(broker, require('mq-metrics').createSurface())
+  const server = net.createServer(broker.handle).listen(0, '127.0.0.1', () => process.send({ port: server.address().port }))
+  process.on('message', (m) => { if (m === 'cpu') process.send({ cpu: process.cpuUsage() }) })
+} else {
+  main()
+}
+
+async function round(instrument) {
+  const child = fork(__filename, [], { env: { ...process.env, BENCH_CHILD: '1', INSTRUMENT: instrument ? '1' : '0' } })
+  const { port } = await new Promise((resolve) => child.once('message', resolve))
+  const connect = (id) => new Promise((resolve) => { const c = mqtt.connect(`mqtt://127.0.0.1:${port}`, { clientId: id }); c.once('connect', () => resolve(c)) })
+  const subs = await Promise.all([0, 1, 2, 3].map((i) => connect(`s${i}`)))
+  let received = 0
+  for (const s of subs) { await s.subscribeAsync(TOPICS, { qos: 1 }); s.on('message', () => received++) }
+  const pubs = await Promise.all([connect('p0'), connect('p1')])
+  const cpu = await new Promise((resolve) => { child.once('message', (m) => resolve(m.cpu)); child.send('cpu') })
+  const started = process.hrtime.bigint()
+  await Promise.all(pubs.map(async (p) => { for (let i = 0; i < MESSAGES / 2; i++) await p.publishAsync(TOPICS[i % 4], 'x'.repeat(64), { qos: 1 }) }))
+  const deliveries = MESSAGES * subs.length
+  const end = Date.now() + 30_000
+  while (received < deliveries && Date.now() < end) await new Promise((r) => setTimeout(r, 5))
+  const seconds = Number(process.hrtime.bigint() - started) / 1e9
+  const after = await new Promise((resolve) => { child.once('message', (m) => resolve(m.cpu)); child.send('cpu') })
+  for (const c of [...subs, ...pubs]) c.end(true)
+  child.kill()
+  const us = after.user + after.system - cpu.user - cpu.system
+  return { usPerDelivery: us / received, deliveriesPerSecond: received / seconds }
+}
+
+async function main() {
+  const rows = { plain: [], instrumented: [] }
+  for (let r = 0; r < ROUNDS; r++) {
+    for (const instrument of r % 2 ? [true, false] : [false, true]) rows[instrument ? 'instrumented' : 'plain'].push(await round(instrument))
+  }
+  const median = (xs) => [...xs].sort((a, b) => a - b)[xs.length >> 1]
+  const plain = median(rows.plain.map((x) => x.usPerDelivery))
+  const inst = median(rows.instrumented.map((x) => x.usPerDelivery))
+  console.log(`broker CPU per delivery, median of ${ROUNDS} interleaved rounds of ${MESSAGES} publishes × 4 subscribers:`)
+  console.log(`  aedes alone        ${plain.toFixed(2)} µs   ${median(rows.plain.map((x) => x.deliveriesPerSecond)).toFixed(0)} deliveries/s`)
+  console.log(`  aedes + mq-metrics ${inst.toFixed(2)} µs   ${median(rows.instrumented.map((x) => x.deliveriesPerSecond)).toFixed(0)} deliveries/s`)
+  console.log(`  overhead           ${(((inst - plain) / plain) * 100).toFixed(1)}% (goal ≤ 5%)`)
+}
