@@ -4,5 +4,6 @@ import cjs from './index.js'
 export const {
   createSurface, attachSurface, METRICS_CONTENT_TYPE, ConfigError, FatalInvariantError,
   RemovedTopicError, ClosedError, StatsError, FOLLOWER_LAG, READ_ONLY_DEGRADED,
+  MqMetricsError, RemovedGroupError, UsageError,
 } = cjs
 export default cjs
