@@ -666,6 +666,22 @@ export class Topic {
   }
 }
 
+/** A partition's cells for the per-message calls of one group (Group.#lane). */
+interface Lane {
+  readonly lastSeqSlot: number
+  /** The highest last_seq seen so far: a seq at or below it is appended (last_seq never decreases). */
+  seen: number
+  readonly floorSlot: number
+  /** The shared row's chunk holding the floor's hint, and its index. */
+  readonly hints: Float64Array
+  readonly hintAt: number
+  /** The window's header cells (W_BASE, W_SETTLED) and its bits (registry.ts windowSlots). */
+  readonly headers: Float64Array
+  readonly header: number
+  readonly bits: Int32Array
+  readonly first: number
+}
+
 /** What a per-message call does (Group.#perMessage). */
 const enum Op {
   Send,
@@ -700,6 +716,8 @@ export class Group {
   readonly #maxInFlight: number
   /** What the last settleUpTo() settled, or isInFlight()'s answer (1/0): a second result of #perMessage. */
   #settledUpTo = 0
+  /** By partition: the per-message calls' cells (#lane). */
+  readonly #lanes: (Lane | undefined)[] = []
 
   constructor(recorder: Recorder, topic: Topic, entity: GroupEntity) {
     this.name = entity.name
@@ -1014,30 +1032,24 @@ export class Group {
    * group's lock: any thread may send, redeliver or settle any message.
    */
   #perMessage(partition: number, seq: number, op: Op): boolean {
-    checkPartition(partition)
     if (!isCount(seq) || seq === 0) {
       if (checkCount('seq', seq) === 0) throw new RangeError('seq must be at least 1 (the first message of a partition has seq 1), got 0')
     }
-    this.#alive()
-    const lastSeqSlot = this.topic.knownPartition(partition)
-    const lastSeq = lastSeqSlot === undefined ? 0 : this.topic.lastSeqOf(lastSeqSlot)
-    if (seq > lastSeq) {
+    let lane = this.#lanes[partition]
+    if (lane === undefined || typeof partition !== 'number') lane = this.#lane(partition)
+    if (lane === undefined || (seq > lane.seen && seq > this.#lastSeqNow(lane))) {
+      this.#alive()
+      const lastSeq = lane === undefined ? 0 : lane.seen
       this.#recorder.fault('SEQ_NOT_APPENDED', 'mq_partition_last_seq', this.#partitionLabels(partition), lastSeq, seq)
       return false
     }
-    const base = this.topic.baseOf(lastSeqSlot!)
-    const registry = this.#recorder.registry
-    // Blocks first (they may take the registration lock), then the group's lock.
-    const floorSlot = registry.floor(this.entity, partition)
-    const windowSlot = registry.windowBlock(this.entity, partition)
-    this.#recorder.resolveChunk(floorSlot)
-    this.#recorder.resolveChunk(windowSlot)
-    const headers = this.#recorder.sharedChunks[windowSlot >>> Chunk.Shift]
-    const header = windowSlot & Chunk.Mask
-    const bits = this.#memory.sharedI32(windowSlot >>> Chunk.Shift)
+    let lastSeq = lane.seen
+    const headers = lane.headers
+    const header = lane.header
+    const bits = lane.bits
+    const first = lane.first
     const window = this.entity.window
     const words = window >>> 5
-    const first = (header + W_HEADER) * 2 // the in-flight bits; the settled bits follow them
     const position = seq % window
     const word = first + (position >>> 5)
     const bit = 1 << (position & 31)
@@ -1050,7 +1062,7 @@ export class Group {
     acquire(this.#lock, this.#lockIndex, tag, this.#memory)
     try {
       this.#alive()
-      if (headers[header + W_BASE] === 0) headers[header + W_BASE] = Math.max(this.#recorder.highest(floorSlot), base) + 1
+      if (headers[header + W_BASE] === 0) headers[header + W_BASE] = Math.max(this.#recorder.highest(lane.floorSlot), this.topic.baseOf(lane.lastSeqSlot)) + 1
       let floor = headers[header + W_BASE] - 1
       const inFlight = (bits[word] & bit) !== 0
       this.#settledUpTo = 0
@@ -1087,7 +1099,7 @@ export class Group {
             const next = (floor + 1) % window
             const w = first + words + (next >>> 5)
             const b = 1 << (next & 31)
-            if ((bits[w] & b) === 0 || floor + 1 > lastSeq) break
+            if ((bits[w] & b) === 0 || (floor + 1 > lastSeq && floor + 1 > (lastSeq = this.#lastSeqNow(lane)))) break
             bits[w] &= ~b
             floor++
             above--
@@ -1096,8 +1108,7 @@ export class Group {
           this.#recorder.add(row, index + cell, this.#slot + cell, count, this.topic.entity, this.entity)
           headers[header + W_SETTLED] = above
           headers[header + W_BASE] = floor + 1
-          const hints = this.#recorder.sharedChunks[floorSlot >>> Chunk.Shift]
-          if (floor > hints[floorSlot & Chunk.Mask]) hints[floorSlot & Chunk.Mask] = floor
+          if (floor > lane.hints[lane.hintAt]) lane.hints[lane.hintAt] = floor
           this.#settledUpTo = count
         }
       } else if (seq <= floor || (bits[word + words] & bit) !== 0) {
@@ -1131,15 +1142,14 @@ export class Group {
           const next = (floor + 1) % window
           const w = first + words + (next >>> 5)
           const b = 1 << (next & 31)
-          if ((bits[w] & b) === 0 || floor + 1 > lastSeq) break
+          if ((bits[w] & b) === 0 || (floor + 1 > lastSeq && floor + 1 > (lastSeq = this.#lastSeqNow(lane)))) break
           bits[w] &= ~b
           floor++
           above--
         }
         headers[header + W_SETTLED] = above
         headers[header + W_BASE] = floor + 1
-        const hints = this.#recorder.sharedChunks[floorSlot >>> Chunk.Shift]
-        if (floor > hints[floorSlot & Chunk.Mask]) hints[floorSlot & Chunk.Mask] = floor
+        if (floor > lane.hints[lane.hintAt]) lane.hints[lane.hintAt] = floor
       }
     } finally {
       release(this.#lock, this.#lockIndex, tag)
@@ -1154,6 +1164,45 @@ export class Group {
       this.#recorder.fault('IN_FLIGHT_LIMIT_PASSED', 'mq_group_in_flight', this.#labels(), this.#maxInFlight, total)
     }
     return true
+  }
+
+  /**
+   * The partition's lane, resolved on its first per-message call: undefined while nothing was
+   * appended to it. Its blocks are the group's own for the group's life (a removed group fails
+   * #alive() before any of them is touched), so they are resolved once.
+   */
+  #lane(partition: number): Lane | undefined {
+    checkPartition(partition)
+    this.#alive()
+    const lastSeqSlot = this.topic.knownPartition(partition)
+    if (lastSeqSlot === undefined) return undefined
+    const registry = this.#recorder.registry
+    // Blocks first (they may take the registration lock), then the group's lock.
+    const floorSlot = registry.floor(this.entity, partition)
+    const windowSlot = registry.windowBlock(this.entity, partition)
+    this.#recorder.resolveChunk(floorSlot)
+    this.#recorder.resolveChunk(windowSlot)
+    const header = windowSlot & Chunk.Mask
+    const lane: Lane = {
+      lastSeqSlot,
+      seen: this.topic.lastSeqOf(lastSeqSlot),
+      floorSlot,
+      hints: this.#recorder.sharedChunks[floorSlot >>> Chunk.Shift],
+      hintAt: floorSlot & Chunk.Mask,
+      headers: this.#recorder.sharedChunks[windowSlot >>> Chunk.Shift],
+      header,
+      bits: this.#memory.sharedI32(windowSlot >>> Chunk.Shift),
+      first: (header + W_HEADER) * 2, // the in-flight bits; the settled bits follow them
+    }
+    this.#lanes[partition] = lane
+    return lane
+  }
+
+  /** last_seq read across every thread (a seq above the lane's last sight of it). */
+  #lastSeqNow(lane: Lane): number {
+    const now = this.topic.lastSeqOf(lane.lastSeqSlot)
+    if (now > lane.seen) lane.seen = now
+    return now
   }
 
   #partitionLabels(partition: number): Record<string, string> {

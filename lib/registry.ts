@@ -201,6 +201,7 @@ export class Registry {
   /** Retiring groups, every topic's (see TopicEntity.retiring). */
   #retiring: GroupEntity[] = []
   readonly #free = new Map<number, FreeQueue>() // block size → freed blocks, oldest first
+  readonly #sharedChunks: Float64Array[] = [] // the shared row's chunks by number (#sharedF64)
   /** slot → amount moved out of a row when it neared 2^53 (design §counters: 64-bit counters). */
   readonly folds = new Map<number, bigint>()
   readonly #log: RegistrationLog
@@ -516,8 +517,10 @@ export class Registry {
     this.#sharedF64(slot)[slot % SLOTS_PER_CHUNK] = value
   }
 
+  /** The shared row's chunk holding `slot` (chunks are never unmapped: each is looked up once). */
   #sharedF64(slot: number): Float64Array {
-    return this.memory.rowChunk(SHARED_ROW, Math.floor(slot / SLOTS_PER_CHUNK), true)!
+    const c = Math.floor(slot / SLOTS_PER_CHUNK)
+    return this.#sharedChunks[c] ?? (this.#sharedChunks[c] = this.memory.rowChunk(SHARED_ROW, c, true)!)
   }
 
   /**

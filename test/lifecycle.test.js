@@ -256,6 +256,38 @@ for (const backend of backends()) {
 }
 
 for (const backend of backends()) {
+  // Group handles resolve a partition's cells once and keep the last last_seq they saw; what
+  // another thread appends after that must still be sendable, and bad input still refused.
+  t.test(`${backend}: a handle's cached view of a partition follows appends from other threads`, async (t) => {
+    const s = surfaceOn(t, backend)
+    const faults = faultsOf(s)
+    const topic = s.topic('orders')
+    const g = topic.group('billing')
+    topic.append(0, 1)
+    t.ok(g.send(0, 1), 'the partition is resolved here, last_seq 1')
+    const worker = await scriptedWorker(s)
+    t.teardown(() => worker.close())
+    t.equal(await worker.call('orders', undefined, 'append', 0, 1), 2)
+    t.equal(await worker.call('orders', undefined, 'append', 0, 1), 3)
+    t.ok(g.send(0, 3), 'seq 3, appended by the worker, is sendable from the main thread')
+    t.ok(g.settle(0, 1, 'delivered'))
+    t.ok(g.settle(0, 2, 'dropped'), 'never sent, settled')
+    t.ok(g.settle(0, 3, 'delivered'))
+    t.equal(g.floor(0), 3, 'the floor rose over seqs appended by another thread')
+    t.notOk(g.send(0, 4), 'above last_seq')
+    t.same(codes(faults), ['SEQ_NOT_APPENDED'])
+    t.throws(() => g.send('0', 3), TypeError, 'a partition given as a string is refused, even once resolved')
+    t.throws(() => g.settle(0.5, 3, 'delivered'), RangeError)
+    t.throws(() => g.settle(0, 2.5, 'delivered'), RangeError)
+    topic.removeGroup('billing')
+    t.throws(() => g.send(0, 9), { code: 'GROUP_REMOVED' }, 'a removed group throws, above last_seq too')
+    t.throws(() => g.settle(0, 3, 'delivered'), { code: 'GROUP_REMOVED' })
+    t.same(codes(faults), ['SEQ_NOT_APPENDED'], 'and records nothing')
+    t.end()
+  })
+}
+
+for (const backend of backends()) {
   t.test(`${backend}: settleUpTo() settles a backlog at once; isInFlight() tells a resend from a first send`, (t) => {
     const s = surfaceOn(t, backend)
     const faults = faultsOf(s)

@@ -1,97 +1,88 @@
 'use strict'
 // The glue between aedes and mq-metrics (docs/integration.md walks through it). One mq-metrics
-// topic per MQTT topic (partition 0), one group per subscriber of it (its client id). A message is
-// appended the first time the broker shows it, before any copy of it is forwarded; its seq is
-// kept under aedes' own packet counter until every group has settled it.
-const SYS = /^\$SYS\//
+// topic per MQTT topic (partition 0), one group per client subscribed to it by exact name. A message
+// is appended when the broker takes it, before any copy is forwarded; aedes' packet counter leads
+// every copy back to its seq until every group has settled it. QoS 0 and 1; wildcards are not counted.
+const STATE = Symbol('mq-metrics')
+const GROUP = { from: 'latest', max_in_flight: 65535, settle_window: 65536 } // MQTT: ≤ 65,535 packet ids per client
 
 function instrument(broker, surface) {
-  const seqs = new Map() // aedes brokerCounter → { topic, seq }
-  const owners = new Map() // MQTT topic → Set of client ids with a group on it
-  const seqOf = (packet) => {
-    let entry = seqs.get(packet.brokerCounter)
-    if (entry === undefined) {
-      entry = { topic: packet.topic, seq: surface.topic(packet.topic).append(0, packet.payload.length) }
-      seqs.set(packet.brokerCounter, entry)
-    }
-    return entry.seq
+  const topics = new Map() // MQTT topic → { handle, seqs: aedes counter → seq, groups: client id → { g, start } }
+  const owned = new Map() // client id → the topics it has a group on
+  const topicOf = (name) => topics.get(name) ?? topics.set(name, { handle: surface.topic(name), seqs: new Map(), groups: new Map() }).get(name)
+  const counted = (name) => name.charCodeAt(0) !== 36 // '$SYS/…' is the broker's own
+  const sweep = (t) => { // forget the seqs every group has settled (a Map iterates in insertion order: seq order)
+    let floor = t.handle.lastSeq(0)
+    for (const { g } of t.groups.values()) floor = Math.min(floor, g.floor(0))
+    for (const [counter, seq] of t.seqs) if (seq <= floor) t.seqs.delete(counter); else break
   }
-  const owns = (topic, id) => owners.get(topic)?.has(id) === true
-  const group = (topic, id) => {
-    if (!owns(topic, id)) (owners.get(topic) ?? owners.set(topic, new Set()).get(topic)).add(id)
-    return surface.topic(topic).group(id, { from: 'latest', max_in_flight: 65536 })
-  }
-  const sweep = () => { // forget the seqs every group has settled
-    for (const [counter, { topic, seq }] of seqs) {
-      const floors = [...(owners.get(topic) ?? [])].map((id) => surface.topic(topic).group(id).floor(0))
-      if (floors.every((floor) => floor >= seq)) seqs.delete(counter)
-    }
-  }
-  let published = 0
+  const settle = (client, t, seq) => { const m = t?.groups.get(client.id); if (m !== undefined && seq > m.start) m.g.settle(0, seq, 'delivered') }
 
-  const forward = broker.authorizeForward
-  broker.authorizeForward = function (client, packet) {
-    const out = forward.call(this, client, packet)
-    if (!out || SYS.test(packet.topic) || packet.retain) return out
-    const seq = seqOf(packet)
-    const g = group(packet.topic, client.id)
-    if (g.isInFlight(0, seq)) g.redeliver(0, seq) // sent before, not acknowledged: a resend
-    else if (Math.min(packet.qos, client.subscriptions[packet.topic]?.qos ?? packet.qos) === 0) g.settle(0, seq, 'delivered')
-    else g.send(0, seq)
-    if (client.clean && packet.qos > 0) ids(client).set(nextId(client, packet), { topic: packet.topic, seq }) // see below
-    return out
-  }
-  // A clean session's PUBACK names only a packet id, which aedes keeps nowhere: the id its next
-  // QoS packet for the client will take (aedes numbers them in forwarding order) is noted instead.
-  const sent = new WeakMap() // client → { next, seqs: Map packet id → { topic, seq } }
-  const ids = (client) => sent.get(client)?.seqs ?? sent.set(client, { next: client._nextId, seqs: new Map() }).get(client).seqs
-  const nextId = (client, packet) => {
-    const s = sent.get(client) ?? (ids(client), sent.get(client))
-    const id = packet.messageId || s.next
-    if (!packet.messageId) s.next = s.next >= 65535 ? 1 : s.next + 1
-    return id
-  }
-  const clear = broker.persistence.outgoingClearMessageId.bind(broker.persistence)
-  broker.persistence.outgoingClearMessageId = function (client, packet, done) {
-    const seqs = client.clean ? sent.get(client)?.seqs : undefined
-    const message = seqs?.get(packet.messageId)
-    if (message !== undefined && packet.cmd === 'puback') {
-      seqs.delete(packet.messageId)
-      if (owns(message.topic, client.id)) group(message.topic, client.id).settle(0, message.seq, 'delivered')
-    }
-    return clear(client, packet, done)
-  }
-  // Appended as the broker takes it, before any copy is forwarded: aedes' counter is given to the
-  // message here (its packets keep the one they are given) so that every copy finds its seq.
   const publish = broker.publish
   broker.publish = function (packet, client, done) {
-    if (!SYS.test(packet.topic) && !packet.brokerCounter) {
-      packet.brokerCounter = ++this.counter
-      seqOf(packet)
-      if (++published % 1024 === 0) sweep()
+    if (!packet.brokerCounter && counted(packet.topic)) {
+      packet.brokerCounter = ++this.counter // aedes' packets keep a counter they are given
+      const t = topicOf(packet.topic)
+      const seq = t.handle.append(0, packet.payload.length)
+      t.seqs.set(packet.brokerCounter, seq)
+      if (seq % 1024 === 0) sweep(t)
     }
     return publish.call(this, packet, client, done)
   }
-  broker.on('ack', (packet, client) => {
-    if (packet === undefined) return // a clean session's: settled in outgoingClearMessageId above
-    const entry = seqs.get(packet.brokerCounter)
-    if (entry !== undefined && packet.cmd === 'publish' && owns(entry.topic, client.id)) group(entry.topic, client.id).settle(0, entry.seq, 'delivered')
+  const forward = broker.authorizeForward
+  broker.authorizeForward = function (client, packet) {
+    const out = forward.call(this, client, packet)
+    if (!out) return out
+    const state = (client[STATE] ??= { next: client._nextId, ids: new Map() }) // a clean session's packet id → seq
+    if (client.clean && packet.messageId) return (state.next = client._nextId), out // a discarded session's queue
+    const qos = Math.min(packet.qos, client.subscriptions[packet.topic]?.qos ?? packet.qos)
+    const id = client.clean && qos > 0 ? state.next : 0 // aedes numbers a clean session's copies in this order
+    if (id !== 0) state.next = id === 65535 ? 1 : id + 1
+    const t = packet.retain ? undefined : topics.get(packet.topic)
+    const seq = t?.seqs.get(packet.brokerCounter)
+    const m = t?.groups.get(client.id)
+    if (m === undefined || seq === undefined || seq <= m.start) return out // not ours, or from before the subscription
+    if (qos === 0) m.g.settle(0, seq, 'delivered') // no acknowledgement will come
+    else if (packet.messageId && m.g.isInFlight(0, seq)) m.g.redeliver(0, seq) // a persistent session's queue, resent
+    else m.g.send(0, seq)
+    if (id !== 0) state.ids.set(id, { t, seq })
+    return out
+  }
+  const clear = broker.persistence.outgoingClearMessageId.bind(broker.persistence)
+  broker.persistence.outgoingClearMessageId = function (client, packet, done) { // a clean session's PUBACK
+    const sent = packet.cmd === 'puback' && client.clean ? client[STATE]?.ids.get(packet.messageId) : undefined
+    if (sent !== undefined) client[STATE].ids.delete(packet.messageId), settle(client, sent.t, sent.seq)
+    return clear(client, packet, done)
+  }
+  broker.on('ack', (packet, client) => { // a persistent session's PUBACK: aedes hands back the packet
+    if (packet?.cmd === 'publish') settle(client, topics.get(packet.topic), topics.get(packet.topic)?.seqs.get(packet.brokerCounter))
   })
-  const end = (id, topics) => { // what the subscription still owed is given up on; its group leaves
-    for (const topic of topics.filter((x) => owns(x, id))) {
-      const last = surface.topic(topic).lastSeq(0)
-      const g = group(topic, id)
-      if (g.floor(0) < last) g.settleUpTo(0, last, 'dropped')
-      surface.topic(topic).removeGroup(id)
-      owners.get(topic).delete(id)
+  // Subscribing registers the group before aedes routes anything to it (authorizeSubscribe runs first).
+  const authorize = broker.authorizeSubscribe
+  broker.authorizeSubscribe = function (client, sub, done) {
+    return authorize.call(this, client, sub, (err, ok) => {
+      if (!err && ok && counted(ok.topic) && !/[+#]/.test(ok.topic) && !topicOf(ok.topic).groups.has(client.id)) {
+        const g = topicOf(ok.topic).handle.group(client.id, GROUP)
+        topicOf(ok.topic).groups.set(client.id, { g, start: g.floor(0) })
+        ;(owned.get(client.id) ?? owned.set(client.id, new Set()).get(client.id)).add(ok.topic)
+      }
+      done(err, ok)
+    })
+  }
+  const end = (id, names) => { // the subscription ends: what it still owed is given up on, its group leaves
+    for (const name of names) {
+      const t = topics.get(name)
+      const m = t?.groups.get(id)
+      if (m === undefined) continue
+      if (m.g.floor(0) < t.handle.lastSeq(0)) m.g.settleUpTo(0, t.handle.lastSeq(0), 'dropped')
+      t.handle.removeGroup(id), t.groups.delete(id), owned.get(id).delete(name)
     }
   }
-  broker.on('subscribe', (subs, client) => { for (const s of subs) if (!/[+#]/.test(s.topic)) group(s.topic, client.id) })
-  broker.on('unsubscribe', (topics, client) => end(client.id, topics))
-  // A clean session discards the one before it: its subscriptions and the messages queued for it.
-  broker.on('clientReady', (client) => { if (client.clean) end(client.id, [...owners.keys()]) })
-  broker.on('clientDisconnect', (client) => { if (client.clean) end(client.id, [...owners.keys()]) })
-  return { sweep, pending: () => seqs.size }
+  broker.on('unsubscribe', (names, client) => end(client.id, names))
+  // A clean session discards the one before it, and its own when it ends: subscriptions and queue.
+  broker.on('clientReady', (client) => { if (client.clean) end(client.id, [...(owned.get(client.id) ?? [])]) })
+  broker.on('clientDisconnect', (client) => { if (client.clean) end(client.id, [...(owned.get(client.id) ?? [])]) })
+  return { pending: () => [...topics.values()].reduce((n, t) => n + t.seqs.size, 0), sweep: () => topics.forEach(sweep) }
 }
 
 module.exports = { instrument }
