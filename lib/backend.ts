@@ -30,27 +30,48 @@ interface NativeAddon {
 }
 
 let addon: NativeAddon | null | undefined
-let addonError: string | undefined
+/** Where the addon came from, or why none loaded: what `backendReason()` says. */
+let addonFrom = ''
+let addonError = ''
+let warned = false
+
+const ROOT = path.join(__dirname, '..')
+const PLATFORM = `${process.platform}-${process.arch}`
 
 /**
- * Where the addon is loaded from. MQ_METRICS_ADDON_PATH is a test hook, not a user setting: the
- * tests point it at a missing file to see a machine without the native core (design §1: forcing
- * `native` there is a startup error) without hiding build/ from the other tests running beside them.
+ * Where the addon is looked for, in order (docs/install.md): the prebuilt binary shipped in the
+ * package for this platform and architecture (Node-API 8: one binary serves every Node.js from 20
+ * on), then a build from source made by `npm install` (or `npm run build:native`).
+ * MQ_METRICS_ADDON_PATH is a test hook, not a user setting: the tests point it at a missing file
+ * to see a machine without the native core, or at the sanitizer build.
  */
-function addonPath(env: NodeJS.ProcessEnv = process.env): string {
+function addonCandidates(env: NodeJS.ProcessEnv = process.env): { file: string; what: string; missing: string }[] {
   const override = env.MQ_METRICS_ADDON_PATH
-  return override !== undefined && override !== '' ? path.resolve(override) : path.join(__dirname, '..', 'build', 'Release', 'mq_metrics.node')
+  if (override !== undefined && override !== '') {
+    return [{ file: path.resolve(override), what: 'MQ_METRICS_ADDON_PATH', missing: 'no file at MQ_METRICS_ADDON_PATH' }]
+  }
+  return [
+    { file: path.join(ROOT, 'prebuilds', PLATFORM, 'mq_metrics.node'), what: `the prebuilt binary for ${PLATFORM}`, missing: `no prebuilt binary for ${PLATFORM}` },
+    { file: path.join(ROOT, 'build', 'Release', 'mq_metrics.node'), what: 'the build from source', missing: 'not built from source' },
+  ]
 }
 
-/** The addon, or null when it is not built or cannot load (the reason is kept for errors). */
+/** The addon, or null when none loads (the reasons are kept for backendReason() and errors). */
 export function loadAddon(): NativeAddon | null {
   if (addon === undefined) {
-    try {
-      addon = require(addonPath()) as NativeAddon
-    } catch (error) {
-      addon = null
-      addonError = (error as Error).message.split('\n')[0]
+    addon = null
+    const failures: string[] = []
+    for (const { file, what, missing } of addonCandidates()) {
+      try {
+        addon = require(file) as NativeAddon
+        addonFrom = `${what} (${path.relative(ROOT, file) || file})`
+        break
+      } catch (error) {
+        const code = (error as { code?: unknown }).code
+        failures.push(code === 'MODULE_NOT_FOUND' ? missing : `${what} does not load: ${(error as Error).message.split('\n')[0]}`)
+      }
     }
+    addonError = failures.join('; ')
   }
   return addon
 }
@@ -58,15 +79,34 @@ export function loadAddon(): NativeAddon | null {
 /** design §1: MQ_METRICS_BACKEND=js|native forces a backend; anything else is a startup error. */
 export function chooseBackend(env: NodeJS.ProcessEnv = process.env): BackendName {
   const forced = env.MQ_METRICS_BACKEND
-  if (forced === undefined || forced === '') return loadAddon() ? 'native' : 'js'
+  if (forced === undefined || forced === '') {
+    if (loadAddon()) return 'native'
+    if (!warned) {
+      // One line at first use, on stderr, where npm's quiet install output cannot hide it.
+      warned = true
+      process.emitWarning(`mq-metrics: ${backendReason('js', env)}`, { code: 'MQ_METRICS_NO_NATIVE_CORE' })
+    }
+    return 'js'
+  }
   if (forced === 'js') return 'js'
   if (forced === 'native') {
     if (!loadAddon()) {
-      throw new ConfigError('MQ_METRICS_BACKEND', `is "native" but the native core is unavailable (${addonError}); run \`npm run build:native\` or unset it`)
+      throw new ConfigError('MQ_METRICS_BACKEND', `is "native" but the native core is unavailable (${addonError}); see docs/install.md, or unset it`)
     }
     return 'native'
   }
   throw new ConfigError('MQ_METRICS_BACKEND', `must be "js" or "native", got ${JSON.stringify(forced)}`)
+}
+
+/** Which backend a surface runs on and why, in words a user can act on (surface.backendReason). */
+export function backendReason(backend: BackendName, env: NodeJS.ProcessEnv = process.env): string {
+  if (backend === 'native') {
+    loadAddon()
+    return `native core: ${addonFrom}`
+  }
+  if (env.MQ_METRICS_BACKEND === 'js') return 'TypeScript backend: chosen by MQ_METRICS_BACKEND=js'
+  loadAddon()
+  return `TypeScript backend: no native core for ${PLATFORM} (${addonError}); to build it, reinstall with a C++ compiler, make and python3 present (see docs/install.md)`
 }
 
 export function createArena(backend: BackendName): Arena {

@@ -373,7 +373,8 @@ export async function runDemo(input: DemoOptions = {}): Promise<Demo> {
 
   // ---- running ----
   const serving = listening.url.replace(/\/$/, '')
-  io.line(`mq-demo: simulated broker, scenario ${options.scenario}, ${names.length} topics x ${PARTITIONS_PER_TOPIC} partitions, 2 consumer groups each, ${options.rate} msg/s, backend ${surface.backend}`)
+  io.line(`mq-demo: simulated broker, scenario ${options.scenario}, ${names.length} topics x ${PARTITIONS_PER_TOPIC} partitions, 2 consumer groups each, ${options.rate} msg/s`)
+  io.line(`mq-demo: ${surface.backendReason}`)
   if (mainTopics.length > 0) io.line(`  main thread topics: ${mainTopics.join(', ')}`)
   io.line(`  worker thread topics: ${workerTopics.join(', ')}`)
   io.line('serving:')

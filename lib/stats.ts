@@ -30,6 +30,7 @@ export interface StatsContext {
   config: ResolvedConfig
   conservation: ConservationReport
   backend: 'native' | 'js'
+  backendReason: string
 }
 
 // The shape of each view (`surface.stats(view)` returns StatsViews[view]).
@@ -93,6 +94,8 @@ export interface ConfigView {
   max_partitions_per_topic: number
   max_groups_per_topic: number
   backend: 'native' | 'js'
+  /** Where the native core came from, or why the TypeScript backend runs (docs/install.md). */
+  backend_reason: string
 }
 export interface StatsViews {
   topics: TopicsView
@@ -363,5 +366,6 @@ function configView(ctx: StatsContext): ConfigView {
     max_partitions_per_topic: c.max_partitions_per_topic,
     max_groups_per_topic: c.max_groups_per_topic,
     backend: ctx.backend,
+    backend_reason: ctx.backendReason,
   }
 }

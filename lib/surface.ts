@@ -2,7 +2,7 @@
 // It composes the parts; each part lives in the file its name says (STYLE: layout).
 import { EventEmitter } from 'node:events'
 import type { IncomingMessage, ServerResponse } from 'node:http'
-import { Arena, BackendName, SharedArena, attachArena, chooseBackend, createArena, loadAddon } from './backend'
+import { Arena, BackendName, SharedArena, attachArena, backendReason, chooseBackend, createArena, loadAddon } from './backend'
 import { Config, ResolvedConfig, resolveConfig } from './config'
 import { ConservationChecker, ConservationReport } from './conservation'
 import { ClosedError } from './errors'
@@ -68,6 +68,8 @@ export interface Listening {
 
 export class Surface extends EventEmitter {
   readonly backend: BackendName
+  /** Where the native core came from, or why the TypeScript backend runs, in words a user can act on. */
+  readonly backendReason: string
   readonly enabled: boolean
   readonly config: ResolvedConfig
   /** createSurface()'s second argument, checked, with its defaults (scrape pacing). */
@@ -101,6 +103,7 @@ export class Surface extends EventEmitter {
     this.options = resolveSurfaceOptions(options)
     this.#scrapes = new ScrapeScheduler(new ScrapePacer(this.options.scrapeShare, this.options.scrapeBurstMs), RENDER_SLICE_MS)
     this.backend = chooseBackend()
+    this.backendReason = backendReason(this.backend)
     this.enabled = this.config.metrics_enabled
     this.#arena = createArena(this.backend)
     const memory = new Memory(this.#arena, true)
@@ -367,7 +370,7 @@ export class Surface extends EventEmitter {
 
   #statsContext(): StatsContext {
     const [snapshot, conservation] = this.#observe(true, true)
-    return { snapshot, faults: this.#faults.view(), config: this.config, conservation, backend: this.backend }
+    return { snapshot, faults: this.#faults.view(), config: this.config, conservation, backend: this.backend, backendReason: this.backendReason }
   }
 
   #healthz() {

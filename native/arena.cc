@@ -2,7 +2,7 @@
 // maps as its own external ArrayBuffer over the same bytes. Recording happens in JavaScript on
 // those views (a plain Float64Array store costs 1–3 ns; an N-API call costs 10–25 ns on Node 20),
 // so this file only allocates, maps and frees. No strings, no policy.
-#include <napi.h>
+#include <node_api.h>
 
 #include <atomic>
 #include <cstdint>
@@ -52,7 +52,7 @@ struct ViewHint {
   uint32_t id;
 };
 
-void FinalizeView(Napi::Env, void*, ViewHint* hint) {
+void FinalizeView(ViewHint* hint) {
   std::lock_guard<std::mutex> lock(gMutex);
   auto it = gArenas.find(hint->id);
   if (it != gArenas.end()) {
@@ -65,33 +65,43 @@ void FinalizeView(Napi::Env, void*, ViewHint* hint) {
   delete hint;
 }
 
-Napi::Value ArenaCreate(const Napi::CallbackInfo& info) {
-  Napi::Env env = info.Env();
+napi_value ArenaCreate(napi_env env, napi_callback_info info) {
+  args::Call call;
   uint64_t chunkBytes;
-  if (!args::Count(info, 1, "arenaCreate") || !args::Integer(info, 0, "arenaCreate", "chunkBytes", kMinChunkBytes, kMaxChunkBytes, &chunkBytes)) {
-    return env.Undefined();
+  if (!args::Read(env, info, &call) || !args::Count(call, 1, "arenaCreate") ||
+      !args::Integer(call, 0, "arenaCreate", "chunkBytes", kMinChunkBytes, kMaxChunkBytes, &chunkBytes)) {
+    return args::Undefined(env);
   }
   if (chunkBytes % 64 != 0) {
-    Napi::RangeError::New(env, "arenaCreate: chunkBytes must be a multiple of 64").ThrowAsJavaScriptException();
-    return env.Undefined();
+    napi_throw_range_error(env, nullptr, "arenaCreate: chunkBytes must be a multiple of 64");
+    return args::Undefined(env);
   }
-  std::lock_guard<std::mutex> lock(gMutex);
-  uint32_t id = gNextId++;
-  Arena* arena = new Arena();
+  Arena* arena = new (std::nothrow) Arena();
+  if (arena == nullptr) {
+    napi_throw_error(env, nullptr, "mq-metrics: out of memory creating an arena");
+    return args::Undefined(env);
+  }
   arena->chunkBytes = chunkBytes;
-  gArenas[id] = arena;
-  return Napi::Number::New(env, id);
+  uint32_t id;
+  {
+    std::lock_guard<std::mutex> lock(gMutex);
+    id = gNextId++;
+    gArenas[id] = arena;
+  }
+  napi_value result;
+  napi_create_uint32(env, id, &result);
+  return result;
 }
 
 // arenaChunk(id, k) → an ArrayBuffer over chunk k, allocated (zeroed, 64-byte aligned so that
 // rows of different threads never share a cache line) the first time any thread asks for it.
-Napi::Value ArenaChunk(const Napi::CallbackInfo& info) {
-  Napi::Env env = info.Env();
+napi_value ArenaChunk(napi_env env, napi_callback_info info) {
+  args::Call call;
   uint64_t id;
   uint64_t k;
-  if (!args::Count(info, 2, "arenaChunk") || !args::Integer(info, 0, "arenaChunk", "id", 1, UINT32_MAX, &id) ||
-      !args::Integer(info, 1, "arenaChunk", "k", 0, kMaxChunks - 1, &k)) {
-    return env.Undefined();
+  if (!args::Read(env, info, &call) || !args::Count(call, 2, "arenaChunk") || !args::Integer(call, 0, "arenaChunk", "id", 1, UINT32_MAX, &id) ||
+      !args::Integer(call, 1, "arenaChunk", "k", 0, kMaxChunks - 1, &k)) {
+    return args::Undefined(env);
   }
   void* data;
   size_t bytes;
@@ -100,18 +110,16 @@ Napi::Value ArenaChunk(const Napi::CallbackInfo& info) {
     auto it = gArenas.find(static_cast<uint32_t>(id));
     if (it == gArenas.end() || it->second->released) {
       // lib/backend.ts turns this code into a ClosedError, as the JS backend throws.
-      Napi::Error error = Napi::Error::New(env, "mq-metrics: the surface's native arena was closed");
-      error.Set("code", Napi::String::New(env, "SURFACE_CLOSED"));
-      error.ThrowAsJavaScriptException();
-      return env.Undefined();
+      napi_throw_error(env, "SURFACE_CLOSED", "mq-metrics: the surface's native arena was closed");
+      return args::Undefined(env);
     }
     Arena* arena = it->second;
     if (arena->chunks.size() <= k) arena->chunks.resize(k + 1, nullptr);
     if (arena->chunks[k] == nullptr) {
       void* chunk = ::operator new(arena->chunkBytes, kChunkAlignment, std::nothrow);
       if (chunk == nullptr) {
-        Napi::Error::New(env, "mq-metrics: out of memory allocating a counter chunk").ThrowAsJavaScriptException();
-        return env.Undefined();
+        napi_throw_error(env, nullptr, "mq-metrics: out of memory allocating a counter chunk");
+        return args::Undefined(env);
       }
       std::memset(chunk, 0, arena->chunkBytes);
       arena->chunks[k] = chunk;
@@ -121,27 +129,33 @@ Napi::Value ArenaChunk(const Napi::CallbackInfo& info) {
     arena->views.fetch_add(1, std::memory_order_relaxed);  // ordered by gMutex
   }
   // napi_create_external_arraybuffer fails when the calling thread's environment is shutting
-  // down (a worker terminated while it maps a chunk). Napi::ArrayBuffer::New would then throw
-  // into that environment, which node-addon-api turns into a fatal error that aborts the whole
-  // process. Called directly: on failure the view that was counted is given back, and the worker
-  // just stops (its termination is already under way).
-  ViewHint* hint = new ViewHint{static_cast<uint32_t>(id)};
+  // down (a worker terminated while it maps a chunk). Nothing may be thrown into that
+  // environment then: the view that was counted is given back, and the worker just stops (its
+  // termination is already under way).
+  ViewHint* hint = new (std::nothrow) ViewHint{static_cast<uint32_t>(id)};
   napi_value buffer;
-  napi_status status = napi_create_external_arraybuffer(
-      env, data, bytes, [](napi_env e, void*, void* h) { FinalizeView(Napi::Env(e), nullptr, static_cast<ViewHint*>(h)); }, hint,
-      &buffer);
+  napi_status status = hint == nullptr ? napi_generic_failure
+                                       : napi_create_external_arraybuffer(
+                                             env, data, bytes, [](napi_env, void*, void* h) { FinalizeView(static_cast<ViewHint*>(h)); }, hint, &buffer);
   if (status != napi_ok) {
-    FinalizeView(env, nullptr, hint);  // views − 1, and frees the arena if it was its last view
-    return env.Undefined();
+    if (hint != nullptr) {
+      FinalizeView(hint);  // views − 1, and frees the arena if it was its last view
+    } else {
+      std::lock_guard<std::mutex> lock(gMutex);
+      auto it = gArenas.find(static_cast<uint32_t>(id));
+      if (it != gArenas.end()) it->second->views.fetch_sub(1, std::memory_order_relaxed);
+    }
+    return args::Undefined(env);
   }
-  return Napi::Value(env, buffer);
+  return buffer;
 }
 
 // arenaRelease(id): the surface is closed. Memory goes when the last view is collected.
-Napi::Value ArenaRelease(const Napi::CallbackInfo& info) {
+napi_value ArenaRelease(napi_env env, napi_callback_info info) {
+  args::Call call;
   uint64_t wide;
-  if (!args::Count(info, 1, "arenaRelease") || !args::Integer(info, 0, "arenaRelease", "id", 1, UINT32_MAX, &wide)) {
-    return info.Env().Undefined();
+  if (!args::Read(env, info, &call) || !args::Count(call, 1, "arenaRelease") || !args::Integer(call, 0, "arenaRelease", "id", 1, UINT32_MAX, &wide)) {
+    return args::Undefined(env);
   }
   uint32_t id = static_cast<uint32_t>(wide);
   std::lock_guard<std::mutex> lock(gMutex);
@@ -150,13 +164,12 @@ Napi::Value ArenaRelease(const Napi::CallbackInfo& info) {
     it->second->released = true;
     if (it->second->views.load(std::memory_order_relaxed) == 0) FreeArenaLocked(id, it->second);
   }
-  return info.Env().Undefined();
+  return args::Undefined(env);
 }
 
 }  // namespace
 
-void InitArena(Napi::Env env, Napi::Object exports) {
-  exports.Set("arenaCreate", Napi::Function::New(env, ArenaCreate));
-  exports.Set("arenaChunk", Napi::Function::New(env, ArenaChunk));
-  exports.Set("arenaRelease", Napi::Function::New(env, ArenaRelease));
+bool InitArena(napi_env env, napi_value exports) {
+  return args::Export(env, exports, "arenaCreate", ArenaCreate) && args::Export(env, exports, "arenaChunk", ArenaChunk) &&
+         args::Export(env, exports, "arenaRelease", ArenaRelease);
 }

@@ -1,32 +1,45 @@
 'use strict'
-// `npm install` hook: build the native core with node-gyp. A failed build is not an install
-// failure: the TypeScript backend takes over (design §1), and we say so in exactly one line.
+// `npm install` hook (docs/install.md). The native core comes, in order, from the prebuilt binary
+// in the package for this platform, or from a build from source (node-gyp: npm ships it; the
+// addon needs nothing but Node's own headers). Neither is an install failure: the TypeScript
+// backend takes over, and the first surface created says why, in one line on stderr.
 const { spawnSync } = require('node:child_process')
+const fs = require('node:fs')
 const path = require('node:path')
 
 const root = path.join(__dirname, '..')
-let nodeGyp
-try {
-  nodeGyp = require.resolve('node-gyp/bin/node-gyp.js', { paths: [root] })
-} catch {
-  // npm bundles node-gyp; npm_config_node_gyp points at it during lifecycle scripts.
-  nodeGyp = process.env.npm_config_node_gyp
-}
-// Build against the headers of the Node.js that runs us when they are installed beside it, so
-// that no header download is needed (this machine has no internet beyond the package registries).
-const fs = require('node:fs')
-const args = [nodeGyp, 'rebuild']
-const prefix = path.join(path.dirname(process.execPath), '..')
-if (!process.env.npm_config_nodedir && fs.existsSync(path.join(prefix, 'include', 'node', 'node_api.h'))) {
-  args.push(`--nodedir=${prefix}`)
-}
-const result = nodeGyp
-  ? spawnSync(process.execPath, args, { cwd: root, encoding: 'utf8' })
-  : { status: 1, stderr: 'node-gyp not found' }
+const platform = `${process.platform}-${process.arch}`
+const prebuilt = path.join(root, 'prebuilds', platform, 'mq_metrics.node')
 
-if (result.status === 0) {
-  console.log('mq-metrics: native core built (build/Release/mq_metrics.node)')
+function loads(file) {
+  const probe = spawnSync(process.execPath, ['-e', `require(${JSON.stringify(file)})`], { encoding: 'utf8' })
+  return probe.status === 0 ? '' : (probe.stderr.split('\n').find((line) => /Error/.test(line)) || 'does not load').trim()
+}
+
+function build() {
+  let nodeGyp = process.env.npm_config_node_gyp // npm's own node-gyp, during lifecycle scripts
+  if (!nodeGyp) {
+    try {
+      nodeGyp = require.resolve('node-gyp/bin/node-gyp.js', { paths: [root] })
+    } catch {
+      return 'node-gyp not found'
+    }
+  }
+  const args = [nodeGyp, 'rebuild']
+  // Build against the headers of the Node.js that runs us when they are installed beside it, so
+  // that no header download is needed.
+  const prefix = path.join(path.dirname(process.execPath), '..')
+  if (!process.env.npm_config_nodedir && fs.existsSync(path.join(prefix, 'include', 'node', 'node_api.h'))) args.push(`--nodedir=${prefix}`)
+  const result = spawnSync(process.execPath, args, { cwd: root, encoding: 'utf8' })
+  if (result.status === 0) return ''
+  const output = `${result.stderr || ''}\n${result.stdout || ''}`
+  return (output.split('\n').find((line) => /not found|error/i.test(line)) || String(result.error || 'build failed')).trim().slice(0, 200)
+}
+
+if (!process.env.MQ_METRICS_FORCE_BUILD && fs.existsSync(prebuilt) && loads(prebuilt) === '') {
+  console.log(`mq-metrics: native core: the prebuilt binary for ${platform}`)
 } else {
-  const reason = String(result.stderr || result.error || '').split('\n').find((l) => /error/i.test(l)) || 'build failed'
-  console.warn(`mq-metrics: WARNING native core not built (${reason.trim().slice(0, 160)}); using the TypeScript backend`)
+  const failed = build()
+  if (failed === '') console.log('mq-metrics: native core built from source (build/Release/mq_metrics.node)')
+  else console.warn(`mq-metrics: WARNING no native core for ${platform} (no prebuilt binary; build from source failed: ${failed}); the TypeScript backend will run`)
 }

@@ -4,7 +4,7 @@
 // `quantilesFromCounts` in lib/latency.ts and must return the very same doubles: same bucket
 // layout, same grouping of the sums, same rank formula, same bit-built bucket midpoint.
 // The caller (lib/, which validates) passes a Float64Array holding kBuckets counts from offset.
-#include <napi.h>
+#include <node_api.h>
 
 #include <cmath>
 #include <cstdint>
@@ -33,21 +33,25 @@ double BucketMidpoint(uint32_t index) {
 }
 
 // latencyQuantiles(counts: Float64Array, offset: number) → { p50, p90, p99, count } | null
-Napi::Value LatencyQuantiles(const Napi::CallbackInfo& info) {
-  Napi::Env env = info.Env();
-  if (!args::Count(info, 2, "latencyQuantiles")) return env.Undefined();
-  if (!info[0].IsTypedArray() || info[0].As<Napi::TypedArray>().TypedArrayType() != napi_float64_array) {
-    Napi::TypeError::New(env, "latencyQuantiles: counts must be a Float64Array").ThrowAsJavaScriptException();
-    return env.Undefined();
+napi_value LatencyQuantiles(napi_env env, napi_callback_info info) {
+  args::Call call;
+  if (!args::Read(env, info, &call) || !args::Count(call, 2, "latencyQuantiles")) return args::Undefined(env);
+  bool isTypedArray = false;
+  napi_typedarray_type type;
+  size_t length = 0;
+  void* data = nullptr;
+  if (napi_is_typedarray(env, call.argv[0], &isTypedArray) != napi_ok || !isTypedArray ||
+      napi_get_typedarray_info(env, call.argv[0], &type, &length, &data, nullptr, nullptr) != napi_ok || type != napi_float64_array) {
+    napi_throw_type_error(env, nullptr, "latencyQuantiles: counts must be a Float64Array");
+    return args::Undefined(env);
   }
-  Napi::Float64Array array = info[0].As<Napi::Float64Array>();
   uint64_t offset;
-  if (!args::Integer(info, 1, "latencyQuantiles", "offset", 0, static_cast<double>(UINT32_MAX), &offset)) return env.Undefined();
-  if (offset + kBuckets > array.ElementLength()) {
-    Napi::RangeError::New(env, "latencyQuantiles: counts must hold " + std::to_string(kBuckets) + " buckets from offset").ThrowAsJavaScriptException();
-    return env.Undefined();
+  if (!args::Integer(call, 1, "latencyQuantiles", "offset", 0, static_cast<double>(UINT32_MAX), &offset)) return args::Undefined(env);
+  if (offset + kBuckets > length) {
+    napi_throw_range_error(env, nullptr, ("latencyQuantiles: counts must hold " + std::to_string(kBuckets) + " buckets from offset").c_str());
+    return args::Undefined(env);
   }
-  const double* counts = array.Data() + offset;
+  const double* counts = static_cast<const double*>(data) + offset;
 
   // Four running sums, grouped as in the TypeScript (see there why this is exact).
   double sum0 = 0, sum1 = 0, sum2 = 0, sum3 = 0;
@@ -58,7 +62,11 @@ Napi::Value LatencyQuantiles(const Napi::CallbackInfo& info) {
     sum3 += counts[i + 3];
   }
   const double count = sum0 + sum1 + (sum2 + sum3);
-  if (!(count > 0)) return env.Null();
+  napi_value result;
+  if (!(count > 0)) {
+    napi_get_null(env, &result);
+    return result;
+  }
   // Same expression as the TypeScript: exact, see the comment there.
   const double rank50 = std::ceil((count * 50) / 100);
   const double rank90 = std::ceil((count * 90) / 100);
@@ -72,17 +80,22 @@ Napi::Value LatencyQuantiles(const Napi::CallbackInfo& info) {
   const uint32_t p90 = index;
   while (seen < rank99 && index < kBuckets - 1) seen += counts[++index];
   const uint32_t p99 = index;
-  Napi::Object result = Napi::Object::New(env);
-  result.Set("p50", BucketMidpoint(p50));
-  result.Set("p90", BucketMidpoint(p90));
-  result.Set("p99", BucketMidpoint(p99));
-  result.Set("count", count);
+  napi_create_object(env, &result);
+  const char* names[] = {"p50", "p90", "p99", "count"};
+  const double values[] = {BucketMidpoint(p50), BucketMidpoint(p90), BucketMidpoint(p99), count};
+  for (int i = 0; i < 4; i++) {
+    napi_value number;
+    if (napi_create_double(env, values[i], &number) != napi_ok || napi_set_named_property(env, result, names[i], number) != napi_ok) {
+      return args::Undefined(env);
+    }
+  }
   return result;
 }
 
 }  // namespace
 
-void InitLatency(Napi::Env env, Napi::Object exports) {
-  exports.Set("latencyQuantiles", Napi::Function::New(env, LatencyQuantiles, "latencyQuantiles"));
-  exports.Set("latencyBuckets", Napi::Number::New(env, kBuckets));
+bool InitLatency(napi_env env, napi_value exports) {
+  napi_value buckets;
+  return args::Export(env, exports, "latencyQuantiles", LatencyQuantiles) && napi_create_uint32(env, kBuckets, &buckets) == napi_ok &&
+         napi_set_named_property(env, exports, "latencyBuckets", buckets) == napi_ok;
 }

@@ -227,3 +227,36 @@ for (const backend of backends()) {
     t.match(surface.render(), /topic="x"/, 'recording still works')
   })
 }
+
+// docs/install.md: the loader says which backend runs and why, and a missing native core is one
+// warning line at the first surface — not one per surface, and none when js was chosen.
+t.test('backendReason: where the native core came from, or why the TypeScript backend runs', async (t) => {
+  const script = `
+    const { createSurface } = require(${JSON.stringify(dist)})
+    const a = createSurface(), b = createSurface()
+    console.log(JSON.stringify({ backend: a.backend, reason: a.backendReason, config: a.stats('config').backend_reason, same: b.backendReason === a.backendReason }))
+    a.close(); b.close()`
+  const missing = await node(['-e', script], { MQ_METRICS_ADDON_PATH: path.join(os.tmpdir(), 'no-such-addon.node'), MQ_METRICS_BACKEND: undefined })
+  t.equal(missing.code, 0, missing.stderr)
+  const seen = JSON.parse(missing.stdout)
+  t.equal(seen.backend, 'js')
+  t.match(seen.reason, /^TypeScript backend: no native core for [a-z0-9]+-[a-z0-9]+ \(no file at MQ_METRICS_ADDON_PATH\); to build it, reinstall with a C\+\+ compiler/)
+  t.equal(seen.config, seen.reason, '/stats?filter=config says the same')
+  t.ok(seen.same)
+  t.equal(missing.stderr.match(/MQ_METRICS_NO_NATIVE_CORE/g)?.length, 1, `one warning line for two surfaces: ${missing.stderr}`)
+  t.match(missing.stderr, /Warning: mq-metrics: TypeScript backend: no native core/)
+
+  const broken = path.join(t.testdir({ 'broken.node': 'not an ELF file' }), 'broken.node')
+  const bad = await node(['-e', script], { MQ_METRICS_ADDON_PATH: broken, MQ_METRICS_BACKEND: undefined })
+  t.match(JSON.parse(bad.stdout).reason, /MQ_METRICS_ADDON_PATH does not load: /, 'a binary that does not load is quoted')
+
+  const forced = await node(['-e', script], { MQ_METRICS_BACKEND: 'js' })
+  t.equal(JSON.parse(forced.stdout).reason, 'TypeScript backend: chosen by MQ_METRICS_BACKEND=js')
+  t.notMatch(forced.stderr, /MQ_METRICS_NO_NATIVE_CORE/, 'no warning when js was chosen')
+
+  if (backends().includes('native')) {
+    const native = await node(['-e', script], { MQ_METRICS_BACKEND: undefined, MQ_METRICS_ADDON_PATH: undefined })
+    t.match(JSON.parse(native.stdout), { backend: 'native', reason: /^native core: (the prebuilt binary for [a-z0-9-]+ \(prebuilds\/|the build from source \(build\/Release\/mq_metrics\.node\))/ })
+    t.equal(native.stderr, '')
+  }
+})

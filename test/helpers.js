@@ -9,6 +9,10 @@ const lib = require(dist)
 function backends() {
   let native = false
   try {
+    require(path.join(__dirname, '..', 'prebuilds', `${process.platform}-${process.arch}`, 'mq_metrics.node'))
+    native = true
+  } catch {}
+  try {
     require(path.join(__dirname, '..', 'build', 'Release', 'mq_metrics.node'))
     native = true
   } catch {}

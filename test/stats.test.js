@@ -65,6 +65,7 @@ function context(overrides = {}) {
     config: resolveConfig({ metrics_auth_token: 'secret', e2e_latency: true }),
     conservation: checker.report(snap, (x) => x),
     backend: 'js',
+    backendReason: 'TypeScript backend: chosen by MQ_METRICS_BACKEND=js',
     ...overrides,
   }
 }
@@ -167,6 +168,7 @@ t.test('config view', async (t) => {
   t.strictSame(statsView('config', {}, context()), {
     filter: 'config', metrics_enabled: true, max_in_flight: 1000, max_attempts: 5, e2e_latency: true, metrics_auth_token: 'set',
     max_topics: 10000, max_partitions_per_topic: 4096, max_groups_per_topic: 256, backend: 'js',
+    backend_reason: 'TypeScript backend: chosen by MQ_METRICS_BACKEND=js',
   }, 'the token itself never appears')
   t.equal(statsView('config', {}, context({ config: resolveConfig({}), backend: 'native' })).metrics_auth_token, 'unset')
   t.notMatch(toJSON(statsView('config', {}, context())), /secret/, 'the token text is not in the JSON')

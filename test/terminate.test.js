@@ -57,7 +57,7 @@ for (const backend of backends()) {
 
 t.test('native: terminating workers while they map counter memory does not abort the process', { skip: backends().includes('native') ? false : 'no native addon' }, async (t) => {
   // In a child process: the failure this guards against is a SIGABRT of the whole process
-  // (node-addon-api turning a failed napi call in a terminating thread into a fatal error).
+  // (a failed Node-API call throwing into a terminating thread's environment is a fatal error).
   // Probabilistic: the addon before the fix aborted in 5 of 10 runs of 300 trials here.
   const r = await jsonFromChild('terminate-attaching', [ATTACHING, '300'], { timeoutMs: 120_000, withoutTapLoader: true })
   t.equal(r.trials, 300, 'the process outlived 300 workers terminated at random points of their attach loop')

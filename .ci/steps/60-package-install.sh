@@ -1,0 +1,106 @@
+#!/usr/bin/env bash
+# The package as a user installs it (docs/install.md): `npm pack`, then the tarball into an empty
+# project, three ways, each followed by a recording round trip (main thread and a worker):
+#   a. no C++ compiler and no make on PATH  → the prebuilt binary, backend native
+#   b. the prebuilt binary removed, compiler present → built from source, backend native
+#   c. neither → the TypeScript backend, one warning line, everything works
+# Writes TAP to $CI_TAP_OUT.
+set -u
+cd "$(dirname "$0")/../.."
+out="${CI_TAP_OUT:-/dev/stdout}"
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+n=0
+: > "$out"
+point () { # point OK DESCRIPTION [DIAGNOSTIC FILE]
+  n=$((n + 1))
+  if [ "$1" = ok ]; then echo "ok $n - $2" >> "$out"; else
+    echo "not ok $n - $2" >> "$out"
+    [ -n "${3:-}" ] && [ -f "$3" ] && tail -n 30 "$3" | sed 's/^/  # /' >> "$out"
+  fi
+}
+
+# --- the tarballs --------------------------------------------------------------------------------
+npm pack --pack-destination "$work" > "$work/pack.log" 2>&1
+tarball=$(ls "$work"/mq-metrics-*.tgz 2>/dev/null | head -n 1)
+if [ -z "$tarball" ]; then point fail "npm pack" "$work/pack.log"; echo "1..$n" >> "$out"; exit 1; fi
+platform=$(node -p 'process.platform + "-" + process.arch')
+if tar tzf "$tarball" | grep -qx "package/prebuilds/$platform/mq_metrics.node"; then
+  point ok "npm pack ships prebuilds/$platform/mq_metrics.node"
+else
+  point fail "npm pack ships prebuilds/$platform/mq_metrics.node" "$work/pack.log"
+fi
+if tar tzf "$tarball" | grep -q '^package/build/'; then point fail "no build/ directory in the tarball"; else point ok "no build/ directory in the tarball"; fi
+mkdir -p "$work/strip" && tar xzf "$tarball" -C "$work/strip" && rm -rf "$work/strip/package/prebuilds"
+stripped="$work/mq-metrics-without-prebuilds.tgz"
+tar czf "$stripped" -C "$work/strip" package
+
+# --- a PATH without a compiler: only what npm and node-gyp's first steps use ---------------------
+nocc="$work/nocc-bin"
+mkdir -p "$nocc"
+for tool in node npm npx sh bash env python3 tar gzip cat cp mv rm mkdir ls uname grep sed dirname basename readlink; do
+  found=$(command -v "$tool") && ln -s "$found" "$nocc/$tool"
+done
+if PATH="$nocc" command -v g++ > /dev/null || PATH="$nocc" command -v make > /dev/null || PATH="$nocc" command -v cc > /dev/null; then
+  point fail "the reduced PATH has no compiler and no make"
+else
+  point ok "the reduced PATH has no compiler and no make"
+fi
+
+check='
+const { createSurface } = require("mq-metrics")
+const { Worker } = require("node:worker_threads")
+const s = createSurface()
+const topic = s.topic("orders")
+const g = topic.group("billing")
+const seq = topic.append(0, 100)
+g.send(0, seq)
+const w = new Worker(`const { workerData } = require("node:worker_threads"); const r = require("mq-metrics").attachSurface(workerData);
+  const t = r.topic("orders"); t.group("billing").settle(0, 1, "delivered"); t.append(0, 50)`, { eval: true, workerData: s.share() })
+w.on("exit", (code) => {
+  const totals = s.stats("topics").totals
+  const text = s.render()
+  console.log(JSON.stringify({ backend: s.backend, reason: s.backendReason, worker: code, produced: totals.produced, delivered: totals.delivered,
+    rendered: text.includes("mq_partition_last_seq{topic=\"orders\",partition=\"0\"} 2") }))
+  s.close()
+})'
+
+scenario () { # scenario NAME TARBALL PATH EXPECTED-BACKEND WARNINGS
+  local name=$1 tgz=$2 path=$3 backend=$4 warnings=$5 dir="$work/$1"
+  mkdir -p "$dir"
+  echo '{ "name": "user-project", "version": "1.0.0", "private": true }' > "$dir/package.json"
+  if ! (cd "$dir" && PATH="$path" npm install --no-audit --no-fund --foreground-scripts "$tgz" > install.log 2>&1); then
+    point fail "$name: npm install of the tarball" "$dir/install.log"; return
+  fi
+  point ok "$name: npm install of the tarball"
+  (cd "$dir" && PATH="$path" node -e "$check" > check.out 2> check.err)
+  local got
+  got=$(cat "$dir/check.out")
+  cat "$dir/install.log" "$dir/check.err" > "$dir/diag.log"
+  echo "check: $got" >> "$dir/diag.log"
+  if node -e 'const r = JSON.parse(process.argv[1]); process.exit(r.backend === process.argv[2] ? 0 : 1)' "$got" "$backend" 2> /dev/null; then
+    point ok "$name: backend $backend ($(node -p 'JSON.parse(process.argv[1]).reason' "$got"))"
+  else
+    point fail "$name: backend $backend" "$dir/diag.log"
+  fi
+  if node -e 'const r = JSON.parse(process.argv[1]); process.exit(r.worker === 0 && r.produced === 2 && r.delivered === 1 && r.rendered ? 0 : 1)' "$got" 2> /dev/null; then
+    point ok "$name: a round trip from the main thread and a worker (produced 2, delivered 1, rendered)"
+  else
+    point fail "$name: a round trip from the main thread and a worker" "$dir/diag.log"
+  fi
+  local seen
+  seen=$(grep -c 'MQ_METRICS_NO_NATIVE_CORE' "$dir/check.err")
+  if [ "$seen" -eq "$warnings" ]; then point ok "$name: $warnings warning line(s) at first use"; else point fail "$name: $warnings warning line(s) at first use, saw $seen" "$dir/diag.log"; fi
+}
+
+scenario "a. no compiler" "$tarball" "$nocc" native 0
+scenario "b. no prebuilt binary, a compiler" "$stripped" "$PATH" native 0
+if grep -q 'native core built from source' "$work/b. no prebuilt binary, a compiler/install.log"; then
+  point ok "b: the install script built the addon from source in the user's project"
+else
+  point fail "b: the install script built the addon from source in the user's project" "$work/b. no prebuilt binary, a compiler/install.log"
+fi
+scenario "c. neither" "$stripped" "$nocc" js 1
+
+echo "1..$n" >> "$out"
+! grep -q '^not ok' "$out"

