@@ -258,7 +258,11 @@ async function getJson(base: string, path: string, token: string | undefined, in
   }
   if (!okStatuses.includes(statusCode)) {
     const detail = isObject(body) && isObject(body.error) ? `${body.error.code}: ${body.error.message}` : text.slice(0, 200)
-    throw new BrokerError(`GET ${path} answered HTTP ${statusCode}${detail ? ` (${detail})` : ''}`, `HTTP ${statusCode}`)
+    // 401 is the one an operator fixes at the command line: say how.
+    const hint = statusCode !== 401 ? '' : token === undefined
+      ? '; this broker needs its metrics_auth_token: pass --token TOKEN or set MQ_STATS_TOKEN'
+      : '; the token given (--token or MQ_STATS_TOKEN) was refused'
+    throw new BrokerError(`GET ${path} answered HTTP ${statusCode}${detail ? ` (${detail})` : ''}${hint}`, `HTTP ${statusCode}`)
   }
   if (!isObject(body)) throw new BrokerError(`GET ${path} did not answer with a JSON object`, 'bad answer')
   return body
@@ -566,6 +570,12 @@ export function formatUptime(seconds: number): string {
 if (require.main === module) {
   const interrupt = new AbortController()
   process.once('SIGINT', () => interrupt.abort())
+  // The reader went away (`mq-stats --watch 1 | head -2`): nothing more can be shown; a quiet
+  // exit 0, as for any tool whose output is cut short on purpose, not a stack trace.
+  process.stdout.on('error', (error: NodeJS.ErrnoException) => {
+    if (error.code === 'EPIPE') process.exit(0)
+    throw error
+  })
   main(process.argv.slice(2), process.env, { stdout: process.stdout, stderr: process.stderr, signal: interrupt.signal }).then(
     (code) => {
       process.exitCode = code

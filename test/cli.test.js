@@ -190,8 +190,8 @@ t.test('an unreachable broker: exit 3, one line on stderr, no stack trace', asyn
 t.test('a broker that answers with an error status: exit 3', async (t) => {
   const locked = await broker(t, { token: 's3cret' })
   const cases = [
-    ['no token', ['--url', locked.url], {}, 3, /^mq-stats: http:\S+: GET \S+ answered HTTP 401 \(UNAUTHORIZED: a bearer token is required\)\n$/],
-    ['wrong token', ['--url', locked.url, '--token', 'nope'], {}, 3, /HTTP 401/],
+    ['no token', ['--url', locked.url], {}, 3, /^mq-stats: http:\S+: GET \S+ answered HTTP 401 \(UNAUTHORIZED: a bearer token is required\); this broker needs its metrics_auth_token: pass --token TOKEN or set MQ_STATS_TOKEN\n$/],
+    ['wrong token', ['--url', locked.url, '--token', 'nope'], {}, 3, /HTTP 401 .*; the token given \(--token or MQ_STATS_TOKEN\) was refused\n$/],
     ['--token', ['--url', locked.url, '--token', 's3cret'], {}, 0, null],
     ['--token=', ['--url', locked.url, '--token=s3cret'], {}, 0, null],
     ['MQ_STATS_TOKEN', ['--url', locked.url], { MQ_STATS_TOKEN: 's3cret' }, 0, null],
@@ -277,6 +277,20 @@ t.test('--watch redraws until SIGINT, then exits with the last status', async (t
   t.equal(code, 1, 'with the last frame\'s status (soft)')
   t.equal((stdout.match(/ 1 soft /g) || []).length, 3, 'three frames were drawn')
   t.notMatch(stdout, /\x1b/, 'no screen control codes in a pipe')
+})
+
+t.test('a reader that goes away (mq-stats --watch 1 | head -2): a quiet exit 0', async (t) => {
+  const soft = await broker(t, { state: 1 })
+  const child = spawn(process.execPath, [CLI, '--url', soft.url, '--watch', '0.1'], { stdio: ['ignore', 'pipe', 'pipe'] })
+  const killer = setTimeout(() => child.kill('SIGKILL'), 15_000)
+  let stderr = ''
+  child.stderr.on('data', (d) => (stderr += d))
+  child.stdout.once('data', () => child.stdout.destroy()) // as head does after its lines
+  const [code, signal] = await new Promise((resolve) => child.on('exit', (c, s) => resolve([c, s])))
+  clearTimeout(killer)
+  t.equal(signal, null, 'not killed: it noticed')
+  t.equal(code, 0)
+  t.equal(stderr, '', 'no stack trace')
 })
 
 // In-process: colour and redraw need a TTY, which a child's pipe is not.
