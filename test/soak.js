@@ -12,7 +12,7 @@
 //   node test/soak.js --ops 1000000 --topics 5000 --churn 0.5     the 50%-churn figure of docs/reliability.md
 //
 // Each backend runs in a child process started with --expose-gc (runSoakInChild), so the
-// measurement sees one surface and nothing else; test/soak.test.js runs the short form.
+// measurement sees one surface and nothing else; test/soak.stress.js runs the short form.
 const path = require('node:path')
 const { prng, jsonFromChild } = require('./helpers')
 

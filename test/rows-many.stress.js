@@ -1,6 +1,6 @@
 'use strict'
 // A surface takes far more attaches over its life than it has thread rows (MAX_ROWS − 1): the
-// rows of exited threads are reused (see rows.test.js for the row-level behaviour).
+// rows of exited threads are reused (see rows.stress.js for the row-level behaviour).
 const t = require('tap')
 const path = require('node:path')
 const { backends, jsonFromChild } = require('./helpers')

@@ -1,7 +1,7 @@
 'use strict'
 // Thread rows are reused: a thread that attaches again keeps its row, and the row of a thread
 // that has exited — however it ended — goes to the next thread that attaches, which inherits its
-// numbers. Totals stay exact and a live thread's row is never handed out (rows-many.test.js:
+// numbers. Totals stay exact and a live thread's row is never handed out (rows-many.stress.js:
 // more attaches than there are rows).
 const t = require('tap')
 const { backends, surfaceOn, faultsOf } = require('./helpers')
