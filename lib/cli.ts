@@ -1,6 +1,7 @@
 #!/usr/bin/env node
 // design §10: `mq-stats`, the operator's view of one or more brokers. It reads /healthz and /stats
 // over HTTP (never the library's memory), so it works against any broker that serves them.
+import * as fs from 'node:fs'
 import * as http from 'node:http'
 import * as https from 'node:https'
 import { toJSON } from './json'
@@ -14,13 +15,16 @@ export const EXIT_UNREACHABLE = 3
 export const EXIT_USAGE = 64
 const EXIT_INTERRUPTED = 130
 
-export const USAGE = `Usage: mq-stats [--url URL ...] [--token TOKEN] [VIEW] [--watch SECONDS] [--json]
+export const USAGE = `Usage: mq-stats [--url URL ...] [--urls-from FILE] [--token TOKEN] [VIEW] [--watch SECONDS] [--json]
 
 Reads /healthz and /stats from one or more mq-metrics brokers and prints a table.
 
   VIEW             one of: ${STATS_VIEWS.join(', ')}
                    (default: one summary row per broker)
   --url URL        broker base URL; repeat for several brokers (default ${DEFAULT_URL})
+  --urls-from FILE more brokers: one URL per line (# comments), or a Prometheus file_sd JSON
+                   file ([{"targets": ["host:port", ...]}]); with several brokers the summary
+                   ends with a cluster line: worst tier, the leader, whether epochs agree
   --token TOKEN    bearer token for brokers with metrics_auth_token
                    (default: the MQ_STATS_TOKEN environment variable, which ps cannot show)
   --watch SECONDS  redraw every SECONDS until Ctrl-C, then exit with the last status
@@ -119,7 +123,7 @@ function parseArgs(argv: readonly string[], env: NodeJS.ProcessEnv): Options {
     }
     const eq = arg.indexOf('=')
     const name = eq === -1 ? arg : arg.slice(0, eq)
-    const takesValue = name === '--url' || name === '--token' || name === '--watch'
+    const takesValue = name === '--url' || name === '--urls-from' || name === '--token' || name === '--watch'
     if (eq !== -1 && !takesValue) throw new UsageError(`${name} takes no value`)
     let value: string | undefined
     if (takesValue) {
@@ -130,6 +134,9 @@ function parseArgs(argv: readonly string[], env: NodeJS.ProcessEnv): Options {
     switch (name) {
       case '--url':
         options.urls.push(checkUrl(value!))
+        break
+      case '--urls-from':
+        options.urls.push(...urlsFrom(value!))
         break
       case '--token':
         if (value === '') throw new UsageError('--token must not be empty')
@@ -155,6 +162,32 @@ function parseArgs(argv: readonly string[], env: NodeJS.ProcessEnv): Options {
   if (options.urls.length === 0) options.urls.push(DEFAULT_URL)
   options.token = token ?? (env.MQ_STATS_TOKEN || undefined)
   return options
+}
+
+/** --urls-from FILE: one URL per line, or a Prometheus file_sd JSON file (its targets, over http). */
+function urlsFrom(file: string): string[] {
+  let content: string
+  try {
+    content = fs.readFileSync(file, 'utf8')
+  } catch (error) {
+    throw new UsageError(`cannot read --urls-from ${JSON.stringify(file)}: ${(error as NodeJS.ErrnoException).code ?? (error as Error).message}`)
+  }
+  if (/^\s*\[/.test(content)) {
+    let groups: unknown
+    try {
+      groups = JSON.parse(content)
+    } catch (error) {
+      throw new UsageError(`--urls-from ${JSON.stringify(file)} looks like file_sd JSON but does not parse: ${(error as Error).message}`)
+    }
+    const targets = Array.isArray(groups) ? groups.flatMap((g) => (isObject(g) && Array.isArray(g.targets) ? g.targets : [undefined])) : [undefined]
+    if (targets.length === 0 || targets.some((x) => typeof x !== 'string')) {
+      throw new UsageError(`--urls-from ${JSON.stringify(file)}: file_sd JSON must be [{"targets": ["host:port", ...]}, ...]`)
+    }
+    return (targets as string[]).map((target) => checkUrl(/^https?:\/\//.test(target) ? target : `http://${target}`))
+  }
+  const urls = content.split('\n').map((line) => line.replace(/#.*/, '').trim()).filter((line) => line !== '')
+  if (urls.length === 0) throw new UsageError(`--urls-from ${JSON.stringify(file)} lists no URL`)
+  return urls.map(checkUrl)
 }
 
 function checkUrl(value: string): string {
@@ -427,6 +460,7 @@ function summaryRow(b: BrokerRead): JsonObject {
 }
 
 const COLOURS = ['\x1b[32m', '\x1b[33m', '\x1b[31m'] // green healthy, yellow soft, red read_only
+const TIER_WORDS = ['healthy', 'soft', 'read_only']
 const RESET = '\x1b[0m'
 
 interface Cell {
@@ -457,7 +491,7 @@ function renderFrame(options: Options, frame: Frame, colour: boolean): string {
         cell(row.faults),
       ]
     })
-    return table(header, rows, colour)
+    return table(header, rows, colour) + (frame.brokers.length > 1 ? clusterLine(frame.brokers, colour) : '')
   }
   const many = frame.brokers.length > 1
   const parts = frame.brokers.map((b) => {
@@ -466,6 +500,32 @@ function renderFrame(options: Options, frame: Frame, colour: boolean): string {
     return heading + renderView(b.views[options.view!], colour)
   })
   return parts.join('\n')
+}
+
+/**
+ * Several brokers read as one cluster (docs/cluster.md): the worst tier and where, the leader (a
+ * node whose /healthz says it leads, at the highest epoch; one that leads at a lower epoch is
+ * stale: cut off, or not told yet), and whether the nodes agree on the epoch.
+ */
+function clusterLine(brokers: BrokerRead[], colour: boolean): string {
+  const read = brokers.filter((b) => b.error === undefined)
+  const u = (b: BrokerRead) => terminalSafe(b.url)
+  const parts: string[] = []
+  const worst = read.length === 0 ? 2 : Math.max(...read.map((b) => b.quorumState!))
+  const worstAt = read.filter((b) => b.quorumState === worst).map(u)
+  const tier = `worst ${worst} ${TIER_WORDS[worst]}${read.length > 1 && worst > 0 ? ` (${worstAt.join(', ')})` : ''}`
+  parts.push(colour ? `${COLOURS[worst]}${tier}${RESET}` : tier)
+  const epoch = (b: BrokerRead) => (typeof b.healthz?.leader_epoch === 'number' ? b.healthz.leader_epoch : -1)
+  const top = Math.max(-1, ...read.map(epoch))
+  const leading = read.filter((b) => b.healthz?.leader === true)
+  const leaders = leading.filter((b) => epoch(b) === top)
+  const stale = leading.filter((b) => epoch(b) !== top)
+  parts.push(leaders.length === 0 ? 'leader: none' : leaders.length === 1 ? `leader ${u(leaders[0])} (epoch ${top})` : `${leaders.length} leaders at epoch ${top}: ${leaders.map(u).join(', ')}`)
+  if (stale.length > 0) parts.push(`stale leader ${stale.map((b) => `${u(b)} (epoch ${epoch(b)})`).join(', ')}`)
+  const epochs = [...new Set(read.map(epoch))].sort((a, b) => b - a)
+  parts.push(epochs.length <= 1 ? `epochs agree (${epochs[0] ?? '-'})` : `epochs disagree: ${epochs.map((e) => `${e} on ${read.filter((b) => epoch(b) === e).length}`).join(', ')}`)
+  if (read.length < brokers.length) parts.push(`${brokers.length - read.length} of ${brokers.length} unreachable`)
+  return `\ncluster  ${parts.join('  ')}\n`
 }
 
 /** A /stats body: scalars as key/value rows, each array of objects and each object as a table. */

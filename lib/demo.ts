@@ -12,6 +12,7 @@ import * as path from 'node:path'
 import { Worker } from 'node:worker_threads'
 import { SimulatedTopic, SimulationTotals, addTotals, emptyTotals } from './demo-broker'
 import type { DemoWorkerData, FromWorker, ToWorker } from './demo-worker'
+import { clusterCli } from './cluster'
 import { createSurface } from './index'
 import type { FaultRecord, Listening, QuorumEvent, Surface } from './index'
 
@@ -53,6 +54,7 @@ options:
   --rate MSGS_PER_SECOND   total producer rate over all topics (default ${DEFAULT_RATE})
   --scenario NAME          steady: a healthy quorum with rare brief soft rounds (default)
                            degraded: cycles healthy -> soft -> read_only -> healthy
+  --nodes N                run a cluster of N nodes instead (mq-demo --nodes 3 --help)
   -h, --help               show this help
 `
 
@@ -560,6 +562,13 @@ function listenError(error: unknown, options: ResolvedOptions): Error {
 // ---- the command line ----
 
 async function cli(argv: readonly string[]): Promise<number> {
+  // `--nodes N` (N > 1): the cluster demo (cluster.ts); `--nodes 1` is this single node.
+  const nodesAt = argv.findIndex((arg) => arg === '--nodes' || arg.startsWith('--nodes='))
+  if (nodesAt !== -1) {
+    const value = argv[nodesAt].includes('=') ? argv[nodesAt].split('=')[1] : argv[nodesAt + 1]
+    if (value !== '1') return clusterCli(argv)
+    argv = argv.filter((_, i) => i !== nodesAt && (argv[nodesAt].includes('=') || i !== nodesAt + 1))
+  }
   let parsed: ReturnType<typeof parseArgs>
   try {
     parsed = parseArgs(argv)

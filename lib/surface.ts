@@ -94,6 +94,7 @@ export class Surface extends EventEmitter {
   #starting: Promise<Listening> | undefined
   #connections = 0
   #leaderEpoch = 0
+  #leader = false
   #closed = false
   #closing: Promise<void> | undefined
 
@@ -173,6 +174,16 @@ export class Surface extends EventEmitter {
     }
     this.#leaderEpoch = epoch
     return true
+  }
+
+  /**
+   * Whether this node thinks it leads (docs/cluster.md). Shown on /healthz as `leader`, where
+   * `mq-stats` reads it to name a cluster's leader; not a metric (the allowlist is closed).
+   */
+  setLeader(leads: boolean): void {
+    this.#assertOpen()
+    if (typeof leads !== 'boolean') throw new TypeError(`leads must be a boolean, got ${describe(leads)}`)
+    this.#leader = leads
   }
 
   /** design §6: re-evaluates the tier from this round; returns the new tier. */
@@ -381,6 +392,7 @@ export class Surface extends EventEmitter {
       quorum_state: state,
       runbook_level: RUNBOOK_LEVELS[state],
       leader_epoch: this.#leaderEpoch,
+      leader: this.#leader,
       replicas: this.#quorum.replicas,
       in_sync: this.#quorum.inSync,
       uptime_seconds: process.uptime(),

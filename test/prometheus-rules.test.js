@@ -1,6 +1,6 @@
 'use strict'
-// The shipped alerting rules (prometheus/mq-alerts.yml) must load in Prometheus and pass their
-// unit tests (prometheus/mq-alerts.test.yml), both checked by promtool from Debian's `prometheus`
+// The shipped rules (prometheus/mq-alerts.yml, and the cluster rules mq-cluster.rules.yml) must
+// load in Prometheus and pass their unit tests (*.test.yml), checked by promtool from Debian's `prometheus`
 // package. Without promtool the test is skipped locally, but fails in CI, which installs it.
 // PROMTOOL=/path/to/promtool overrides the binary found on PATH.
 const t = require('tap')
@@ -28,7 +28,9 @@ if (missing && inCI) {
 } else {
   for (const [name, args] of [
     ['promtool check rules', ['check', 'rules', rules]],
-    ['promtool test rules', ['test', 'rules', tests]]
+    ['promtool test rules', ['test', 'rules', tests]],
+    ['promtool check rules (cluster)', ['check', 'rules', path.join('prometheus', 'mq-cluster.rules.yml')]],
+    ['promtool test rules (cluster)', ['test', 'rules', path.join('prometheus', 'mq-cluster.rules.test.yml')]]
   ]) {
     t.test(name, async (t) => {
       const r = promtool(...args)

@@ -1,0 +1,86 @@
+'use strict'
+// The cluster demo (docs/cluster.md): N nodes in one process, each with its own surface and port.
+// Partition: the cut-off leader goes read_only and takes no writes while the majority elects a
+// leader with a higher epoch; after the heal the old leader follows. Failover: the dead leader's
+// endpoint is gone, a new leader takes over, the restarted node follows. Conservation holds on
+// every node throughout, and no fault is raised.
+const t = require('tap')
+const path = require('node:path')
+const { execFile } = require('node:child_process')
+const { runCluster } = require('../dist/cluster')
+
+const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms))
+async function until(what, ok, ms = 10_000) {
+  const end = Date.now() + ms
+  for (;;) {
+    const value = await ok()
+    if (value) return value
+    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`)
+    await sleep(25)
+  }
+}
+const healthz = async (url) => (await fetch(`${url}/healthz`)).json()
+
+async function start(t, scenario) {
+  const lines = []
+  const cluster = await runCluster({ nodes: 3, port: 0, host: '127.0.0.1', topics: 2, rate: 400, scenario, phase: 1, line: (l) => lines.push(l) })
+  t.teardown(() => cluster.stop())
+  return { cluster, lines }
+}
+const checkBooks = (t, cluster, lines) => {
+  t.same(cluster.residuals().filter((r) => r.residual !== 0), [], 'conservation: residual 0 for every group on every node')
+  t.same(lines.filter((l) => /FAULT/.test(l)), [], 'no faults')
+}
+
+t.test('partition: the cut-off leader goes read_only, the majority elects a higher epoch, the old leader then follows', async (t) => {
+  const { cluster, lines } = await start(t, 'partition')
+  t.match(lines.join('\n'), /targets: \['127\.0\.0\.1:\d+', '127\.0\.0\.1:\d+', '127\.0\.0\.1:\d+'\]/, 'a scrape config with the three targets is printed')
+  const first = await until('a leader', () => cluster.nodes.find((n) => n.leads))
+  t.equal(first.epoch, 1)
+  const produced = (node) => node.surface.stats('topics').totals.produced
+  await until('writes on the leader', () => produced(first) > 0)
+  const cut = await until('the leader cut off', () => cluster.nodes.find((n) => n.isolated))
+  t.equal(cut.id, first.id, 'the leader is the node cut off')
+  const next = await until('a new leader', () => cluster.nodes.find((n) => n.leads && !n.isolated))
+  t.equal(next.epoch, 2, 'elected with a higher epoch')
+  const cutHealth = await healthz(cut.url)
+  t.match(cutHealth, { status: 'read_only', leader: true, leader_epoch: 1, in_sync: 1, replicas: 3 }, 'the cut-off node is read_only and still thinks it leads, at the old epoch')
+  const before = produced(cluster.nodes.find((n) => n.id === cut.id))
+  await until('writes on the new leader', () => produced(next) > 0)
+  await sleep(150)
+  t.equal(produced(cluster.nodes.find((n) => n.id === cut.id)), before, 'the cut-off node takes no writes')
+  for (const n of cluster.nodes.filter((x) => x.id !== cut.id)) t.match(await healthz(n.url), { status: 'soft', leader_epoch: 2, in_sync: 2 }, `${n.id}: the majority stays writable (soft)`)
+  await until('the heal', () => !cluster.nodes.some((n) => n.isolated))
+  const old = await until('the old leader to follow', () => { const n = cluster.nodes.find((x) => x.id === cut.id); return !n.leads && n.epoch === 2 ? n : undefined })
+  t.match(await healthz(old.url), { status: 'healthy', leader: false, leader_epoch: 2 }, 'healed: it follows at the new epoch')
+  t.equal(cluster.nodes.filter((n) => n.leads).length, 1, 'one leader')
+  checkBooks(t, cluster, lines)
+})
+
+t.test('failover: the leader dies, a new leader takes over with a higher epoch, the restarted node follows', async (t) => {
+  const { cluster, lines } = await start(t, 'failover')
+  const first = await until('a leader', () => cluster.nodes.find((n) => n.leads))
+  const dead = await until('the leader to die', () => cluster.nodes.find((n) => !n.alive))
+  t.equal(dead.id, first.id)
+  await t.rejects(fetch(`${dead.url}/healthz`), 'its endpoint is gone')
+  const next = await until('a new leader', () => cluster.nodes.find((n) => n.leads && n.alive))
+  t.equal(next.epoch, first.epoch + 1)
+  const back = await until('the restart', () => { const n = cluster.nodes.find((x) => x.id === dead.id); return n.alive && n.epoch === next.epoch ? n : undefined })
+  t.match(await healthz(back.url), { leader: false, leader_epoch: next.epoch }, 'restarted with a fresh surface, it learned the epoch and follows')
+  checkBooks(t, cluster, lines)
+})
+
+t.test('mq-demo --nodes: usage errors exit 64; --nodes 1 is the single-node demo', async (t) => {
+  const demo = path.join(__dirname, '..', 'dist', 'demo.js')
+  const run = (args) => new Promise((resolve) => execFile(process.execPath, [demo, ...args], { timeout: 15_000 }, (error, stdout, stderr) => resolve({ code: error ? error.code : 0, stdout, stderr })))
+  for (const args of [['--nodes', '2'], ['--nodes', '3', '--scenario', 'degraded'], ['--nodes', '3', '--phase', '0'], ['--nodes', '3', '--bogus', '1']]) {
+    const r = await run(args)
+    t.equal(r.code, 64, `${args.join(' ')}: exit 64`)
+    t.match(r.stderr, /^mq-demo: .+\n\nusage: mq-demo --nodes N/, 'with the message and the usage')
+  }
+  const help = await run(['--nodes', '3', '--help'])
+  t.match(help.stdout, /--scenario NAME +steady \(default\); partition/)
+  const single = await run(['--nodes', '1', '--port', '0', '--duration', '0.5'])
+  t.equal(single.code, 0, single.stderr)
+  t.match(single.stdout, /mq-demo: simulated broker/)
+})
