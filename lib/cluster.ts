@@ -49,7 +49,7 @@ export interface ClusterOptions {
 interface Consumer {
   group: Group
   next: number[] // next seq to send, by partition
-  inFlight: { partition: number; seq: number; at: number; attempts: number }[]
+  inFlight: { partition: number; seq: number; at: number; sent: number; attempts: number }[]
 }
 
 class Node {
@@ -87,7 +87,7 @@ export async function runCluster(options: ClusterOptions): Promise<Cluster> {
   let stopped = false
 
   async function boot(node: Node): Promise<void> {
-    node.surface = createSurface({ max_in_flight: 10_000 })
+    node.surface = createSurface({ max_in_flight: 10_000, e2e_latency: true })
     node.surface.setLeaderEpoch(node.epoch)
     node.surface.on('quorum', (change: QuorumEvent) => event(`${node.id}: quorum ${TIERS[change.from]} -> ${TIERS[change.to]} (${change.inSync} of ${change.replicas} in sync)`))
     node.surface.on('fault', (fault: FaultRecord) => event(`${node.id}: FAULT ${fault.code} ${fault.metric} ${JSON.stringify(fault.labels)}`))
@@ -179,13 +179,13 @@ export async function runCluster(options: ClusterOptions): Promise<Cluster> {
         if (seq !== 0) last[p] = seq
       }
       for (const { topic, consumers } of node.topics) {
-        for (const c of consumers) consume(topic, c, now)
+        for (const c of consumers) consume(node.surface, topic, c, now)
       }
     }
     budget -= Math.floor(budget)
   }
 
-  function consume(topic: Topic, c: Consumer, now: number): void {
+  function consume(surface: Surface, topic: Topic, c: Consumer, now: number): void {
     // Settle what was sent at least 30 ms ago: 97% delivered, 2% retried (up to 3 attempts), 1% dropped.
     const keep: Consumer['inFlight'] = []
     for (const m of c.inFlight) {
@@ -202,6 +202,7 @@ export async function runCluster(options: ClusterOptions): Promise<Cluster> {
         if (Math.floor(m.seq / 7) % 5 !== 0) c.group.deadLettered() // a DLQ write fails now and then
       } else {
         c.group.settle(m.partition, m.seq, 'delivered')
+        surface.latency.record(now - m.sent + 1.5) // publish to ack: the time it waited, plus the broker's hop
       }
     }
     c.inFlight = keep
@@ -209,7 +210,7 @@ export async function runCluster(options: ClusterOptions): Promise<Cluster> {
       const last = topic.lastSeq(p)
       while (c.next[p] <= last && c.inFlight.length < 500) {
         c.group.send(p, c.next[p])
-        c.inFlight.push({ partition: p, seq: c.next[p], at: now, attempts: 1 })
+        c.inFlight.push({ partition: p, seq: c.next[p], at: now, sent: now, attempts: 1 })
         c.next[p]++
       }
     }
