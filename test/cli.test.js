@@ -26,7 +26,7 @@ const CONSERVATION = `{"filter":"conservation","topics":[
   {"topic":"idle","label":"idle","produced":0,"dropped":0,"dlq":0,"dlq_within_dropped":true,"groups":[]}]}`
 
 /** A fake broker: quorum `state`, optional bearer `token`, optional per-path overrides. */
-async function broker(t, { state = 0, epoch = 7, connections = 12, uptime = 3723.5, faults = 4, token, override = {}, port = 0 } = {}) {
+async function broker(t, { state = 0, epoch = 7, leader = false, connections = 12, uptime = 3723.5, faults = 4, token, override = {}, port = 0 } = {}) {
   const requests = []
   const server = http.createServer((req, res) => {
     const url = new URL(req.url, 'http://x')
@@ -42,7 +42,7 @@ async function broker(t, { state = 0, epoch = 7, connections = 12, uptime = 3723
     if (override[key]) return send(...override[key])
     switch (key) {
       case '/healthz':
-        return send(state === 2 ? 503 : 200, JSON.stringify({ status: TIERS[state], quorum_state: state, runbook_level: 2 - state, leader_epoch: epoch, replicas: 3, in_sync: 3 - state, uptime_seconds: uptime, faults }))
+        return send(state === 2 ? 503 : 200, JSON.stringify({ status: TIERS[state], quorum_state: state, runbook_level: 2 - state, leader_epoch: epoch, leader, replicas: 3, in_sync: 3 - state, uptime_seconds: uptime, faults }))
       case 'quorum':
         return send(200, JSON.stringify({ filter: 'quorum', quorum_state: state, status: TIERS[state], runbook_level: 2 - state, replicas: 3, in_sync: 3 - state, leader_epoch: epoch, connections, uptime_seconds: uptime }))
       case 'topics':
@@ -107,7 +107,7 @@ t.test('exit status is the worst quorum_state over all brokers', async (t) => {
   for (const [states, expected] of cases) {
     const r = await run(states.flatMap((s) => ['--url', by[s].url]))
     t.equal(r.code, expected, `brokers in states ${states.join(', ')} → exit ${expected}`)
-    t.equal(r.stdout.trim().split('\n').length, 1 + states.length, `${states}: one row per broker`)
+    t.equal(r.stdout.trim().split('\n').filter((line) => line !== '' && !line.startsWith('cluster  ')).length, 1 + states.length, `${states}: one row per broker (and a cluster line for several)`)
   }
   const r = await run(['--url', by[2].url])
   t.match(r.stdout, /  2 read_only  /, '/healthz 503 is a read_only reading, not an error')
@@ -257,7 +257,7 @@ t.test('usage errors exit 64 with one line; --help exits 0', async (t) => {
   for (const flag of ['--help', '-h']) {
     const r = await run([flag, '--url', 'http://127.0.0.1:1'])
     t.equal(r.code, 0, `${flag}: exit 0, no request made`)
-    t.match(r.stdout, /^Usage: mq-stats \[--url URL \.\.\.\] \[--token TOKEN\] \[VIEW\] \[--watch SECONDS\] \[--json\]/)
+    t.match(r.stdout, /^Usage: mq-stats \[--url URL \.\.\.\] \[--urls-from FILE\] \[--token TOKEN\] \[VIEW\] \[--watch SECONDS\] \[--json\]/)
     t.match(r.stdout, new RegExp(VIEWS), `${flag}: lists the views`)
   }
 })
@@ -347,4 +347,50 @@ t.test('parseExactJSON keeps integers beyond 2^53 exact', async (t) => {
 t.test('formatUptime', async (t) => {
   const cases = [[0, '0s'], [59.9, '59s'], [60, '1m00s'], [3599, '59m59s'], [3723.5, '1h02m'], [86399, '23h59m'], [90061, '1d01h']]
   for (const [seconds, expected] of cases) t.equal(formatUptime(seconds), expected, `${seconds} s`)
+})
+
+t.test('several brokers read as one cluster: worst tier, the leader, a stale leader, whether epochs agree', async (t) => {
+  const a = await broker(t, { state: 1, epoch: 4, leader: true })
+  const b = await broker(t, { state: 1, epoch: 4 })
+  const c = await broker(t, { state: 2, epoch: 3, leader: true }) // cut off: it still thinks it leads
+  const r = await run(['--url', a.url, '--url', b.url, '--url', c.url])
+  t.equal(r.code, 2, 'the exit status is the cluster\'s worst tier')
+  t.match(r.stdout, new RegExp(`\\ncluster  worst 2 read_only \\(${c.url}\\)  leader ${a.url} \\(epoch 4\\)  stale leader ${c.url} \\(epoch 3\\)  epochs disagree: 4 on 2, 3 on 1\\n$`))
+
+  const healthy = [await broker(t, { epoch: 5, leader: true }), await broker(t, { epoch: 5 })]
+  const ok = await run(['--url', healthy[0].url, '--url', healthy[1].url])
+  t.equal(ok.code, 0)
+  t.match(ok.stdout, new RegExp(`cluster  worst 0 healthy  leader ${healthy[0].url} \\(epoch 5\\)  epochs agree \\(5\\)\\n$`))
+
+  const split = [await broker(t, { epoch: 6, leader: true }), await broker(t, { epoch: 6, leader: true })]
+  t.match((await run(['--url', split[0].url, '--url', split[1].url])).stdout, /cluster  worst 0 healthy  2 leaders at epoch 6: \S+, \S+  epochs agree \(6\)/)
+  const none = [await broker(t, { epoch: 6 }), await broker(t, { epoch: 6 })]
+  t.match((await run(['--url', none[0].url, '--url', none[1].url])).stdout, /cluster  worst 0 healthy  leader: none  epochs agree/)
+
+  const down = `http://127.0.0.1:${await closedPort()}`
+  const partial = await run(['--url', healthy[0].url, '--url', down])
+  t.equal(partial.code, 3, 'an unreachable node: exit 3')
+  t.match(partial.stdout, /  1 of 2 unreachable\n$/)
+  t.notMatch((await run(['--url', a.url])).stdout, /cluster/, 'one broker: no cluster line')
+})
+
+t.test('--urls-from FILE: one URL per line, or Prometheus file_sd JSON', async (t) => {
+  const a = await broker(t, { epoch: 2, leader: true })
+  const b = await broker(t, { epoch: 2 })
+  const dir = t.testdir({
+    'nodes.txt': `# the cluster\n${a.url}\n\n${b.url}   # the follower\n`,
+    'sd.json': JSON.stringify([{ targets: [new URL(a.url).host], labels: { job: 'mq' } }, { targets: [new URL(b.url).host] }]),
+    'empty.txt': '# nothing\n',
+    'bad.json': '[{"targets": [1]}]',
+  })
+  for (const file of ['nodes.txt', 'sd.json']) {
+    const r = await run(['--urls-from', path.join(dir, file)])
+    t.equal(r.code, 0, `${file}: ${r.stderr}`)
+    t.match(r.stdout, new RegExp(`${a.url} .*\\n${b.url} [^]*cluster  worst 0 healthy  leader ${a.url} \\(epoch 2\\)`), `${file}: both brokers, then the cluster line`)
+  }
+  for (const [file, message] of [['missing.txt', /cannot read --urls-from "\S+missing\.txt": ENOENT/], ['empty.txt', /lists no URL/], ['bad.json', /file_sd JSON must be/]]) {
+    const r = await run(['--urls-from', path.join(dir, file)])
+    t.equal(r.code, 64, `${file}: a usage error`)
+    t.match(r.stderr, message)
+  }
 })
