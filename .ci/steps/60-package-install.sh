@@ -4,6 +4,7 @@
 #   a. no C++ compiler and no make on PATH  → the prebuilt binary, backend native
 #   b. the prebuilt binary removed, compiler present → built from source, backend native
 #   c. neither → the TypeScript backend, one warning line, everything works
+#   d. then docs/install.md's fix, `npm rebuild mq-metrics` with a compiler → native
 # Writes TAP to $CI_TAP_OUT.
 set -u
 cd "$(dirname "$0")/../.."
@@ -101,6 +102,18 @@ else
   point fail "b: the install script built the addon from source in the user's project" "$work/b. no prebuilt binary, a compiler/install.log"
 fi
 scenario "c. neither" "$stripped" "$nocc" js 1
+
+# docs/install.md's troubleshooting, as written: with a compiler now present, `npm rebuild
+# mq-metrics` in the project that got the TypeScript backend builds the native core.
+dir="$work/c. neither"
+if (cd "$dir" && npm rebuild mq-metrics --foreground-scripts > rebuild.log 2>&1) &&
+   (cd "$dir" && node -e "$check" > rebuilt.out 2> rebuilt.err) &&
+   node -e 'const r = JSON.parse(process.argv[1]); process.exit(r.backend === "native" && r.produced === 2 ? 0 : 1)' "$(cat "$dir/rebuilt.out")"; then
+  point ok "d. the troubleshooting command (npm rebuild mq-metrics, a compiler present) gives the native backend"
+else
+  cat "$dir/rebuild.log" "$dir/rebuilt.err" "$dir/rebuilt.out" > "$dir/rebuild-diag.log" 2> /dev/null
+  point fail "d. the troubleshooting command (npm rebuild mq-metrics, a compiler present) gives the native backend" "$dir/rebuild-diag.log"
+fi
 
 echo "1..$n" >> "$out"
 ! grep -q '^not ok' "$out"

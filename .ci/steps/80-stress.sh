@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The stress tests kept out of `npm test` (it stays quick): thread rows churned by hundreds of
-# workers, workers terminated mid-attach, and the short soak. `npm run test:stress` locally.
+# workers, workers terminated mid-attach, and the short soak, one file at a time (each loads both
+# cores; run side by side they starve each other past their bounds). `npm run test:stress` locally.
 set -u
 cd "$(dirname "$0")/../.."
-timeout 1500 npx tap --reporter=tap test/*.stress.js > "${CI_TAP_OUT:-/dev/stdout}"
+timeout 1500 npx tap --jobs 1 --reporter=tap test/*.stress.js > "${CI_TAP_OUT:-/dev/stdout}"
