@@ -72,6 +72,17 @@ export class ClosedError extends MqMetricsError {
   }
 }
 
+/** A cardinality cap of the configuration (max_topics, max_partitions_per_topic, max_groups_per_topic) would be passed: nothing is registered. */
+export class LimitError extends MqMetricsError {
+  /** The configuration key whose cap was reached. */
+  readonly limit: 'max_topics' | 'max_partitions_per_topic' | 'max_groups_per_topic'
+  constructor(limit: LimitError['limit'], message: string) {
+    super('LIMIT_REACHED', message)
+    this.name = 'LimitError'
+    this.limit = limit
+  }
+}
+
 function formatLabels(labels: Record<string, string>): string {
   const parts = Object.entries(labels).map(([k, v]) => `${k}=${JSON.stringify(v)}`)
   return parts.length ? `{${parts.join(',')}}` : ''

@@ -11,6 +11,7 @@ import { METRICS_CONTENT_TYPE } from './allowlist'
 import { toJSON } from './json'
 import { describe } from './labels'
 import { ScrapeAbandoned } from './pacing'
+import { UsageError } from './errors'
 
 export interface HttpHost {
   /** metrics_enabled at startup: false ⇒ nothing is served and no port is opened. */
@@ -183,10 +184,7 @@ export function originForm(target: string): string {
 /** Standalone server: the three endpoints, 404 for every other path. */
 export function listen(host: HttpHost, options: ListenOptions = {}): Promise<HttpListening> {
   if (!host.enabled) {
-    return Promise.reject(Object.assign(
-      new Error('mq-metrics: metrics_enabled is false, so nothing is served and no port is opened'),
-      { code: 'METRICS_DISABLED' },
-    ))
+    return Promise.reject(new UsageError('METRICS_DISABLED', 'mq-metrics: metrics_enabled is false, so nothing is served and no port is opened'))
   }
   let port: number
   let hostname: string

@@ -4,7 +4,7 @@ import { SurfaceOptions } from './pacing'
 import { SharedSurface, Surface, WorkerRecorder } from './surface'
 
 export { METRICS_CONTENT_TYPE } from './allowlist'
-export { MqMetricsError, ConfigError, FatalInvariantError, RemovedTopicError, RemovedGroupError, ClosedError, UsageError } from './errors'
+export { MqMetricsError, ConfigError, FatalInvariantError, RemovedTopicError, RemovedGroupError, ClosedError, UsageError, LimitError } from './errors'
 export { FOLLOWER_LAG, READ_ONLY_DEGRADED } from './quorum'
 export { StatsError } from './stats'
 export type { StatsErrorCode, StatsView, StatsViews, TopicsView, PartitionsView, GroupsView, QuorumView, LatencyView, ConservationView, FaultsView, CollisionsView, ConfigView } from './stats'

@@ -11,7 +11,7 @@
 // counts the moments the scheduler gave its core to another thread, so the pacing errs towards the
 // broker.
 import { ownFields } from './config'
-import { ConfigError } from './errors'
+import { ConfigError, MqMetricsError } from './errors'
 import { describe } from './labels'
 
 export class ScrapePacer {
@@ -56,9 +56,9 @@ export class ScrapePacer {
 }
 
 /** What a scrape's promise rejects with when its client went away before its turn: it was never started. */
-export class ScrapeAbandoned extends Error {
+export class ScrapeAbandoned extends MqMetricsError {
   constructor() {
-    super('the client went away before its scrape began')
+    super('SCRAPE_ABANDONED', 'the client went away before its scrape began')
     this.name = 'ScrapeAbandoned'
   }
 }

@@ -8,7 +8,7 @@
 // thread's picture grows with history. Removed topics' and groups' blocks are reused only once no
 // recording call can still write into them (reclamation.ts). Recording never touches the log.
 import { ResolvedConfig } from './config'
-import { ClosedError, RemovedGroupError, RemovedTopicError } from './errors'
+import { ClosedError, LimitError, RemovedGroupError, RemovedTopicError } from './errors'
 import { sanitizeLabelValue } from './labels'
 import { Entry, RegistrationLog, narrow, readText, wide, wideAmount } from './log'
 import {
@@ -269,7 +269,7 @@ export class Registry {
       const again = this.topics.get(name)
       if (again) return again
       if (this.topics.size >= this.config.max_topics) {
-        throw new RangeError(`cannot register topic ${JSON.stringify(name)}: max_topics (${this.config.max_topics}) reached`)
+        throw new LimitError('max_topics', `cannot register topic ${JSON.stringify(name)}: max_topics (${this.config.max_topics}) reached`)
       }
       const id = this.#nextId()
       const slot = this.#allocate(TOPIC_SLOTS)
@@ -348,7 +348,7 @@ export class Registry {
       const again = topic.partitionSlot(partition)
       if (again !== undefined) return again
       if (topic.partitionNumbers.length >= this.config.max_partitions_per_topic) {
-        throw new RangeError(`cannot register partition ${partition} of topic ${JSON.stringify(topic.name)}: max_partitions_per_topic (${this.config.max_partitions_per_topic}) reached`)
+        throw new LimitError('max_partitions_per_topic', `cannot register partition ${partition} of topic ${JSON.stringify(topic.name)}: max_partitions_per_topic (${this.config.max_partitions_per_topic}) reached`)
       }
       const slot = this.#allocate(PARTITION_SLOTS)
       this.#append(Entry.Partition, [...wide(topic.id), partition, slot])
@@ -369,7 +369,7 @@ export class Registry {
       const again = topic.group(name)
       if (again) return again
       if (topic.groups.length >= this.config.max_groups_per_topic) {
-        throw new RangeError(`cannot register group ${JSON.stringify(name)} on topic ${JSON.stringify(topic.name)}: max_groups_per_topic (${this.config.max_groups_per_topic}) reached`)
+        throw new LimitError('max_groups_per_topic', `cannot register group ${JSON.stringify(name)} on topic ${JSON.stringify(topic.name)}: max_groups_per_topic (${this.config.max_groups_per_topic}) reached`)
       }
       const id = this.#nextId()
       const slot = this.#allocate(GROUP_SLOTS)

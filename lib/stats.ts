@@ -7,6 +7,7 @@
 //   group=G  keeps only groups whose raw name is G and, in per-topic views (topics, partitions,
 //            conservation), only the topics that have such a group.
 // The broker-wide views (quorum, latency, faults, config) ignore both.
+import { MqMetricsError } from './errors'
 import type { ConservationReport } from './conservation'
 import type { ResolvedConfig } from './config'
 import type { FaultLogView } from './faults'
@@ -112,13 +113,12 @@ export interface StatsViews {
 export type StatsErrorCode = 'MISSING_FILTER' | 'INVALID_FILTER' | 'INVALID_QUERY'
 
 /** A bad `/stats` request (or `surface.stats()` call): HTTP 400 with a stable code. */
-export class StatsError extends Error {
-  readonly code: StatsErrorCode
+export class StatsError extends MqMetricsError {
+  declare readonly code: StatsErrorCode
   readonly statusCode = 400
   constructor(code: StatsErrorCode, message: string) {
-    super(message)
+    super(code, message)
     this.name = 'StatsError'
-    this.code = code
   }
 }
 

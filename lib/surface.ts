@@ -5,7 +5,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http'
 import { Arena, BackendName, SharedArena, attachArena, backendReason, chooseBackend, createArena, loadAddon } from './backend'
 import { Config, ResolvedConfig, resolveConfig } from './config'
 import { ConservationChecker, ConservationReport } from './conservation'
-import { ClosedError } from './errors'
+import { ClosedError, UsageError } from './errors'
 import { FaultLog, FaultRecord } from './faults'
 import type { GzipBody } from './gzip'
 import { HttpHost, createHandler, listen as listenHttp } from './http'
@@ -247,7 +247,7 @@ export class Surface extends EventEmitter {
     // would otherwise both bind, and close() would know only the second.
     if (this.#server || this.#starting) {
       const where = this.#server ? `listening on ${this.#server.url}` : 'starting its server'
-      throw Object.assign(new Error(`mq-metrics is already ${where}; close() it first`), { code: 'ALREADY_LISTENING' })
+      throw new UsageError('ALREADY_LISTENING', `mq-metrics is already ${where}; close() it first`)
     }
     const attempt = this.#start(options)
     this.#starting = attempt

@@ -95,11 +95,11 @@ const ALONE = [
   ['empty topic name', () => {}, (s) => s.topic(''), { throws: 'RangeError' }, null, (t, s) => t.same(s.stats('topics').topics, [], 'nothing registered')],
   ['1,025-character topic name', () => {}, (s) => s.topic('x'.repeat(1025)), { throws: 'RangeError' }, null, (t, s) => t.same(s.stats('topics').topics, [], 'nothing registered')],
   ['topic name not a string', () => {}, (s) => s.topic(Symbol('x')), { throws: 'TypeError' }, null, (t, s) => t.same(s.stats('topics').topics, [], 'nothing registered')],
-  ['max_topics reached', (s) => { s.topic('a'); s.topic('b') }, (s) => s.topic('c'), { throws: 'RangeError' }, null,
+  ['max_topics reached', (s) => { s.topic('a'); s.topic('b') }, (s) => s.topic('c'), { throws: 'LimitError' }, null,
     (t, s) => t.same(s.stats('topics').topics.map((x) => x.topic), ['a', 'b'], 'existing topics untouched, the new one absent'), { max_topics: 2 }],
-  ['max_partitions_per_topic reached', (s) => { s.topic('x').produced(0, 1, 1); s.topic('x').produced(1, 1, 1) }, (s) => s.topic('x').produced(2, 1, 1), { throws: 'RangeError' }, null,
+  ['max_partitions_per_topic reached', (s) => { s.topic('x').produced(0, 1, 1); s.topic('x').produced(1, 1, 1) }, (s) => s.topic('x').produced(2, 1, 1), { throws: 'LimitError' }, null,
     (t, s) => t.same(s.stats('partitions').partitions.map((p) => p.partition), [0, 1], 'existing partitions untouched'), { max_partitions_per_topic: 2 }],
-  ['max_groups_per_topic reached', (s) => s.topic('x').group('g1'), (s) => s.topic('x').group('g2'), { throws: 'RangeError' }, null,
+  ['max_groups_per_topic reached', (s) => s.topic('x').group('g1'), (s) => s.topic('x').group('g2'), { throws: 'LimitError' }, null,
     (t, s) => t.same(s.stats('groups').groups.map((g) => g.group), ['g1'], 'existing groups untouched'), { max_groups_per_topic: 1 }],
 ]
 

@@ -25,8 +25,8 @@ t.test('CommonJS and ESM consumers in another project', async (t) => {
   const esm = execFileSync(process.execPath, ['b.mjs'], { cwd: dir, encoding: 'utf8', timeout: 30_000 })
   t.equal(esm, 'function function function text/plain; version=0.0.4; charset=utf-8\n', 'import works')
   t.ok(fs.existsSync(path.join(root, 'dist', 'index.d.ts')), 'type declarations ship')
-  // The exports the README lists, no more and no fewer, the same from require() and import.
-  const EXPORTS = ['ClosedError', 'ConfigError', 'FOLLOWER_LAG', 'FatalInvariantError', 'METRICS_CONTENT_TYPE', 'MqMetricsError', 'READ_ONLY_DEGRADED', 'RemovedGroupError', 'RemovedTopicError', 'StatsError', 'UsageError', 'attachSurface', 'createSurface']
+  // The exports docs/api.md lists, no more and no fewer, the same from require() and import.
+  const EXPORTS = ['ClosedError', 'ConfigError', 'FOLLOWER_LAG', 'FatalInvariantError', 'LimitError', 'METRICS_CONTENT_TYPE', 'MqMetricsError', 'READ_ONLY_DEGRADED', 'RemovedGroupError', 'RemovedTopicError', 'StatsError', 'UsageError', 'attachSurface', 'createSurface']
   fs.writeFileSync(path.join(dir, 'c.cjs'), `console.log(JSON.stringify(Object.keys(require('mq-metrics')).sort()))`)
   fs.writeFileSync(path.join(dir, 'd.mjs'), `console.log(JSON.stringify(Object.keys(await import('mq-metrics')).filter((k) => k !== 'default').sort()))`)
   t.same(JSON.parse(execFileSync(process.execPath, ['c.cjs'], { cwd: dir, encoding: 'utf8', timeout: 30_000 })), EXPORTS, 'require() exports')

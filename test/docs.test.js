@@ -1,0 +1,62 @@
+'use strict'
+// Every code example in README.md and docs/*.md runs as written. js and ts blocks run (sh, yaml,
+// json and text blocks are illustrations). A block whose first line is `// file: NAME` is saved as
+// NAME for the blocks after it in the same document (a worker's file). ts is transpiled by
+// TypeScript (types stripped, nothing checked); a block with `import` runs as an ES module, so
+// top-level await works. Each document's blocks run in a temporary project in which
+// `mq-metrics` is this repository, and must exit 0 without writing an error.
+const t = require('tap')
+const fs = require('node:fs')
+const os = require('node:os')
+const path = require('node:path')
+const { spawnSync } = require('node:child_process')
+const ts = require('typescript')
+
+const root = path.join(__dirname, '..')
+const documents = ['README.md', ...fs.readdirSync(path.join(root, 'docs')).filter((f) => f.endsWith('.md')).sort().map((f) => `docs/${f}`)]
+const project = fs.mkdtempSync(path.join(os.tmpdir(), 'mq-docs-'))
+fs.mkdirSync(path.join(project, 'node_modules'))
+fs.symlinkSync(root, path.join(project, 'node_modules', 'mq-metrics'), 'dir')
+t.teardown(() => fs.rmSync(project, { recursive: true, force: true }))
+
+function blocks(text) {
+  const found = []
+  const fence = /^```(js|ts|javascript|typescript)\n([\s\S]*?)^```$/gm
+  for (let m; (m = fence.exec(text));) found.push({ lang: m[1][0] === 't' ? 'ts' : 'js', code: m[2], line: text.slice(0, m.index).split('\n').length })
+  return found
+}
+
+function compile({ lang, code }) {
+  const esm = /^\s*(import|export)\s/m.test(code)
+  const js = lang === 'ts'
+    ? ts.transpileModule(code, { compilerOptions: { module: esm ? ts.ModuleKind.ESNext : ts.ModuleKind.CommonJS, target: ts.ScriptTarget.ES2022 } }).outputText
+    : code
+  return { js, ext: esm ? '.mjs' : '.js' }
+}
+
+let total = 0
+for (const doc of documents) {
+  const found = blocks(fs.readFileSync(path.join(root, doc), 'utf8'))
+  if (found.length === 0) continue
+  t.test(doc, async (t) => {
+    const dir = fs.mkdtempSync(path.join(project, doc.replace(/\W/g, '_') + '-'))
+    for (const [i, block] of found.entries()) {
+      total++
+      const { js, ext } = compile(block)
+      const named = /^\/\/ file: (\S+)/.exec(block.code)
+      if (named) {
+        fs.writeFileSync(path.join(dir, named[1]), js)
+        t.pass(`block ${i + 1} (line ${block.line}) saved as ${named[1]}`)
+        continue
+      }
+      const file = path.join(dir, `example-${i + 1}${ext}`)
+      fs.writeFileSync(file, js)
+      const env = { ...process.env }
+      delete env.MQ_METRICS_BACKEND
+      const r = spawnSync(process.execPath, [file], { cwd: dir, encoding: 'utf8', timeout: 30_000, env })
+      t.equal(r.status, 0, `${doc} block ${i + 1} (line ${block.line}) runs and exits 0`, { stdout: r.stdout, stderr: r.stderr })
+      t.notMatch(r.stderr, /Error|Warning/, `${doc} block ${i + 1} (line ${block.line}) writes no error`)
+    }
+  })
+}
+t.test('there are examples to run', async (t) => t.ok(total >= 8, `${total} blocks`))
