@@ -1,6 +1,6 @@
 'use strict'
 // The latency estimator against prom-client's Summary and hdr-histogram-js, same process, same
-// values (issue 6: record ≤ 5 ns median, quantiles() ≤ 5 µs).
+// values (goals: record ≤ 5 ns median, quantiles() ≤ 5 µs).
 //
 // Reproduce:  npx tsc -p tsconfig.json && npx node-gyp rebuild && node bench/latency.js
 //
@@ -11,7 +11,7 @@
 //
 // Every read-out is taken over the same 100k observations. prom-client's Summary read-out grows
 // with its t-digest: measured here ~0.5 µs empty, ~2 µs after one observation, ~450 µs after 1k and
-// ~600 µs after 100k (issue 6 quotes ~900 ns per series, i.e. a nearly empty digest). Ours and
+// ~600 µs after 100k (~900 ns per series is quoted for it, i.e. a nearly empty digest). Ours and
 // hdr-histogram-js scan fixed-size buckets, so their cost does not depend on the fill.
 const path = require('node:path')
 const promClient = require('prom-client')

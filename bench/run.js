@@ -1,5 +1,5 @@
 'use strict'
-// mq-metrics against prom-client 15 on the same workload, in the same process (issue 8).
+// mq-metrics against prom-client 15 on the same workload, in the same process.
 //
 // Reproduce:  npm run bench            (builds, then: node bench/run.js)
 //             node bench/run.js --quick   (fewer rounds and scrapes, ~1 minute)

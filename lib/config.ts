@@ -25,7 +25,7 @@ export interface ResolvedConfig {
   readonly max_groups_per_topic: number
 }
 
-/** in_flight lives in an Int32 cell updated with Atomics (design §5 bound checked atomically). */
+/** The largest max_in_flight a configuration or a group may set (design §5: the in-flight bound). */
 export const MAX_IN_FLIGHT_LIMIT = 0x7fffffff
 
 type Kind = 'boolean' | 'positive integer' | 'token'

@@ -53,7 +53,8 @@ if (1 << Chunk.Shift !== SLOTS_PER_CHUNK) throw new Error('internal: Chunk.Shift
 
 // A group's cells, as offsets from its slot: registry.ts's G_* written in place. Read through the
 // import, each offset is a load from the other module's exports object (TypeScript assigns each
-// export twice, so V8 cannot treat it as a constant): delivered() measured 4.0 → 3.5 ns without.
+// export twice, so V8 cannot treat it as a constant); the `delivered()` row of `npm run bench`
+// shows the difference.
 const enum GroupCell {
   Delivered = 0,
   Dropped = 1,
@@ -328,10 +329,10 @@ export class Topic {
    * Measured cost: see bench/ (target ≤ 15 ns).
    */
   produced(partition: number, seq: number, bytes: number, count = 1): boolean {
-    // One flat body with a single fast path (measured 14.5 → 9.8 ns): the checks are inline
+    // One flat body with a single fast path (the `produced()` row of `npm run bench`): the checks are inline
     // tests whose throwing halves live in cold functions, the liveness and read_only cells are
     // read straight from fields (a plain Int32Array read of the quorum cell: a tier change a
-    // moment old is tolerated, as before), and both counters are written only once they are
+    // moment old is tolerated), and both counters are written only once they are
     // known to stay below 2^53 — else the folding path below. Keep this body under V8's 460
     // bytes of bytecode (`node --print-bytecode --print-bytecode-filter=produced`; 458 now):
     // past it the caller's loop can no longer inline it and it measured 16 ns instead of 9–10.
@@ -805,7 +806,7 @@ export class Group {
 
   /** delivered += n (group and topic), in_flight −= n (design §5: never below 0). */
   delivered(n = 1): void {
-    // Flat fast path (measured 5.2 → 3.3 ns): inline count test, the topic's liveness
+    // Flat fast path (the `delivered()` row of `npm run bench`): inline count test, the topic's liveness
     // cell read from this handle, and both cells written only when the counter stays below 2^53
     // and this thread's in_flight share covers n; anything else takes #settle (the exact path).
     if (!isCount(n)) checkCount('n', n)
@@ -923,7 +924,7 @@ export class Group {
     const lastSeq = lastSeqSlot === undefined ? 0 : this.topic.lastSeqOf(lastSeqSlot)
     // The registry's sorted floor arrays, not a cache of our own (8 B per floor saved: ~1.6 MB at
     // 4,348 topics × 16 partitions × 2 groups); a floor whose cells this thread has not mapped yet
-    // is read across every row first, as before.
+    // is read across every row first.
     const rowChunks = this.#recorder.rowChunks
     const sharedChunks = this.#recorder.sharedChunks
     let slot: number | undefined = this.entity.floorSlot(partition)
@@ -1259,8 +1260,8 @@ export class Group {
    * cell of this group after taking this lock once (to dispatch, or for a settlement or a DLQ
    * credit its own cells did not cover), and it claimed its row before that, so our acquire
    * already orders the claim before this read. Each row's cell block is looked up once and
-   * cached (the chunk of a row never moves): dispatch() measured 45 → 25 ns, as it no longer
-   * pays an Atomics.load and two Map lookups per row per call.
+   * cached (the chunk of a row never moves), so dispatch() pays no Atomics.load and no Map
+   * lookup per row per call (the `dispatch()` row of `npm run bench`).
    */
   #sumAll(offset: number): number {
     const rows = Math.min(this.#memory.control[C_NEXT_ROW], MAX_ROWS)

@@ -233,12 +233,9 @@ for (const backend of backends()) {
     t.same(conservation.flatMap((x) => x.groups.map((g) => [x.topic, g.residual])), conservation.map((x) => [x.topic, 0]), 'the honest topics conserve messages exactly (residual 0)')
   })
 
-  // recording.ts fix pending (owned by another engineer; see the issue 9 report): Recorder.topic()
-  // trusts its cached handle while `entity.alive` is still true locally, so a worker that has not
-  // yet replayed the main thread's removal keeps getting the dead handle: TOPIC_REMOVED on every
-  // call, although its message says to resolve a new handle. Fix: in Recorder.topic, return the
-  // cached handle only `if (known !== undefined && this.registry.isLive(known.entity))`.
-  // Remove the two `todo` marks below once that is applied (they run and report "not ok # TODO").
+  // Recorder.topic() returns its cached handle only while the shared liveness tag still names the
+  // topic: a worker that has not yet replayed the main thread's removal must not keep getting the
+  // dead handle (TOPIC_REMOVED on every call, although the message says to resolve a new one).
   t.test(`${backend}: a worker re-resolves a topic the main thread removed and created again`, async (t) => {
     const surface = surfaceOn(t, backend)
     surface.topic('x').produced(0, 1, 1)

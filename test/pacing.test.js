@@ -1,5 +1,5 @@
 'use strict'
-// Scrape pacing (issue 8): scrapes back to back take at most `scrapeShare` of the main thread; a
+// Scrape pacing (docs/endpoints.md): scrapes back to back take at most `scrapeShare` of the main thread; a
 // scrape now and then runs out of the burst, at once. The pacer against a fake clock; the options
 // and their errors; the endpoints paced on both backends: answers still exact, the event loop free
 // while a scrape waits, /healthz not held back, close() while a scrape waits.

@@ -1,5 +1,5 @@
 'use strict'
-// Prometheus for real (issue 7, part 2): the demo's live /metrics must be accepted by
+// Prometheus for real: the demo's live /metrics must be accepted by
 // `promtool check metrics`, and a real Prometheus server (Debian's `prometheus` package, which
 // .ci/run installs) scraping the running demo every second must ingest it cleanly: the target is
 // up, all 15 families are stored, every sample of every scrape becomes a stored series (nothing

@@ -1,5 +1,5 @@
 'use strict'
-// Foundation (issue #2): each recording call's effect, each invariant, bad inputs, config,
+// The recording API (docs/api.md): each recording call's effect, each invariant, bad inputs, config,
 // removal and caps — against every backend.
 const t = require('tap')
 const { lib, backends, surfaceOn, faultsOf, topicNumbers } = require('./helpers')

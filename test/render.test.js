@@ -509,7 +509,7 @@ t.test('promtool check metrics accepts every golden exposition', async (t) => {
   }
 })
 
-// --- rendering in slices (issue 8: a large scrape must not block the event loop) ---------------
+// --- rendering in slices (a large scrape must not block the event loop) -------------------------
 
 t.test('a render advanced in slices writes exactly what a render in one go writes', async (t) => {
   // If this failed, a large /metrics body (rendered in slices) would differ from surface.render().

@@ -1,5 +1,5 @@
 'use strict'
-// Soak (issue 9): N operations over M topics with churn — create, record, removeTopic, create
+// Soak (docs/reliability.md): N operations over M topics with churn — create, record, removeTopic, create
 // again under the same name — against an independent model of every number. At the end of each
 // quarter the heap and RSS are measured after a full GC, and the arena's bookkeeping is read.
 // It fails when a surviving counter differs from the model, when memory is not flat (the bounds
