@@ -7,7 +7,7 @@
 const t = require('tap')
 const http = require('node:http')
 const net = require('node:net')
-const { backends, surfaceOn, faultsOf, prng } = require('./helpers')
+const { backends, surfaceOn, faultsOf, prng, request: httpRequest } = require('./helpers')
 
 const TOKEN = 'abuse-token-0123456789abcdef'
 const AUTH = `Bearer ${TOKEN}`
@@ -28,24 +28,8 @@ function within(ms, what, promise) {
 }
 
 /** One request, its target sent as written: { status, headers, body (string), ms }. */
-function request(port, { method = 'GET', path = '/metrics', headers = {}, agent = false, body } = {}) {
-  const started = process.hrtime.bigint()
-  return new Promise((resolve, reject) => {
-    const req = http.request({ host: '127.0.0.1', port, path, method, headers, agent }, (res) => {
-      const chunks = []
-      res.on('data', (chunk) => chunks.push(chunk))
-      res.on('end', () => resolve({
-        status: res.statusCode,
-        headers: res.headers,
-        body: Buffer.concat(chunks).toString('utf8'),
-        ms: Number(process.hrtime.bigint() - started) / 1e6,
-      }))
-      res.on('error', reject)
-    })
-    req.on('error', reject)
-    req.end(body)
-  })
-}
+/** GET /metrics by default; the body as text. */
+const request = (port, { path = '/metrics', ...options } = {}) => httpRequest(port, { path, ...options }).then((r) => ({ ...r, body: r.text }))
 
 /** Raw bytes on a fresh socket; resolves with all the server sent once it closes (or the timeout hits). */
 function raw(port, text, { timeoutMs = 5000 } = {}) {

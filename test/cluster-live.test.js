@@ -16,7 +16,7 @@ const root = path.join(__dirname, '..')
 const dashboard = JSON.parse(fs.readFileSync(path.join(root, 'grafana', 'mq-cluster.json'), 'utf8'))
 const PROMETHEUS = process.env.PROMETHEUS || 'prometheus'
 const JOB = 'mq'
-const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms))
+const { sleep, waitFor } = require('./helpers')
 const targetsOf = (d) => d.panels.flatMap((p) => p.targets.map((x) => ({ panel: p.title, expr: x.expr })))
 /** What Grafana puts in place of the variables, for a query through Prometheus' API. */
 const substitute = (expr) => expr.replaceAll('$__rate_interval', '1m').replaceAll('$max_in_flight', '10000').replaceAll('$instance', '.*').replaceAll('$job', JOB)
@@ -57,17 +57,6 @@ function freePort() {
   })
 }
 
-async function waitFor(fn, ms, interval = 250) {
-  const end = Date.now() + ms
-  for (;;) {
-    try {
-      const value = await fn()
-      if (value) return value
-    } catch {}
-    if (Date.now() > end) return undefined
-    await sleep(interval)
-  }
-}
 
 async function live(t) {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'mq-cluster-'))

@@ -9,15 +9,12 @@ const path = require('node:path')
 const { execFile } = require('node:child_process')
 const { runCluster } = require('../dist/cluster')
 
-const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms))
+const { sleep, waitFor } = require('./helpers')
+
 async function until(what, ok, ms = 10_000) {
-  const end = Date.now() + ms
-  for (;;) {
-    const value = await ok()
-    if (value) return value
-    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`)
-    await sleep(25)
-  }
+  const value = await waitFor(ok, ms)
+  if (!value) throw new Error(`timed out waiting for ${what}`)
+  return value
 }
 const healthz = async (url) => (await fetch(`${url}/healthz`)).json()
 

@@ -8,9 +8,8 @@ const fs = require('node:fs')
 const net = require('node:net')
 const os = require('node:os')
 const path = require('node:path')
-const http = require('node:http')
 const { spawn } = require('node:child_process')
-const { backends, surfaceOn, lib, dist, within } = require('./helpers')
+const { backends, surfaceOn, lib, dist, within, request } = require('./helpers')
 
 
 /** Runs node with `args` and extra env; resolves { code, signal, stdout, stderr, ms } (killed after 10 s). */
@@ -29,14 +28,7 @@ function node(args, env) {
   })
 }
 
-function get(port, target = '/metrics') {
-  return new Promise((resolve, reject) => {
-    http.get({ host: '127.0.0.1', port, path: target, agent: false }, (res) => {
-      res.resume()
-      res.on('end', () => resolve(res.statusCode))
-    }).on('error', reject)
-  })
-}
+const get = (port, target = '/metrics') => request(port, { path: target }).then((r) => r.status)
 
 /** Resolves true when something accepts TCP connections on the port. */
 function accepts(port) {

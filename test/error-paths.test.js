@@ -4,19 +4,9 @@
 const t = require('tap')
 const http = require('node:http')
 const net = require('node:net')
-const { backends, surfaceOn, lib } = require('./helpers')
+const { backends, surfaceOn, lib, request } = require('./helpers')
 
-function get(port, path, headers = {}) {
-  return new Promise((resolve, reject) => {
-    const req = http.request({ host: '127.0.0.1', port, path, headers, agent: false }, (res) => {
-      const chunks = []
-      res.on('data', (c) => chunks.push(c))
-      res.on('end', () => resolve({ status: res.statusCode, headers: res.headers, body: Buffer.concat(chunks).toString() }))
-    })
-    req.on('error', reject)
-    req.end()
-  })
-}
+const get = (port, path, headers = {}) => request(port, { path, headers }).then((r) => ({ ...r, body: r.text }))
 
 for (const backend of backends()) {
   t.test(`${backend}: a mounted handler answers 503 SURFACE_CLOSED after close(), as JSON`, async (t) => {

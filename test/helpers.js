@@ -1,5 +1,6 @@
 'use strict'
 // Shared by the test files: which backends to run against, and a surface that is always closed.
+const http = require('node:http')
 const path = require('node:path')
 
 const dist = path.join(__dirname, '..', 'dist')
@@ -107,7 +108,49 @@ function jsonFromChild(name, args, { timeoutMs, withoutTapLoader = false }) {
   })
 }
 
-module.exports = { lib, dist, backends, surfaceOn, faultsOf, topicNumbers, prng, within, jsonFromChild }
+/**
+ * One HTTP request to 127.0.0.1:`target` (a port) or to a base URL: resolves with
+ * { status, headers, body (a Buffer), text (the body as UTF-8), bytes, ms }. `keepBody: false`
+ * counts the body's bytes without holding it (big bodies). No agent: a fresh connection each time.
+ */
+function request(target, { method = 'GET', path = '/', headers = {}, body, agent = false, keepBody = true } = {}) {
+  const started = process.hrtime.bigint()
+  const base = typeof target === 'number' ? `http://127.0.0.1:${target}` : target
+  return new Promise((resolve, reject) => {
+    const req = http.request(base + path, { method, headers, agent }, (res) => {
+      const chunks = []
+      let bytes = 0
+      res.on('data', (chunk) => {
+        bytes += chunk.length
+        if (keepBody) chunks.push(chunk)
+      })
+      res.on('end', () => {
+        const buffer = Buffer.concat(chunks)
+        resolve({ status: res.statusCode, headers: res.headers, body: buffer, text: buffer.toString('utf8'), bytes, ms: Number(process.hrtime.bigint() - started) / 1e6 })
+      })
+      res.on('error', reject)
+    })
+    req.on('error', reject)
+    req.end(body)
+  })
+}
+
+const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms))
+
+/** Polls `fn` until it returns something truthy (a throw counts as "not yet"); undefined after `ms`. */
+async function waitFor(fn, ms, interval = 25) {
+  const end = Date.now() + ms
+  for (;;) {
+    try {
+      const value = await fn()
+      if (value) return value
+    } catch {}
+    if (Date.now() > end) return undefined
+    await sleep(interval)
+  }
+}
+
+module.exports = { lib, dist, backends, surfaceOn, faultsOf, topicNumbers, prng, within, jsonFromChild, request, sleep, waitFor }
 
 /**
  * A worker thread that makes the calls a test scripts, one at a time: `await worker.call('t', 'g',

@@ -10,6 +10,7 @@ const path = require('node:path')
 const zlib = require('node:zlib')
 const { createHandler, listen, acceptsGzip, MAX_URL_LENGTH } = require('../dist/http.js')
 const { METRICS_CONTENT_TYPE } = require('../dist/allowlist.js')
+const { request: httpRequest } = require('./helpers')
 
 const JSON_TYPE = 'application/json; charset=utf-8'
 // A real exposition (hand-reviewed golden file), large enough to be worth compressing.
@@ -35,18 +36,7 @@ async function serve(t, host) {
 }
 
 /** One request on its own connection: { status, headers, body (Buffer) }. */
-function request(url, { method = 'GET', path: target = '/', headers = {}, body } = {}) {
-  return new Promise((resolve, reject) => {
-    const req = http.request(url + target, { method, headers, agent: false }, (res) => {
-      const chunks = []
-      res.on('data', (chunk) => chunks.push(chunk))
-      res.on('end', () => resolve({ status: res.statusCode, headers: res.headers, body: Buffer.concat(chunks) }))
-      res.on('error', reject)
-    })
-    req.on('error', reject)
-    req.end(body)
-  })
-}
+const request = (url, options) => httpRequest(url, options)
 
 /** Raw bytes on a socket, resolving with everything the server sent before closing. */
 function raw(port, text, { timeoutMs = 20_000 } = {}) {

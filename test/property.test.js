@@ -8,9 +8,8 @@
 // for every series (Prometheus drops a whole scrape on one bad line) or lose its identity on /stats.
 const t = require('tap')
 const fc = require('fast-check')
-const http = require('node:http')
 const { spawnSync } = require('node:child_process')
-const { backends, surfaceOn } = require('./helpers')
+const { backends, surfaceOn, request } = require('./helpers')
 
 const NUM_RUNS = 200
 const SEED = 20260421
@@ -194,16 +193,7 @@ const scenario = fc.record({
 
 // --- helpers ---------------------------------------------------------------------------------------
 
-function get(port, path) {
-  return new Promise((resolve, reject) => {
-    http.get({ host: '127.0.0.1', port, path, agent: false }, (res) => {
-      const chunks = []
-      res.on('data', (c) => chunks.push(c))
-      res.on('end', () => resolve({ status: res.statusCode, body: Buffer.concat(chunks) }))
-      res.on('error', reject)
-    }).on('error', reject)
-  })
-}
+const get = (port, path) => request(port, { path })
 
 // promtool is optional locally (skipped) and required in CI, as in render.test.js.
 const PROMTOOL = process.env.PROMTOOL || 'promtool'

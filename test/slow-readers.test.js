@@ -8,7 +8,7 @@
 const t = require('tap')
 const net = require('node:net')
 const http = require('node:http')
-const { backends, surfaceOn } = require('./helpers')
+const { backends, surfaceOn, request } = require('./helpers')
 
 /** ~11 MB of exposition: 4,651 topics × 16 partitions × 2 groups, realistic names. */
 function bigSurface(t, backend, options) {
@@ -34,15 +34,7 @@ function stalledClient(port) {
   })
 }
 
-function get(port, path) {
-  return new Promise((resolve, reject) => {
-    http.get({ host: '127.0.0.1', port, path, agent: false }, (res) => {
-      let bytes = 0
-      res.on('data', (c) => (bytes += c.length))
-      res.on('end', () => resolve({ status: res.statusCode, bytes }))
-    }).on('error', reject)
-  })
-}
+const get = (port, path) => request(port, { path, keepBody: false })
 
 for (const backend of backends()) {
   t.test(`${backend}: clients that stop reading hold at most maxScrapeBytes; a reading client is still served`, async (t) => {
