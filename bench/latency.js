@@ -16,7 +16,7 @@
 const path = require('node:path')
 const promClient = require('prom-client')
 const hdr = require('hdr-histogram-js')
-const { LATENCY_BUCKETS, recordLatency, LatencyWindow } = require(path.join(__dirname, '../dist/latency.js'))
+const { LATENCY_BUCKETS, recordLatency, LatencyWindow } = require(path.join(__dirname, '../dist/core/latency.js'))
 const { SAMPLE_MS, checkSink, median, rounds } = require('./sampling')
 
 let native = null

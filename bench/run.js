@@ -318,7 +318,7 @@ async function memoryChild(library, topics) {
     await scrapeBuffer(warm)
   } else {
     const promClient = require('prom-client')
-    const { METRICS } = require(path.join(DIST, 'allowlist.js'))
+    const { METRICS } = require(path.join(DIST, 'exposition', 'allowlist.js'))
     warm = buildPromClient(promClient, METRICS, 100)
     for (let i = 0; i < 3; i++) await warm.metrics()
   }
@@ -335,7 +335,7 @@ async function memoryChild(library, topics) {
     global.keep = surface
   } else {
     const promClient = require('prom-client')
-    const { METRICS } = require(path.join(DIST, 'allowlist.js'))
+    const { METRICS } = require(path.join(DIST, 'exposition', 'allowlist.js'))
     const registry = buildPromClient(promClient, METRICS, topics)
     scrape = () => registry.metrics()
     global.keep = registry
@@ -789,7 +789,7 @@ function memorySection() {
 
 /** CPU seconds this process's thread `tid` has run (the library's /proc reader), or undefined. */
 function threadCpuSeconds(tid) {
-  const progress = tid === undefined ? undefined : require(path.join(DIST, 'memory.js')).threadProgress(tid)
+  const progress = tid === undefined ? undefined : require(path.join(DIST, 'core', 'memory.js')).threadProgress(tid)
   return progress === undefined ? undefined : progress.cpuNs / 1e9
 }
 
@@ -1039,7 +1039,7 @@ async function main() {
   const started = performance.now()
   const lib = require(path.join(DIST, 'index.js'))
   const promClient = require('prom-client')
-  const { METRICS } = require(path.join(DIST, 'allowlist.js'))
+  const { METRICS } = require(path.join(DIST, 'exposition', 'allowlist.js'))
   const probe = lib.createSurface()
   const results = { machine: machine(), command: `node bench/run.js${options.quick ? ' --quick' : ''}${options.nice ? ` --nice ${options.nice}` : ''}`, rounds: ROUNDS, sampleMs: SAMPLE_MS, backend: probe.backend }
   await probe.close()

@@ -1,20 +1,20 @@
 // The public API (design §12) and nothing else: internals are not re-exported.
-import { Config } from './config'
-import { SurfaceOptions } from './pacing'
+import { Config } from './core/config'
+import { SurfaceOptions } from './http/pacing'
 import { SharedSurface, Surface, WorkerRecorder } from './surface'
 
-export { METRICS_CONTENT_TYPE } from './allowlist'
-export { MqMetricsError, ConfigError, FatalInvariantError, RemovedTopicError, RemovedGroupError, ClosedError, UsageError, LimitError } from './errors'
-export { FOLLOWER_LAG, READ_ONLY_DEGRADED } from './quorum'
-export { StatsError } from './stats'
-export type { StatsErrorCode, StatsView, StatsViews, TopicsView, PartitionsView, GroupsView, QuorumView, LatencyView, ConservationView, FaultsView, CollisionsView, ConfigView } from './stats'
-export type { WriteAnswer, QuorumEvent } from './quorum'
-export type { Config } from './config'
-export type { SurfaceOptions, ResolvedSurfaceOptions } from './pacing'
-export type { FaultRecord } from './faults'
-export type { Topic, Group, GroupOptions, Outcome } from './recording'
+export { METRICS_CONTENT_TYPE } from './exposition/allowlist'
+export { MqMetricsError, ConfigError, FatalInvariantError, RemovedTopicError, RemovedGroupError, ClosedError, UsageError, LimitError } from './core/errors'
+export { FOLLOWER_LAG, READ_ONLY_DEGRADED } from './core/quorum'
+export { StatsError } from './exposition/stats'
+export type { StatsErrorCode, StatsView, StatsViews, TopicsView, PartitionsView, GroupsView, QuorumView, LatencyView, ConservationView, FaultsView, CollisionsView, ConfigView } from './exposition/stats'
+export type { WriteAnswer, QuorumEvent } from './core/quorum'
+export type { Config } from './core/config'
+export type { SurfaceOptions, ResolvedSurfaceOptions } from './http/pacing'
+export type { FaultRecord } from './core/faults'
+export type { Topic, Group, GroupOptions, Outcome } from './core/recording'
 export type { Surface, SharedSurface, WorkerRecorder, LatencyEstimator, Listening, ListenOptions } from './surface'
-export type { Snapshot, SnapshotWithPartitions, TopicSnapshot, GroupSnapshot, PartitionSnapshot, Count } from './snapshot'
+export type { Snapshot, SnapshotWithPartitions, TopicSnapshot, GroupSnapshot, PartitionSnapshot, Count } from './core/snapshot'
 
 /**
  * Reads the configuration once (throws ConfigError) and returns the live surface. `options` (not

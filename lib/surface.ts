@@ -2,26 +2,26 @@
 // It composes the parts; each part lives in the file its name says (STYLE: layout).
 import { EventEmitter } from 'node:events'
 import type { IncomingMessage, ServerResponse } from 'node:http'
-import { Arena, BackendName, SharedArena, attachArena, backendReason, chooseBackend, createArena, loadAddon } from './backend'
-import { Config, ResolvedConfig, resolveConfig } from './config'
-import { ConservationChecker, ConservationReport } from './conservation'
-import { ClosedError, UsageError } from './errors'
-import { FaultLog, FaultRecord } from './faults'
-import type { GzipBody } from './gzip'
-import { HttpHost, createHandler, listen as listenHttp } from './http'
-import { describe, validateName } from './labels'
-import { LATENCY_BUCKETS, LatencyWindow, QuantilesFromCounts, latencyBucketIndex, recordLatency } from './latency'
-import { C_CLOSED, C_NEXT_SLOT, MAIN_ROW, Memory, SLOTS_PER_CHUNK } from './memory'
-import { Quorum, QuorumEvent, RUNBOOK_LEVELS, TIER_NAMES, WriteAnswer } from './quorum'
-import { SnapshotReader } from './reader'
-import { keepAnnouncing } from './reclamation'
-import { Recorder, Topic } from './recording'
-import { Registry, TopicEntity } from './registry'
-import { Renderer } from './render'
-import { LatencyQuantiles, QuorumState, Snapshot, SnapshotWithPartitions, TopicSnapshot, withPartitions } from './snapshot'
-import { ResolvedSurfaceOptions, ScrapePacer, ScrapeScheduler, SurfaceOptions, resolveSurfaceOptions } from './pacing'
-import { StatsContext, StatsView, StatsViews, statsFromQuery, statsView } from './stats'
-import { WorkerFaultChannel } from './worker-faults'
+import { Arena, BackendName, SharedArena, attachArena, backendReason, chooseBackend, createArena, loadAddon } from './core/backend'
+import { Config, ResolvedConfig, resolveConfig } from './core/config'
+import { ConservationChecker, ConservationReport } from './core/conservation'
+import { ClosedError, UsageError } from './core/errors'
+import { FaultLog, FaultRecord } from './core/faults'
+import type { GzipBody } from './exposition/gzip'
+import { HttpHost, createHandler, listen as listenHttp } from './http/server'
+import { describe, validateName } from './core/labels'
+import { LATENCY_BUCKETS, LatencyWindow, QuantilesFromCounts, latencyBucketIndex, recordLatency } from './core/latency'
+import { C_CLOSED, C_NEXT_SLOT, MAIN_ROW, Memory, SLOTS_PER_CHUNK } from './core/memory'
+import { Quorum, QuorumEvent, RUNBOOK_LEVELS, TIER_NAMES, WriteAnswer } from './core/quorum'
+import { SnapshotReader } from './core/reader'
+import { keepAnnouncing } from './core/reclamation'
+import { Recorder, Topic } from './core/recording'
+import { Registry, TopicEntity } from './core/registry'
+import { Renderer } from './exposition/render'
+import { LatencyQuantiles, QuorumState, Snapshot, SnapshotWithPartitions, TopicSnapshot, withPartitions } from './core/snapshot'
+import { ResolvedSurfaceOptions, ScrapePacer, ScrapeScheduler, SurfaceOptions, resolveSurfaceOptions } from './http/pacing'
+import { StatsContext, StatsView, StatsViews, statsFromQuery, statsView } from './exposition/stats'
+import { WorkerFaultChannel } from './core/worker-faults'
 
 /** Slots [0, LATENCY_SLOTS) of every row hold the latency estimator's cumulative buckets. */
 const LATENCY_SLOTS = 4096
@@ -320,7 +320,7 @@ export class Surface extends EventEmitter {
   /**
    * GET /metrics: the snapshot in one go (under the lock, which is never held across a yield),
    * then the body in slices with the event loop free between them, one scrape at a time and paced
-   * (lib/pacing.ts). The snapshot is immutable, so the body is exactly that one moment's numbers
+   * (lib/http/pacing.ts). The snapshot is immutable, so the body is exactly that one moment's numbers
    * however many slices it takes: never a torn scrape.
    */
   #metricsBody(abandoned?: () => boolean): Buffer | Promise<Buffer> {

@@ -109,7 +109,7 @@ napi_value ArenaChunk(napi_env env, napi_callback_info info) {
     std::lock_guard<std::mutex> lock(gMutex);
     auto it = gArenas.find(static_cast<uint32_t>(id));
     if (it == gArenas.end() || it->second->released) {
-      // lib/backend.ts turns this code into a ClosedError, as the JS backend throws.
+      // lib/core/backend.ts turns this code into a ClosedError, as the JS backend throws.
       napi_throw_error(env, "SURFACE_CLOSED", "mq-metrics: the surface's native arena was closed");
       return args::Undefined(env);
     }

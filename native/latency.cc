@@ -1,7 +1,7 @@
 // The latency estimator's read side (design §9): nearest-rank p50/p90/p99 over one window of
-// log-linear bucket counts. Recording stays in JavaScript (lib/latency.ts: a Float64Array store,
+// log-linear bucket counts. Recording stays in JavaScript (lib/core/latency.ts: a Float64Array store,
 // ~2 ns, where an N-API call alone costs 10–25 ns). This is the C++ twin of
-// `quantilesFromCounts` in lib/latency.ts and must return the very same doubles: same bucket
+// `quantilesFromCounts` in lib/core/latency.ts and must return the very same doubles: same bucket
 // layout, same grouping of the sums, same rank formula, same bit-built bucket midpoint.
 // The caller (lib/, which validates) passes a Float64Array holding kBuckets counts from offset.
 #include <node_api.h>
@@ -14,7 +14,7 @@
 
 namespace {
 
-// 32 octaves, [2^-10, 2^22) ms, each split into 64 sub-buckets (lib/latency.ts: the layout).
+// 32 octaves, [2^-10, 2^22) ms, each split into 64 sub-buckets (lib/core/latency.ts: the layout).
 constexpr int kSubBucketBits = 6;
 constexpr int kFirstExponent = -10;
 constexpr int kOctaves = 32;

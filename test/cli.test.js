@@ -1,14 +1,14 @@
 'use strict'
 // mq-stats (design §10) run as a child process against small fake brokers that serve canned /healthz
 // and /stats JSON (the end-to-end test against a real surface lives with the surface). Run
-// `npx tsc -p tsconfig.json` first: this runs dist/cli.js.
+// `npx tsc -p tsconfig.json` first: this runs dist/cli/mq-stats.js.
 const t = require('tap')
 const http = require('node:http')
 const path = require('node:path')
 const { execFile, spawn } = require('node:child_process')
-const { main, parseExactJSON, formatUptime } = require('../dist/cli.js')
+const { main, parseExactJSON, formatUptime } = require('../dist/cli/mq-stats.js')
 
-const CLI = path.join(__dirname, '..', 'dist', 'cli.js')
+const CLI = path.join(__dirname, '..', 'dist', 'cli', 'mq-stats.js')
 const TIERS = ['healthy', 'soft', 'read_only']
 const VIEWS = 'topics, partitions, groups, quorum, latency, conservation, faults, collisions, config'
 

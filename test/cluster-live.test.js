@@ -67,7 +67,7 @@ async function live(t) {
     await sleep(100)
     fs.rmSync(dir, { recursive: true, force: true })
   })
-  const demo = spawn(process.execPath, [path.join(root, 'dist', 'demo.js'), '--nodes', '3', '--port', '0', '--scenario', 'partition', '--phase', '4', '--rate', '300', '--duration', '110'], { stdio: ['ignore', 'pipe', 'pipe'] })
+  const demo = spawn(process.execPath, [path.join(root, 'dist', 'demo', 'demo.js'), '--nodes', '3', '--port', '0', '--scenario', 'partition', '--phase', '4', '--rate', '300', '--duration', '110'], { stdio: ['ignore', 'pipe', 'pipe'] })
   children.push(demo)
   demo.stdout.on('data', (d) => (demoOut += d))
   demo.stderr.on('data', (d) => (demoOut += d))

@@ -7,7 +7,7 @@
 const t = require('tap')
 const path = require('node:path')
 const { execFile } = require('node:child_process')
-const { runCluster } = require('../dist/cluster')
+const { runCluster } = require('../dist/demo/cluster')
 
 const { sleep, waitFor } = require('./helpers')
 
@@ -68,7 +68,7 @@ t.test('failover: the leader dies, a new leader takes over with a higher epoch, 
 })
 
 t.test('mq-demo --nodes: usage errors exit 64; --nodes 1 is the single-node demo', async (t) => {
-  const demo = path.join(__dirname, '..', 'dist', 'demo.js')
+  const demo = path.join(__dirname, '..', 'dist', 'demo', 'demo.js')
   const run = (args) => new Promise((resolve) => execFile(process.execPath, [demo, ...args], { timeout: 15_000 }, (error, stdout, stderr) => resolve({ code: error ? error.code : 0, stdout, stderr })))
   for (const args of [['--nodes', '2'], ['--nodes', '3', '--scenario', 'degraded'], ['--nodes', '3', '--phase', '0'], ['--nodes', '3', '--bogus', '1']]) {
     const r = await run(args)

@@ -123,7 +123,7 @@ t.test('MQ_METRICS_BACKEND: garbage is a startup error naming the variable; exit
     t.not(r.code, 0, `${JSON.stringify(value)}: exit status non-zero`)
     t.match(r.stderr, /ConfigError: MQ_METRICS_BACKEND: must be "js" or "native"/, `${JSON.stringify(value)}: the error names the variable and the allowed values`)
   })
-  const demo = await node([path.join(dist, 'demo.js'), '--port', '0', '--duration', '1'], { MQ_METRICS_BACKEND: 'garbage' })
+  const demo = await node([path.join(dist, 'demo', 'demo.js'), '--port', '0', '--duration', '1'], { MQ_METRICS_BACKEND: 'garbage' })
   t.not(demo.code, 0, 'the demo broker (npm start) refuses to start too')
   t.match(demo.stderr, /MQ_METRICS_BACKEND/, 'naming the variable')
   t.equal(demo.signal, null, 'without hanging')
@@ -135,7 +135,7 @@ t.test('forcing native where the addon cannot load is a startup error; unforced 
   const notAnAddon = path.join(fs.mkdtempSync(path.join(os.tmpdir(), 'mq-metrics-')), 'mq_metrics.node')
   fs.writeFileSync(notAnAddon, 'this is not a shared object')
   t.teardown(() => fs.rmSync(path.dirname(notAnAddon), { recursive: true, force: true }))
-  // MQ_METRICS_ADDON_PATH is lib/backend.ts's test hook: it hides build/ from this child only.
+  // MQ_METRICS_ADDON_PATH is lib/core/backend.ts's test hook: it hides build/ from this child only.
   for (const [what, addon] of [['missing addon', '/nonexistent/mq_metrics.node'], ['corrupt addon', notAnAddon]]) {
     const forced = await node(['-e', START], { MQ_METRICS_BACKEND: 'native', MQ_METRICS_ADDON_PATH: addon })
     t.not(forced.code, 0, `${what}, native forced: exit non-zero`)

@@ -1,13 +1,13 @@
 'use strict'
 // The conservation checker (design §4) against hand-built snapshots, so each case states its numbers
-// exactly. Run `npx tsc -p tsconfig.json` first (it tests dist/conservation.js).
+// exactly. Run `npx tsc -p tsconfig.json` first (it tests dist/core/conservation.js).
 //
 // A group's baseline is its balance at registration (`start` in its snapshot: 0 unless it started
 // at the partitions' last_seq). A non-zero residual is a fault only in a quiet window (nothing in
 // flight) that a re-read of its topic confirms; that re-read is the only one a check makes, shared
 // by the topic's groups.
 const t = require('tap')
-const { ConservationChecker } = require('../dist/conservation.js')
+const { ConservationChecker } = require('../dist/core/conservation.js')
 
 // A tiny model of one topic: partitions with last_seq, groups with counters and ack floors.
 // `snapshotOf` derives depth and lag the way design §4 defines them; keys are stable per model.
@@ -434,7 +434,7 @@ t.test('the report has the design §7 shape', async (t) => {
       groups: [{ group: 'g', label: 'g', delivered: 2, dropped: 1, depth: 2, residual: 0, quiet: true }],
     }],
   })
-  t.throws(() => new (require('../dist/conservation.js').ConservationChecker)(), TypeError, 'the callback is required')
+  t.throws(() => new (require('../dist/core/conservation.js').ConservationChecker)(), TypeError, 'the callback is required')
 })
 
 t.test('a producer stopped mid-write (its writing marker set) is never taken for a quiet moment', async (t) => {

@@ -9,7 +9,7 @@ const net = require('node:net')
 const { spawn } = require('node:child_process')
 const { dist } = require('./helpers')
 
-const DEMO = path.join(dist, 'demo.js')
+const DEMO = path.join(dist, 'demo', 'demo.js')
 const { runDemo, USAGE } = require(DEMO)
 
 /** Every family of the closed allowlist (design §2). */

@@ -1,9 +1,9 @@
 'use strict'
-// lib/gzip.ts: CRC-32 and its combination, and gzip members laid out from deflate fragments, all
+// lib/exposition/gzip.ts: CRC-32 and its combination, and gzip members laid out from deflate fragments, all
 // checked against zlib itself. Run `npx tsc -p tsconfig.json` first.
 const t = require('tap')
 const zlib = require('node:zlib')
-const { crc32, crc32Combine, crc32Shift, fragment, pack, MemberBuilder, EMPTY_FRAGMENT } = require('../dist/gzip.js')
+const { crc32, crc32Combine, crc32Shift, fragment, pack, MemberBuilder, EMPTY_FRAGMENT } = require('../dist/exposition/gzip.js')
 const { prng } = require('./helpers')
 
 const random = prng(1952)

@@ -8,8 +8,8 @@ const http = require('node:http')
 const net = require('node:net')
 const path = require('node:path')
 const zlib = require('node:zlib')
-const { createHandler, listen, acceptsGzip, MAX_URL_LENGTH } = require('../dist/http.js')
-const { METRICS_CONTENT_TYPE } = require('../dist/allowlist.js')
+const { createHandler, listen, acceptsGzip, MAX_URL_LENGTH } = require('../dist/http/server.js')
+const { METRICS_CONTENT_TYPE } = require('../dist/exposition/allowlist.js')
 const { request: httpRequest } = require('./helpers')
 
 const JSON_TYPE = 'application/json; charset=utf-8'
@@ -360,7 +360,7 @@ t.test('a request target in absolute form (RFC 9112 §3.2.2) is served like its 
   t.match(JSON.parse(missing.body).error.message, /no such path: \/nope;/, 'naming the path, not the whole target')
   t.equal((await ask('http://x')).status, 404, 'no path: /, which is not served')
 
-  const { originForm } = require('../dist/http.js')
+  const { originForm } = require('../dist/http/server.js')
   t.same(
     ['/metrics', 'http://h:1/metrics?a', 'https://h/stats', 'http://h?q', 'http://h', '*', 'metrics', 'http:/h/metrics'].map(originForm),
     ['/metrics', '/metrics?a', '/stats', '/?q', '/', '*', 'metrics', 'http:/h/metrics'],

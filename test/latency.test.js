@@ -1,5 +1,5 @@
 'use strict'
-// The latency estimator's core (design §9, §11) against the compiled dist/latency.js, and its C++
+// The latency estimator's core (design §9, §11) against the compiled dist/core/latency.js, and its C++
 // twin (native/latency.cc) when the addon is built. Run `npx tsc -p tsconfig.json` first.
 const t = require('tap')
 const path = require('node:path')
@@ -12,7 +12,7 @@ const {
   recordLatency,
   quantilesFromCounts,
   LatencyWindow,
-} = require('../dist/latency.js')
+} = require('../dist/core/latency.js')
 
 let native = null
 let nativeMissing = 'the native addon is not built (run `npx node-gyp rebuild`)'
@@ -320,7 +320,7 @@ t.test('2 workers record while the main thread rotates: no value lost or counted
   for (let thread = 0; thread < WORKERS; thread++) {
     const worker = new Worker(workerSource, {
       eval: true,
-      workerData: { latencyPath: path.join(__dirname, '../dist/latency.js'), buffer, control: control.buffer, thread, count: PER_WORKER },
+      workerData: { latencyPath: path.join(__dirname, '../dist/core/latency.js'), buffer, control: control.buffer, thread, count: PER_WORKER },
     })
     workers.push({ worker, exited: new Promise((resolve, reject) => { worker.on('exit', resolve); worker.on('error', reject) }) })
   }

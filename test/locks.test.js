@@ -8,16 +8,16 @@ const t = require('tap')
 const path = require('node:path')
 const { Worker } = require('node:worker_threads')
 const { backends } = require('./helpers')
-const { Memory, C_LOCK } = require('../dist/memory')
-const { createArena } = require('../dist/backend')
+const { Memory, C_LOCK } = require('../dist/core/memory')
+const { createArena } = require('../dist/core/backend')
 
 const ALIVE = [1_000_001, 1_000_002]
 const liveness = (tid) => (ALIVE.includes(tid) ? 'alive' : 'gone')
 
 const WAITER = `
 const { workerData, parentPort } = require('node:worker_threads')
-const { attachArena } = require(${JSON.stringify(path.join(__dirname, '..', 'dist', 'backend'))})
-const { Memory } = require(${JSON.stringify(path.join(__dirname, '..', 'dist', 'memory'))})
+const { attachArena } = require(${JSON.stringify(path.join(__dirname, '..', 'dist', 'core', 'backend'))})
+const { Memory } = require(${JSON.stringify(path.join(__dirname, '..', 'dist', 'core', 'memory'))})
 const alive = workerData.alive
 const memory = new Memory(attachArena(workerData.arena), false, (tid) => (alive.includes(tid) ? 'alive' : 'gone'))
 const tag = memory.lockTag
@@ -104,7 +104,7 @@ t.test('a lock is never taken from a live holder; one that cannot be checked los
 })
 
 t.test('a lock is freed only by the tag that holds it', (t) => {
-  const { acquire, release } = require('../dist/memory')
+  const { acquire, release } = require('../dist/core/memory')
   const cells = new Int32Array(new SharedArrayBuffer(8))
   acquire(cells, 1, 7)
   t.equal(cells[1], 7)

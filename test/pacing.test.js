@@ -6,7 +6,7 @@
 const t = require('tap')
 const zlib = require('node:zlib')
 const { lib, backends, surfaceOn, within } = require('./helpers')
-const { ScrapePacer, ScrapeScheduler, resolveSurfaceOptions, DEFAULT_SCRAPE_SHARE, DEFAULT_SCRAPE_BURST_MS } = require('../dist/pacing.js')
+const { ScrapePacer, ScrapeScheduler, resolveSurfaceOptions, DEFAULT_SCRAPE_SHARE, DEFAULT_SCRAPE_BURST_MS } = require('../dist/http/pacing.js')
 
 /** The exposition without its uptime line (the one value that moves between two renders of one state). */
 const strip = (s) => s.replace(/^mq_broker_uptime_seconds .*$/m, '')
@@ -136,7 +136,7 @@ function call(surface, path, headers = {}, onEnd = () => {}) {
  * Also counts the renders begun (surface.render() counts too). Undone at teardown.
  */
 function debtAfterNextScrape(t, ms) {
-  const { Renderer } = require('../dist/render.js')
+  const { Renderer } = require('../dist/exposition/render.js')
   const realNow = performance.now
   let offset = 0
   performance.now = () => realNow.call(performance) + offset

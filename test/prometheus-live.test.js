@@ -21,7 +21,7 @@ const path = require('node:path')
 const { spawn, spawnSync } = require('node:child_process')
 
 const root = path.join(__dirname, '..')
-const DEMO = path.join(root, 'dist', 'demo.js')
+const DEMO = path.join(root, 'dist', 'demo', 'demo.js')
 const RULES = path.join(root, 'prometheus', 'mq-alerts.yml')
 const PROMETHEUS = process.env.PROMETHEUS || 'prometheus'
 const PROMTOOL = process.env.PROMTOOL || 'promtool'

@@ -16,7 +16,7 @@ const SEED = 20260421
 /** Every PROMTOOL_EVERY-th run is also fed to `promtool check metrics`. */
 const PROMTOOL_EVERY = 20
 
-// design §2, written out again here rather than read from lib/allowlist.ts.
+// design §2, written out again here rather than read from lib/exposition/allowlist.ts.
 const FAMILIES = [
   ['mq_broker_uptime_seconds', 'gauge', []],
   ['mq_connections', 'gauge', []],

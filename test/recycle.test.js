@@ -5,8 +5,8 @@ const t = require('tap')
 const http = require('node:http')
 const net = require('node:net')
 const zlib = require('node:zlib')
-const { listen } = require('../dist/http.js')
-const { Renderer } = require('../dist/render.js')
+const { listen } = require('../dist/http/server.js')
+const { Renderer } = require('../dist/exposition/render.js')
 const { backends, surfaceOn } = require('./helpers')
 
 /** Resolves once `predicate()` holds, polling every 10 ms; rejects after `ms`. */

@@ -1,6 +1,6 @@
 'use strict'
 // A removed topic's or group's slot blocks are reused by later registrations — but only once no
-// recording call can still write into them (lib/reclamation.ts, docs/reclamation.md). A call
+// recording call can still write into them (lib/core/reclamation.ts, docs/reclamation.md). A call
 // checks its handle's liveness tag, then writes; a thread can be stopped in between for any
 // length of time. A removal clears the tags and advances the epoch; its blocks wait until every
 // other thread with a row has announced that epoch from between its tasks (or has exited). Here
@@ -10,13 +10,13 @@ const t = require('tap')
 const path = require('node:path')
 const { Worker } = require('node:worker_threads')
 const { backends, surfaceOn } = require('./helpers')
-const { Memory, SLOTS_PER_CHUNK, acquire, release, threadProgress, threadIdentity } = require('../dist/memory')
-const { attachArena, createArena } = require('../dist/backend')
-const { G_LOCK, Registry, setCompactionThreshold } = require('../dist/registry')
-const { Recorder } = require('../dist/recording')
-const { SnapshotReader } = require('../dist/reader')
-const { resolveConfig } = require('../dist/config')
-const { announce, detach } = require('../dist/reclamation')
+const { Memory, SLOTS_PER_CHUNK, acquire, release, threadProgress, threadIdentity } = require('../dist/core/memory')
+const { attachArena, createArena } = require('../dist/core/backend')
+const { G_LOCK, Registry, setCompactionThreshold } = require('../dist/core/registry')
+const { Recorder } = require('../dist/core/recording')
+const { SnapshotReader } = require('../dist/core/reader')
+const { resolveConfig } = require('../dist/core/config')
+const { announce, detach } = require('../dist/core/reclamation')
 
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms))
 

@@ -7,15 +7,15 @@ const t = require('tap')
 const fs = require('node:fs')
 const path = require('node:path')
 const { spawnSync } = require('node:child_process')
-const { Renderer, formatFloat, writeDigits } = require('../dist/render.js')
-const { METRICS, METRICS_CONTENT_TYPE } = require('../dist/allowlist.js')
-const { sanitizeLabelValue, escapeLabelValue, escapeHelp } = require('../dist/labels.js')
+const { Renderer, formatFloat, writeDigits } = require('../dist/exposition/render.js')
+const { METRICS, METRICS_CONTENT_TYPE } = require('../dist/exposition/allowlist.js')
+const { sanitizeLabelValue, escapeLabelValue, escapeHelp } = require('../dist/core/labels.js')
 const { prng } = require('./helpers')
 
 const GOLDEN = path.join(__dirname, 'golden')
 const TWO_53 = 2 ** 53
 
-// --- building snapshots the way lib/reader.ts does ---------------------------------------------
+// --- building snapshots the way lib/core/reader.ts does ---------------------------------------------
 
 function byLabelThenName(a, b) {
   if (a.label !== b.label) return a.label < b.label ? -1 : 1
@@ -29,7 +29,7 @@ function sum(values) {
 }
 
 /**
- * A Snapshot as lib/snapshot.ts describes it. `partitions` is { number: lastSeq }; each group
+ * A Snapshot as lib/core/snapshot.ts describes it. `partitions` is { number: lastSeq }; each group
  * gives its ack floor per partition (missing = 0); depth and lag are derived as design §4 says and
  * the topic's delivered/dropped/dlq are its groups' sums.
  */
@@ -339,7 +339,7 @@ t.test('labels: sanitize per code point, then escape (design §3.1–3.3)', asyn
 })
 
 t.test('the label cache follows the snapshot, not the key', async (t) => {
-  // A key reused with another label (never done by lib/reader.ts, but the cache must not trust
+  // A key reused with another label (never done by lib/core/reader.ts, but the cache must not trust
   // it), groups added and removed under a cached topic, and a snapshot handed over unsorted.
   const renderer = new Renderer()
   const a = topicOf('alpha', { produced: 1, groups: [{ name: 'g1' }] })
@@ -603,7 +603,7 @@ t.test('GET /metrics rendered in slices is one moment\'s numbers, never a torn s
 
 // --- the gzip render (Renderer.beginGzip / renderGzip) ------------------------------------------
 const zlib = require('node:zlib')
-const { CHUNK_TOPICS } = require('../dist/render.js')
+const { CHUNK_TOPICS } = require('../dist/exposition/render.js')
 
 t.test('the gzip render of every golden case gunzips to the golden bytes', async (t) => {
   // If this failed, a client asking for gzip (Prometheus always does) would see another exposition
@@ -672,7 +672,7 @@ t.test('gzip chunks are reused exactly while every number and label in them is u
     'a new topic in the middle': () => { specs.splice(pickIndex(specs.length), 0, { name: `chunky.${pickIndex(300)}.new${pickIndex(1e6)}`, produced: 1 }) },
     'a topic removed': () => { specs.splice(pickIndex(specs.length), 1) },
     'a topic whose name collides with another\'s label': (s) => { specs.push({ ...s, name: s.name.replace('.', ' '), groups: [] }) },
-    // Last: a chunk with a bigint renders afresh at every scrape (see numeric() in lib/render.ts).
+    // Last: a chunk with a bigint renders afresh at every scrape (see numeric() in lib/exposition/render.ts).
     'a counter above 2^53 (a bigint)': (s) => { s.produced = 2n ** 53n + BigInt(pickIndex(1000)) },
   }
   const renderer = new Renderer()
@@ -811,7 +811,7 @@ t.test('writeDigits prints every safe integer it is given exactly as String() do
 // --- the layout: what a render derives from a snapshot's structure is kept per registry generation
 
 t.test('hasNoCollisions: strictly ascending topic labels, partitions and group labels', async (t) => {
-  const { hasNoCollisions } = require('../dist/snapshot.js')
+  const { hasNoCollisions } = require('../dist/core/snapshot.js')
   const topic = (label, partitionNumbers = [], groups = []) => ({ label, partitionNumbers, groups: groups.map((g) => ({ label: g })) })
   t.equal(hasNoCollisions([]), true)
   t.equal(hasNoCollisions([topic('a', [0, 1, 5], ['x', 'y']), topic('b'), topic('b_')]), true)
@@ -886,7 +886,7 @@ for (const backend of require('./helpers').backends()) {
   t.test(`${backend}: a snapshot's layout is one object per generation, and not in the public snapshot`, async (t) => {
     const { surfaceOn } = require('./helpers')
     const surface = surfaceOn(t, backend, { max_in_flight: 100 })
-    const { Renderer } = require('../dist/render.js')
+    const { Renderer } = require('../dist/exposition/render.js')
     const seen = []
     const begin = Renderer.prototype.begin
     Renderer.prototype.begin = function (snapshot) {

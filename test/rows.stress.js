@@ -5,8 +5,8 @@
 // more attaches than there are rows).
 const t = require('tap')
 const { backends, surfaceOn, faultsOf } = require('./helpers')
-const { threadIdentity, threadAlive, threadState, parseStat, Memory, MAIN_ROW } = require('../dist/memory')
-const { createArena } = require('../dist/backend')
+const { threadIdentity, threadAlive, threadState, parseStat, Memory, MAIN_ROW } = require('../dist/core/memory')
+const { createArena } = require('../dist/core/backend')
 
 const { runRowWorker: run, ENDS } = require('./fixtures/row-worker')
 

@@ -21,15 +21,15 @@ const BOUNDS = { rssGrowthBytes: 64 * 2 ** 20, heapGrowthBytes: 16 * 2 ** 20, he
 const PARTITIONS = 4
 const GROUPS = ['g0', 'g1']
 const MAX_IN_FLIGHT = 50
-// Per-topic slot blocks at most (lib/registry.ts): the topic, its partitions, each group and its floors.
-const { TOPIC_SLOTS, PARTITION_SLOTS, GROUP_SLOTS, FLOOR_SLOTS } = require('../dist/registry')
+// Per-topic slot blocks at most (lib/core/registry.ts): the topic, its partitions, each group and its floors.
+const { TOPIC_SLOTS, PARTITION_SLOTS, GROUP_SLOTS, FLOOR_SLOTS } = require('../dist/core/registry')
 const SLOTS_PER_TOPIC = TOPIC_SLOTS + PARTITIONS * PARTITION_SLOTS + GROUPS.length * (GROUP_SLOTS + PARTITIONS * FLOOR_SLOTS)
 const LATENCY_SLOTS = 4096
 /** Share of operations that remove a live topic (each is created again when next touched), by default. */
 const CHURN = 0.002
 /** Registration log bytes one live topic of this shape may take in a checkpoint (measured: ~400). */
 const LOG_BYTES_PER_TOPIC = 512
-/** The log is compacted past max(this, twice its checkpoint) (lib/registry.ts). */
+/** The log is compacted past max(this, twice its checkpoint) (lib/core/registry.ts). */
 const LOG_COMPACT_MIN_BYTES = 256 * 1024
 /** A scrape (render + snapshot) every this many operations. */
 const SCRAPE_EVERY = 50_000

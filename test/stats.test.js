@@ -1,12 +1,12 @@
 'use strict'
 // /stats views (design §7) from hand-built snapshots: each view's exact shape, narrowing, the 400
-// errors, and exact integers through lib/json.ts. Run `npx tsc -p tsconfig.json` first.
+// errors, and exact integers through lib/core/json.ts. Run `npx tsc -p tsconfig.json` first.
 const t = require('tap')
-const { statsView, statsFromQuery, StatsError, STATS_VIEWS } = require('../dist/stats.js')
-const { ConservationChecker } = require('../dist/conservation.js')
-const { FaultLog } = require('../dist/faults.js')
-const { resolveConfig } = require('../dist/config.js')
-const { toJSON } = require('../dist/json.js')
+const { statsView, statsFromQuery, StatsError, STATS_VIEWS } = require('../dist/exposition/stats.js')
+const { ConservationChecker } = require('../dist/core/conservation.js')
+const { FaultLog } = require('../dist/core/faults.js')
+const { resolveConfig } = require('../dist/core/config.js')
+const { toJSON } = require('../dist/core/json.js')
 
 const U64_MAX = 2n ** 64n - 1n
 const ALLOWED = 'topics, partitions, groups, quorum, latency, conservation, faults, collisions, config'

@@ -7,9 +7,9 @@ const t = require('tap')
 const path = require('node:path')
 const { Worker } = require('node:worker_threads')
 const { backends, surfaceOn } = require('./helpers')
-const { WorkerFaultChannel, RING_SLOTS } = require('../dist/worker-faults')
-const { Memory } = require('../dist/memory')
-const { createArena } = require('../dist/backend')
+const { WorkerFaultChannel, RING_SLOTS } = require('../dist/core/worker-faults')
+const { Memory } = require('../dist/core/memory')
+const { createArena } = require('../dist/core/backend')
 
 /** A worker that raises `count` faults of one kind, then exits. */
 function raise(surface, kind, count) {

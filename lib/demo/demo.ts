@@ -1,6 +1,6 @@
 #!/usr/bin/env node
 // `npm start` / `mq-demo` (design §13): a simulated broker that links in this library exactly as a
-// real one would — only the public API, from './index' — and serves /metrics, /healthz and /stats.
+// real one would — only the public API, from '../index' — and serves /metrics, /healthz and /stats.
 //
 // Producers append to several topics × partitions and consult admitWrite() before every batch;
 // two consumer groups per topic dispatch, retry up to max_attempts, drop and dead-letter (the DLQ
@@ -10,11 +10,11 @@
 // conservation identity (design §4) holds in every quiet window and no fault is raised.
 import * as path from 'node:path'
 import { Worker } from 'node:worker_threads'
-import { SimulatedTopic, SimulationTotals, addTotals, emptyTotals } from './demo-broker'
-import type { DemoWorkerData, FromWorker, ToWorker } from './demo-worker'
+import { SimulatedTopic, SimulationTotals, addTotals, emptyTotals } from './broker'
+import type { DemoWorkerData, FromWorker, ToWorker } from './worker'
 import { clusterCli } from './cluster'
-import { createSurface } from './index'
-import type { FaultRecord, Listening, QuorumEvent, Surface } from './index'
+import { createSurface } from '../index'
+import type { FaultRecord, Listening, QuorumEvent, Surface } from '../index'
 
 export const DEFAULT_PORT = 9464
 export const DEFAULT_HOST = '127.0.0.1'
@@ -337,7 +337,7 @@ export async function runDemo(input: DemoOptions = {}): Promise<Demo> {
     tickMs: TICK_MS,
     drainMs: DRAIN_MS,
   }
-  const worker = new Worker(path.join(__dirname, 'demo-worker.js'), { workerData })
+  const worker = new Worker(path.join(__dirname, 'worker.js'), { workerData })
   let workerTotals = emptyTotals()
   let workerDrained = false
   let workerError: Error | undefined

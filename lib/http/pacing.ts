@@ -10,9 +10,9 @@
 // Slices are timed by the wall clock, not by CPU time: on a busy machine a slice's wall time also
 // counts the moments the scheduler gave its core to another thread, so the pacing errs towards the
 // broker.
-import { ownFields } from './config'
-import { ConfigError, MqMetricsError } from './errors'
-import { describe } from './labels'
+import { ownFields } from '../core/config'
+import { ConfigError, MqMetricsError } from '../core/errors'
+import { describe } from '../core/labels'
 
 export class ScrapePacer {
   readonly share: number

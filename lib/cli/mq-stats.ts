@@ -4,8 +4,8 @@
 import * as fs from 'node:fs'
 import * as http from 'node:http'
 import * as https from 'node:https'
-import { toJSON } from './json'
-import { isStatsView, STATS_VIEWS, type StatsView } from './stats'
+import { toJSON } from '../core/json'
+import { isStatsView, STATS_VIEWS, type StatsView } from '../exposition/stats'
 
 export const DEFAULT_URL = 'http://127.0.0.1:9464'
 /** Per request, connection to last body byte. */

@@ -8,8 +8,8 @@
 // slices (`Renderer.begin()` → `RenderJob.step()`): the snapshot is immutable, so a body written
 // over several event-loop turns is still exactly the body of that one snapshot.
 import { METRICS, MetricDefinition } from './allowlist'
-import { escapeHelp, escapeLabelValue } from './labels'
-import { Count, Layout, Snapshot, TopicSnapshot, addCount, isCollisionFree } from './snapshot'
+import { escapeHelp, escapeLabelValue } from '../core/labels'
+import { Count, Layout, Snapshot, TopicSnapshot, addCount, isCollisionFree } from '../core/snapshot'
 import { gzipSync } from 'node:zlib'
 import { EMPTY_FRAGMENT, Fragment, GZIP_LEVEL, GzipBody, MemberBuilder, PackedFragments, fragment, pack } from './gzip'
 
@@ -276,7 +276,7 @@ export class Renderer {
 
   /**
    * A render to be advanced in slices with `step()`. The snapshot must not change meanwhile
-   * (lib/reader.ts never touches a snapshot it handed out).
+   * (lib/core/reader.ts never touches a snapshot it handed out).
    */
   begin(snapshot: Snapshot): RenderJob {
     // The spare buffer if one was handed back (recycle), else a fresh one: a body may still be on
@@ -295,7 +295,7 @@ export class Renderer {
   /**
    * The /metrics body for one snapshot, gzipped, in slices like `begin()`; its gunzipped bytes are
    * exactly `render(snapshot)`. Topics go in chunks of CHUNK_TOPICS, each family's lines of a
-   * chunk compressed on their own (lib/gzip.ts): a chunk whose numbers and labels are what they
+   * chunk compressed on their own (lib/exposition/gzip.ts): a chunk whose numbers and labels are what they
    * were at the previous gzip render is neither rendered nor compressed again. When most chunks
    * changed, fragments would cost more than one pass of zlib over the whole text: the job then
    * renders the plain body for the caller to compress (`GzipJob.result()`).
@@ -341,7 +341,7 @@ export class Renderer {
 
   /**
    * The series of `snapshot` after the collision merge, and their texts. A snapshot whose layout
-   * (lib/reader.ts: one object per registry generation) says nothing collides is its own series;
+   * (lib/core/reader.ts: one object per registry generation) says nothing collides is its own series;
    * one with the layout of the previous render has that render's texts too: the topics, their
    * labels and their groups are those of that render (1.7 ms of a 200k-sample render's ~12 went
    * to re-deriving both).

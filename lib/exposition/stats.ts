@@ -1,18 +1,18 @@
 // design §7: `/stats?filter=VIEW` and `surface.stats(view, { topic, group })`. Every view is a plain
 // object `{ filter: VIEW, ... }` whose integers are exact Counts (number, or bigint above 2^53 − 1);
-// the HTTP layer writes it with lib/json.ts, which prints a bigint as its bare digits.
+// the HTTP layer writes it with lib/core/json.ts, which prints a bigint as its bare digits.
 //
 // Narrowing (optional, exact raw names, never an error when nothing matches):
 //   topic=T  keeps only the topic whose raw name is T;
 //   group=G  keeps only groups whose raw name is G and, in per-topic views (topics, partitions,
 //            conservation), only the topics that have such a group.
 // The broker-wide views (quorum, latency, faults, config) ignore both.
-import { MqMetricsError } from './errors'
-import type { ConservationReport } from './conservation'
-import type { ResolvedConfig } from './config'
-import type { FaultLogView } from './faults'
-import { RUNBOOK_LEVELS, TIER_NAMES } from './quorum'
-import { addCount, type Count, type Snapshot, type TopicSnapshot } from './snapshot'
+import { MqMetricsError } from '../core/errors'
+import type { ConservationReport } from '../core/conservation'
+import type { ResolvedConfig } from '../core/config'
+import type { FaultLogView } from '../core/faults'
+import { RUNBOOK_LEVELS, TIER_NAMES } from '../core/quorum'
+import { addCount, type Count, type Snapshot, type TopicSnapshot } from '../core/snapshot'
 
 export const STATS_VIEWS = ['topics', 'partitions', 'groups', 'quorum', 'latency', 'conservation', 'faults', 'collisions', 'config'] as const
 export type StatsView = (typeof STATS_VIEWS)[number]

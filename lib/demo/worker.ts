@@ -7,9 +7,9 @@
 // ({ type: 'writable', value: false } and waits for 'fenced'), so no refused write is ever
 // attempted; should one slip through anyway, produced() returns false and the seq stays put.
 import { parentPort, workerData } from 'node:worker_threads'
-import { SimulatedTopic, addTotals, emptyTotals } from './demo-broker'
-import { attachSurface } from './index'
-import type { SharedSurface } from './index'
+import { SimulatedTopic, addTotals, emptyTotals } from './broker'
+import { attachSurface } from '../index'
+import type { SharedSurface } from '../index'
 
 export interface DemoWorkerData {
   shared: SharedSurface

@@ -35,7 +35,7 @@ let addonFrom = ''
 let addonError = ''
 let warned = false
 
-const ROOT = path.join(__dirname, '..')
+const ROOT = path.join(__dirname, '..', '..') // the package: dist/core/ → ../..
 const PLATFORM = `${process.platform}-${process.arch}`
 
 /**

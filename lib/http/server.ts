@@ -6,12 +6,12 @@ import type { Socket } from 'node:net'
 import type { Duplex } from 'node:stream'
 import { createHash, timingSafeEqual } from 'node:crypto'
 import { gzip } from 'node:zlib'
-import { GZIP_LEVEL, GzipBody } from './gzip'
-import { METRICS_CONTENT_TYPE } from './allowlist'
-import { toJSON } from './json'
-import { describe } from './labels'
+import { GZIP_LEVEL, GzipBody } from '../exposition/gzip'
+import { METRICS_CONTENT_TYPE } from '../exposition/allowlist'
+import { toJSON } from '../core/json'
+import { describe } from '../core/labels'
 import { ScrapeAbandoned } from './pacing'
-import { UsageError } from './errors'
+import { UsageError } from '../core/errors'
 
 export interface HttpHost {
   /** metrics_enabled at startup: false ⇒ nothing is served and no port is opened. */
