@@ -74,8 +74,25 @@ async function closedPort() {
   return port
 }
 
+/**
+ * The tool in this process: main() with only the environment given (and PATH, as a child would
+ * get) and its output captured, as the bin's pipe would show it (not a TTY). What only a real
+ * process shows — the bin's exit status, SIGINT, a closed pipe — is tested with the bin itself
+ * (`bin()` and the --watch tests below).
+ */
+async function run(args, env = {}) {
+  let stdout = ''
+  let stderr = ''
+  const io = { stdout: { write: (text) => { stdout += text }, isTTY: false }, stderr: { write: (text) => { stderr += text } } }
+  try {
+    return { code: await main(args, { PATH: process.env.PATH, ...env }, io), stdout, stderr }
+  } catch (error) {
+    return { code: 70, stdout, stderr: `${stderr}mq-stats: internal error: ${error.message}\n` }
+  }
+}
+
 // Async (not execFileSync): the fake brokers live in this process and must keep answering.
-function run(args, env = {}) {
+function bin(args, env = {}) {
   return new Promise((resolve) => {
     execFile(process.execPath, [CLI, ...args], { timeout: 15_000, env: { PATH: process.env.PATH, ...env } }, (error, stdout, stderr) => {
       resolve({ code: error ? (error.code ?? error.signal) : 0, stdout, stderr })
@@ -112,6 +129,15 @@ t.test('exit status is the worst quorum_state over all brokers', async (t) => {
   const r = await run(['--url', by[2].url])
   t.match(r.stdout, /  2 read_only  /, '/healthz 503 is a read_only reading, not an error')
   t.equal(r.stderr, '')
+  // The bin itself, as a shell sees it: the same status, the same table.
+  for (const [states, expected] of [[[0], 0], [[0, 2], 2]]) {
+    const real = await bin(states.flatMap((s) => ['--url', by[s].url]))
+    t.equal(real.code, expected, `the bin: brokers in states ${states.join(', ')} → exit ${expected}`)
+    t.equal(real.stdout, (await run(states.flatMap((s) => ['--url', by[s].url]))).stdout, 'the bin prints what main() does')
+  }
+  const unreachable = await bin(['--url', `http://127.0.0.1:${await closedPort()}`])
+  t.equal(unreachable.code, 3, 'the bin: an unreachable broker → exit 3')
+  t.equal((await bin(['--bogus'])).code, 64, 'the bin: a usage error → exit 64')
 })
 
 t.test('--json: exact integers, one entry per broker', async (t) => {
