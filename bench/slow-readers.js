@@ -28,7 +28,9 @@ if (process.argv[2] === '--broker') {
 }
 
 const argv = process.argv.slice(2)
-const CLIENTS = Number(argv[argv.indexOf('--clients') + 1] || 500)
+const at = argv.indexOf('--clients')
+const CLIENTS = at === -1 ? 500 : Number(argv[at + 1])
+if (!Number.isInteger(CLIENTS) || CLIENTS < 1) throw new Error(`--clients needs a positive integer, got ${JSON.stringify(argv[at + 1])}`)
 
 const rssMB = (pid) => Number(/VmRSS:\s+(\d+)/.exec(fs.readFileSync(`/proc/${pid}/status`, 'latin1'))[1]) / 1024
 
@@ -80,5 +82,5 @@ async function run(label, options) {
   const bounded = await run('default limits', {})
   const unbounded = argv.includes('--bounded-only') ? undefined : await run('unbounded (maxScrapeBytes 2^52, as before the limit)', { maxScrapeBytes: 2 ** 52, maxConnections: 65535 })
   console.log(`${bounded.clients} clients that never read: RSS +${bounded.rssGrowthMB} MB with the default limits (goal ≤ 100)${unbounded ? `, +${unbounded.rssGrowthMB} MB unbounded` : ''}; a normal scrape meanwhile: ${bounded.normalScrape.status} in ${bounded.normalScrape.ms} ms`)
-  if (bounded.rssGrowthMB > 100 || bounded.normalScrape.status !== 200) process.exitCode = 1
+  if (bounded.clients !== CLIENTS || bounded.rssGrowthMB > 100 || bounded.normalScrape.status !== 200) process.exitCode = 1
 })()
