@@ -334,8 +334,8 @@ export class Topic {
     // read straight from fields (a plain Int32Array read of the quorum cell: a tier change a
     // moment old is tolerated), and both counters are written only once they are
     // known to stay below 2^53 — else the folding path below. Keep this body under V8's 460
-    // bytes of bytecode (`node --print-bytecode --print-bytecode-filter=produced`; 458 now):
-    // past it the caller's loop can no longer inline it and it measured 16 ns instead of 9–10.
+    // bytes of bytecode (bench/v8-guards.js checks it, CI step 20-v8-guards): past it the
+    // caller's loop can no longer inline it (the `produced()` row of `npm run bench` shows it).
     if (!(isCount(seq) && isCount(bytes) && isCount(count))) checkProduced(seq, bytes, count)
     const index = this.#index
     if (this.#tag[index] !== this.#id) throw this.#gone()
