@@ -8,8 +8,8 @@
 // attempted; should one slip through anyway, produced() returns false and the seq stays put.
 import { parentPort, workerData } from 'node:worker_threads'
 import { SimulatedTopic, addTotals, emptyTotals } from './broker'
-import { attachSurface } from '../index'
-import type { SharedSurface } from '../index'
+import { attachSurface } from 'mq-metrics'
+import type { SharedSurface } from 'mq-metrics'
 
 export interface DemoWorkerData {
   shared: SharedSurface

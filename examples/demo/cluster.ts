@@ -16,8 +16,8 @@
 //   partition  the leader is cut off (read_only; the others elect a new leader), then heals;
 //   failover   the leader's process dies (its endpoint goes down; a new leader is elected), then
 //              it restarts as a follower with a fresh surface.
-import { createSurface } from '../index'
-import type { FaultRecord, Group, Listening, QuorumEvent, Surface, Topic } from '../index'
+import { createSurface } from 'mq-metrics'
+import type { FaultRecord, Group, Listening, QuorumEvent, Surface, Topic } from 'mq-metrics'
 
 const TIERS = ['healthy', 'soft', 'read_only']
 

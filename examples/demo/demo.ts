@@ -1,20 +1,20 @@
 #!/usr/bin/env node
 // `npm start` / `mq-demo` (design §13): a simulated broker that links in this library exactly as a
-// real one would — only the public API, from '../index' — and serves /metrics, /healthz and /stats.
+// real one would — only the public API, from 'mq-metrics' — and serves /metrics, /healthz and /stats.
 //
 // Producers append to several topics × partitions and consult admitWrite() before every batch;
 // two consumer groups per topic dispatch, retry up to max_attempts, drop and dead-letter (the DLQ
 // write fails now and then); one worker thread owns some topics end to end through
 // attachSurface(); replication rounds every 250 ms drive the quorum tier (`degraded` cycles
-// healthy → soft → read_only → healthy). The books are honest (see demo-broker.ts), so the
+// healthy → soft → read_only → healthy). The books are honest (see broker.ts), so the
 // conservation identity (design §4) holds in every quiet window and no fault is raised.
 import * as path from 'node:path'
 import { Worker } from 'node:worker_threads'
 import { SimulatedTopic, SimulationTotals, addTotals, emptyTotals } from './broker'
 import type { DemoWorkerData, FromWorker, ToWorker } from './worker'
 import { clusterCli } from './cluster'
-import { createSurface } from '../index'
-import type { FaultRecord, Listening, QuorumEvent, Surface } from '../index'
+import { createSurface } from 'mq-metrics'
+import type { FaultRecord, Listening, QuorumEvent, Surface } from 'mq-metrics'
 
 export const DEFAULT_PORT = 9464
 export const DEFAULT_HOST = '127.0.0.1'
@@ -30,8 +30,8 @@ const PARTITIONS_PER_TOPIC = 4
 const MAX_ATTEMPTS = 5
 const TICK_MS = 10
 const ROUND_MS = 250
-/** `degraded`: each of healthy, soft and read_only lasts this long, then the cycle repeats. */
-const DEGRADED_PHASE_MS = 2000
+/** `degraded`: each of healthy, soft and read_only lasts this long (seconds), then the cycle repeats. */
+const DEFAULT_PHASE = 2
 /** Bound on the drain at shutdown (consumers settle what was dispatched; producers are stopped). */
 const DRAIN_MS = 2000
 /** How long the main thread waits for the worker to confirm it stopped writing. */
@@ -54,6 +54,7 @@ options:
   --rate MSGS_PER_SECOND   total producer rate over all topics (default ${DEFAULT_RATE})
   --scenario NAME          steady: a healthy quorum with rare brief soft rounds (default)
                            degraded: cycles healthy -> soft -> read_only -> healthy
+  --phase SECONDS          length of each degraded phase (default ${DEFAULT_PHASE}, at least 0.5)
   --nodes N                run a cluster of N nodes instead (mq-demo --nodes 3 --help)
   -h, --help               show this help
 `
@@ -75,6 +76,8 @@ export interface DemoOptions {
   topics?: number
   rate?: number
   scenario?: Scenario
+  /** Seconds each phase of the `degraded` cycle lasts (default 2). */
+  phase?: number
   /** No output at all (tests). */
   quiet?: boolean
   /** Where the URLs, quorum changes and the live summary go (default process.stdout). */
@@ -90,6 +93,7 @@ interface ResolvedOptions {
   topics: number
   rate: number
   scenario: Scenario
+  phase: number
 }
 
 export interface DemoResult {
@@ -147,7 +151,7 @@ function positiveNumber(flag: string, value: unknown, max: number): number {
 }
 
 function resolveOptions(options: DemoOptions & Record<string, unknown>): ResolvedOptions {
-  const known = new Set(['port', 'host', 'duration', 'topics', 'rate', 'scenario', 'quiet', 'out', 'err'])
+  const known = new Set(['port', 'host', 'duration', 'topics', 'rate', 'scenario', 'phase', 'quiet', 'out', 'err'])
   for (const key of Object.keys(options)) if (!known.has(key)) throw new UsageError(`unknown option ${JSON.stringify(key)}`)
   const host = options.host ?? DEFAULT_HOST
   if (typeof host !== 'string' || host === '') throw new UsageError(`--host must be a non-empty address, got ${JSON.stringify(host)}`)
@@ -160,7 +164,15 @@ function resolveOptions(options: DemoOptions & Record<string, unknown>): Resolve
     topics: integerIn('--topics', options.topics ?? DEFAULT_TOPICS, 1, MAX_TOPICS),
     rate: positiveNumber('--rate', options.rate ?? DEFAULT_RATE, MAX_RATE),
     scenario,
+    phase: phaseOf(options.phase ?? DEFAULT_PHASE),
   }
+}
+
+/** A degraded phase holds at least two replication rounds (every ROUND_MS), so each tier is seen. */
+function phaseOf(value: unknown): number {
+  const phase = positiveNumber('--phase', value, 3600)
+  if (phase * 1000 < 2 * ROUND_MS) throw new UsageError(`--phase must be at least ${(2 * ROUND_MS) / 1000} (two replication rounds), got ${JSON.stringify(value)}`)
+  return phase
 }
 
 /** Parses the command line; `help` is true for -h/--help. Throws UsageError. */
@@ -172,6 +184,7 @@ export function parseArgs(argv: readonly string[]): { help: boolean; options: De
     '--topics': 'topics',
     '--rate': 'rate',
     '--scenario': 'scenario',
+    '--phase': 'phase',
   }
   const raw: Record<string, string> = {}
   let help = false
@@ -200,6 +213,7 @@ export function parseArgs(argv: readonly string[]): { help: boolean; options: De
   if (raw.topics !== undefined) options.topics = integerIn('--topics', raw.topics, 1, MAX_TOPICS)
   if (raw.rate !== undefined) options.rate = positiveNumber('--rate', raw.rate, MAX_RATE)
   if (raw.scenario !== undefined) options.scenario = raw.scenario as Scenario
+  if (raw.phase !== undefined) options.phase = phaseOf(raw.phase)
   resolveOptions(options as DemoOptions & Record<string, unknown>) // validate the combination now
   return { help, options }
 }
@@ -217,14 +231,14 @@ function isReadOnly(round: Round): boolean {
 }
 
 /** The replication round the scenario produces at `elapsedMs`. */
-function roundSource(scenario: Scenario): (elapsedMs: number) => Round {
+function roundSource(scenario: Scenario, phaseSeconds: number): (elapsedMs: number) => Round {
   if (scenario === 'degraded') {
     const phases: Round[] = [
       { replicas: 3, inSync: 3 }, // healthy
       { replicas: 3, inSync: 2 }, // soft: a follower lags
       { replicas: 3, inSync: 1 }, // read_only: no majority
     ]
-    return (elapsedMs) => phases[Math.floor(elapsedMs / DEGRADED_PHASE_MS) % phases.length]
+    return (elapsedMs) => phases[Math.floor(elapsedMs / (phaseSeconds * 1000)) % phases.length]
   }
   // steady: all in sync; now and then (about every 30 s) a follower lags for a few rounds.
   let lagging = 0
@@ -405,7 +419,7 @@ export async function runDemo(input: DemoOptions = {}): Promise<Demo> {
 
   // Replication rounds. Before a round that takes the quorum read_only the worker is fenced
   // (its producers stop and it confirms), so it never attempts a write the quorum refuses.
-  const nextRound = roundSource(options.scenario)
+  const nextRound = roundSource(options.scenario, options.phase)
   let workerWritable = true
   let roundTimer: NodeJS.Timeout | undefined
   const fenceWorker = () =>

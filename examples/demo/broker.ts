@@ -10,7 +10,7 @@
 // at every moment between two calls. Each settlement calls `ackFloor` first and only then
 // `delivered()`/`dropped()`: the message is still in flight while its floor moves, so the group
 // is never seen quiet (in_flight 0) with a settlement half recorded.
-import type { Group, Topic } from '../index'
+import type { Group, Topic } from 'mq-metrics'
 
 /** What the simulation records through: the surface on the main thread, a recorder in a worker. */
 export interface DemoRecorder {
