@@ -2,7 +2,7 @@
 // The latency estimator against prom-client's Summary and hdr-histogram-js, same process, same
 // values (goals: record ≤ 5 ns median, quantiles() ≤ 5 µs).
 //
-// Reproduce:  npx tsc -p tsconfig.json && npx node-gyp rebuild && node bench/latency.js
+// Reproduce:  npm run build && npx node-gyp rebuild && node bench/latency.js [--quick]
 //
 // Method: every candidate runs once per round, rounds interleaved (so drift in CPU frequency or
 // GC pressure hits all of them alike), the first round is a discarded warm-up, and each sample
@@ -17,14 +17,14 @@ const path = require('node:path')
 const promClient = require('prom-client')
 const hdr = require('hdr-histogram-js')
 const { LATENCY_BUCKETS, recordLatency, LatencyWindow } = require(path.join(__dirname, '../dist/core/latency.js'))
-const { SAMPLE_MS, checkSink, median, rounds } = require('./sampling')
+const { median, rounds } = require('./sampling')
+const { formatNs, formatRatio, pass, row, standalone } = require('./harness')
 
 let native = null
 try {
   native = require(path.join(__dirname, '../build/Release/mq_metrics.node'))
 } catch {}
 
-const ROUNDS = 7 // measured rounds, after one warm-up round
 const FILL = 100_000 // observations behind every read-out
 
 // Log-normal latencies around 5 ms (seeded, so runs compare), in ms for us and prom-client and in
@@ -148,13 +148,12 @@ function candidates() {
   return list
 }
 
-async function run() {
+async function run({ rounds: count }) {
   const list = candidates()
   for (const candidate of list) candidate.firstBatch ??= 16
-  const timings = await rounds(list, ROUNDS)
-  checkSink()
+  const timings = await rounds(list, count)
 
-  const rows = []
+  const results = []
   for (const operation of [...new Set(list.map((c) => c.operation))]) {
     const nsOf = (library) => {
       const c = list.findIndex((x) => x.operation === operation && x.library === library)
@@ -165,11 +164,18 @@ async function run() {
     const baseOperation = operation.replace(/ \(.*\)$/, '')
     const promClientNs = nsOf('promClient') ?? medianOf(list, timings, baseOperation, 'promClient')
     const otherNs = nsOf('other') ?? medianOf(list, timings, baseOperation, 'other')
-    const row = { operation, promClientNs, oursNs, ratio: promClientNs / oursNs }
-    if (otherNs !== undefined) row.otherNs = otherNs
-    rows.push(row)
+    const result = { operation, promClientNs, oursNs, ratio: promClientNs / oursNs }
+    if (otherNs !== undefined) result.otherNs = otherNs
+    results.push(result)
   }
-  return rows
+  const rows = results.map((r) => {
+    const isRecord = r.operation === 'record'
+    const name = isRecord ? 'latency `record(ms)` vs Summary `observe()`' : `latency ${r.operation} vs Summary read-out`
+    const ok = isRecord ? r.oursNs <= 5 && r.ratio >= 200 : r.oursNs <= 5000
+    return row(`${name} (hdr-histogram-js: ${formatNs(r.otherNs)})`, formatNs(r.promClientNs), formatNs(r.oursNs), formatRatio(r.ratio), isRecord ? '≤ 5 ns, ≥ 200×' : '≤ 5 µs', pass(ok))
+  })
+  const notes = native ? [] : ['(the C++ read-out row is missing: build/Release/mq_metrics.node is not built)']
+  return { results, rows, notes }
 }
 
 function medianOf(list, timings, operation, library) {
@@ -177,27 +183,5 @@ function medianOf(list, timings, operation, library) {
   return c < 0 ? undefined : median(timings[c])
 }
 
-function format(ns) {
-  return ns >= 1000 ? `${(ns / 1000).toFixed(2)} µs` : `${ns.toFixed(1)} ns`
-}
-
 module.exports = { run }
-
-if (require.main === module) {
-  run().then((rows) => {
-    console.log(`latency estimator, median of ${ROUNDS} interleaved rounds of ≥ ${SAMPLE_MS} ms; ${process.version} ${process.arch}`)
-    console.log('ratio = prom-client / ours; hdr = hdr-histogram-js (JS build, 2 significant digits)')
-    const table = rows.map((r) => ({
-      operation: r.operation,
-      'prom-client Summary': format(r.promClientNs),
-      'hdr-histogram-js': r.otherNs === undefined ? '—' : format(r.otherNs),
-      ours: format(r.oursNs),
-      ratio: `${r.ratio.toFixed(0)}×`,
-    }))
-    console.table(table)
-    if (!native) console.log('(the C++ read-out row is missing: build/Release/mq_metrics.node is not built)')
-  }, (err) => {
-    console.error(err)
-    process.exitCode = 1
-  })
-}
+standalone(module, 'latency', run)

@@ -1,5 +1,5 @@
 'use strict'
-// The measuring loop shared by bench/run.js and bench/latency.js: samples of ≥ SAMPLE_MS, rounds
+// The measuring loop every bench section shares: samples of ≥ SAMPLE_MS, rounds
 // interleaved across candidates (the first one a discarded warm-up), medians. Every result is
 // summed into `sink`, checked by checkSink(), so the JIT cannot drop the work being timed.
 const { performance } = require('node:perf_hooks')

@@ -224,7 +224,10 @@ export class Surface extends EventEmitter {
 
   render(): string {
     const body = this.#renderer.render(this.#observe())
-    const text = body.toString('utf8')
+    // The body is ASCII (label values are sanitized, help texts and numbers are ASCII), so latin1
+    // decodes it exactly; Node makes a large latin1 string an external one (one copy), where utf8
+    // decoding validates every byte: 30 ms of a 187k-sample render() here (bench/render.js).
+    const text = body.toString('latin1')
     this.#renderer.recycle(body)
     return text
   }

@@ -910,3 +910,23 @@ for (const backend of require('./helpers').backends()) {
     t.notOk('layout' in surface.snapshot(), 'surface.snapshot() does not show it')
   })
 }
+
+t.test('render() is the /metrics body, byte for byte, whatever the names (the body is ASCII)', async (t) => {
+  // render() decodes the body as latin1 (one copy, no validation): exact only while every byte of
+  // the exposition is ASCII. Names from any script are sanitized to [A-Za-z0-9_-] (design §3.1).
+  const { backends, surfaceOn } = require('./helpers')
+  for (const backend of backends()) {
+    const surface = surfaceOn(t, backend, { max_in_flight: 100 })
+    for (const name of ['zaměstnanci.mzdy', '注文', 'emoji-🚀-topic', 'tab\there', 'quote"and\\back']) {
+      const topic = surface.topic(name)
+      topic.produced(0, 1, 10)
+      topic.group(`grüppe-${name}`).dispatch(1)
+    }
+    const body = await new Promise((resolve, reject) => {
+      const res = { statusCode: 0, headersSent: false, destroyed: false, setHeader() {}, end: resolve }
+      if (!surface.handler({ url: '/metrics', method: 'GET', headers: {} }, res)) reject(new Error('not handled'))
+    })
+    t.ok(body.every((byte) => byte < 0x80), `${backend}: every byte of the body is ASCII`)
+    t.equal(withoutUptime(surface.render()), withoutUptime(body.toString('utf8')), `${backend}: render() equals the body decoded as UTF-8`)
+  }
+})
