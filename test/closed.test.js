@@ -104,7 +104,7 @@ for (const backend of backends()) {
         }
         parentPort.postMessage(outcomes)
       })
-    `, { eval: true, workerData: shared })
+    `, { eval: true, workerData: shared, execArgv: [] })
     t.teardown(() => worker.terminate())
     await new Promise((resolve, reject) => {
       worker.once('error', reject)
@@ -137,7 +137,7 @@ for (const backend of backends()) {
         } catch (error) {
           parentPort.postMessage(error.name + ' ' + error.code)
         }
-      `, { eval: true, workerData: shared })
+      `, { eval: true, workerData: shared, execArgv: [] })
       worker.once('error', reject)
       worker.once('message', (m) => worker.terminate().then(() => resolve(m)))
     })

@@ -321,6 +321,7 @@ t.test('2 workers record while the main thread rotates: no value lost or counted
     const worker = new Worker(workerSource, {
       eval: true,
       workerData: { latencyPath: path.join(__dirname, '../dist/core/latency.js'), buffer, control: control.buffer, thread, count: PER_WORKER },
+      execArgv: [],
     })
     workers.push({ worker, exited: new Promise((resolve, reject) => { worker.on('exit', resolve); worker.on('error', reject) }) })
   }

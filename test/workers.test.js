@@ -9,7 +9,7 @@ const WORKER = path.join(__dirname, 'fixtures', 'recording-worker.js')
 
 function run(shared, id, n, mode) {
   return new Promise((resolve, reject) => {
-    const worker = new Worker(WORKER, { workerData: { shared, id, n, mode } })
+    const worker = new Worker(WORKER, { workerData: { shared, id, n, mode }, execArgv: [] })
     let message
     worker.on('message', (m) => (message = m))
     worker.on('error', (error) => (mode === 'throw' ? null : reject(error)))
@@ -67,7 +67,7 @@ for (const backend of backends()) {
         const { attachSurface } = require(${JSON.stringify(path.join(__dirname, '..', 'dist'))})
         const g = attachSurface(workerData).topic('w').group('g')
         g.deadLettered(1)
-      `, { eval: true, workerData: shared })
+      `, { eval: true, workerData: shared, execArgv: [] })
       worker.on('error', reject)
       worker.on('exit', resolve)
     })
@@ -104,7 +104,7 @@ for (const backend of backends()) {
   t.test(`${backend}: last_seq regressions are caught across threads, whichever thread wrote first`, async (t) => {
     const surface = surfaceOn(t, backend)
     const faults = faultsOf(surface, { ignore: ['CONSERVATION_BROKEN'] }) // an ack floor below without deliveries: not the subject here
-    const worker = new Worker(STEPPER, { eval: true, workerData: surface.share() })
+    const worker = new Worker(STEPPER, { eval: true, workerData: surface.share(), execArgv: [] })
     t.teardown(() => worker.terminate())
     const inWorker = (partition, seq, count = 1) => new Promise((resolve, reject) => {
       // One listener pair per call, both removed once either fires (else 'error' listeners pile up).
