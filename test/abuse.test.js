@@ -219,7 +219,9 @@ for (const backend of backends()) {
       const p50 = percentile(ms, 50)
       const p99 = percentile(ms, 99)
       t.comment(`${backend}: ${SCRAPES} scrapes, ${MAX_SOCKETS} at a time: ${wall} ms wall, latency p50 ${p50.toFixed(1)} ms, p99 ${p99.toFixed(1)} ms, max ${ms[ms.length - 1].toFixed(1)} ms`)
-      t.ok(p99 < 5000, `p99 latency under load stays below 5 s (was ${p99.toFixed(1)} ms)`)
+      // A bound on a hang, not a performance figure (bench/load.js measures latency): four test files
+      // share two cores beside this one, and 100 sockets at a time queue behind one another.
+      t.ok(p99 < 20_000, `p99 latency under load stays below 20 s (was ${p99.toFixed(1)} ms)`)
     })
 
     await t.test('oversized request targets and headers: 414 / 431 as JSON, never 500', async (t) => {

@@ -3,6 +3,7 @@
 // and /stats JSON (the end-to-end test against a real surface lives with the surface). Run
 // `npx tsc -p tsconfig.json` first: this runs dist/cli/mq-stats.js.
 const t = require('tap')
+require('./helpers') // children spawned here start without tap's hooks (see helpers.js)
 const http = require('node:http')
 const path = require('node:path')
 const { execFile, spawn } = require('node:child_process')

@@ -67,7 +67,7 @@ async function live(t) {
     await sleep(100)
     fs.rmSync(dir, { recursive: true, force: true })
   })
-  const demo = spawn(process.execPath, [path.join(root, 'dist', 'demo', 'demo.js'), '--nodes', '3', '--port', '0', '--scenario', 'partition', '--phase', '4', '--rate', '300', '--duration', '110'], { stdio: ['ignore', 'pipe', 'pipe'] })
+  const demo = spawn(process.execPath, [path.join(root, 'dist', 'demo', 'demo.js'), '--nodes', '3', '--port', '0', '--scenario', 'partition', '--phase', '2', '--rate', '300', '--duration', '110'], { stdio: ['ignore', 'pipe', 'pipe'] })
   children.push(demo)
   demo.stdout.on('data', (d) => (demoOut += d))
   demo.stderr.on('data', (d) => (demoOut += d))
@@ -78,7 +78,7 @@ async function live(t) {
   const port = await freePort()
   const config = path.join(dir, 'prometheus.yml')
   fs.writeFileSync(config, JSON.stringify({
-    global: { scrape_interval: '1s', scrape_timeout: '1s', evaluation_interval: '1s' },
+    global: { scrape_interval: '500ms', scrape_timeout: '500ms', evaluation_interval: '500ms' },
     rule_files: [path.join(root, 'prometheus', 'mq-alerts.yml'), path.join(root, 'prometheus', 'mq-cluster.rules.yml')],
     scrape_configs: [{ job_name: JOB, static_configs: [{ targets }] }],
   }))
@@ -105,7 +105,7 @@ async function live(t) {
     return Number(up[0]?.value[1]) === 3 && Number(cut[0]?.value[1]) >= 1 && Number(epoch[0]?.value[1]) >= 2
   }, 60_000, 500)
   t.ok(moved, 'Prometheus saw the three nodes up, one of them read_only, and a new epoch', { demo: demoOut.slice(-2000) })
-  await sleep(3000) // rate() windows fill
+  await sleep(1500) // rate() windows fill (three scrapes)
 
   const groups = (await get(`${api}/rules`)).data.groups
   const rules = groups.flatMap((g) => g.rules)

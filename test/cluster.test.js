@@ -20,7 +20,7 @@ const healthz = async (url) => (await fetch(`${url}/healthz`)).json()
 
 async function start(t, scenario) {
   const lines = []
-  const cluster = await runCluster({ nodes: 3, port: 0, host: '127.0.0.1', topics: 2, rate: 400, scenario, phase: 1, line: (l) => lines.push(l) })
+  const cluster = await runCluster({ nodes: 3, port: 0, host: '127.0.0.1', topics: 2, rate: 400, scenario, phase: 0.5, line: (l) => lines.push(l) })
   t.teardown(() => cluster.stop())
   return { cluster, lines }
 }

@@ -6,6 +6,7 @@
 // top-level await works. Each document's blocks run in a temporary project in which
 // `mq-metrics` is this repository, and must exit 0 without writing an error.
 const t = require('tap')
+require('./helpers') // children spawned here start without tap's hooks (see helpers.js)
 const fs = require('node:fs')
 const os = require('node:os')
 const path = require('node:path')

@@ -1,6 +1,7 @@
 'use strict'
 // Issue #2: require() and import both work from another project's node_modules, with types.
 const t = require('tap')
+require('./helpers') // children spawned here start without tap's hooks (see helpers.js)
 const fs = require('node:fs')
 const os = require('node:os')
 const path = require('node:path')

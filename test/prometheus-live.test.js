@@ -14,6 +14,7 @@
 // and a log file (Prometheus) — never inherited, so neither holds CI's tee pipe open — and are
 // stopped by PID in teardown (SIGTERM, SIGKILL after 5 s). The whole test is bounded to ~90 s.
 const t = require('tap')
+require('./helpers') // children spawned here start without tap's hooks (see helpers.js)
 const fs = require('node:fs')
 const os = require('node:os')
 const net = require('node:net')

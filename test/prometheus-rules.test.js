@@ -4,6 +4,7 @@
 // package. Without promtool the test is skipped locally, but fails in CI, which installs it.
 // PROMTOOL=/path/to/promtool overrides the binary found on PATH.
 const t = require('tap')
+require('./helpers') // children spawned here start without tap's hooks (see helpers.js)
 const path = require('node:path')
 const { spawnSync } = require('node:child_process')
 
