@@ -33,10 +33,20 @@ async function run({ lib, options }) {
   }
 }
 
+/** The windows' event-loop delays: the median window's p50, the worst window's p99, the max. */
+function delayOf(windows) {
+  return {
+    p50Ms: median(windows.map((w) => w.p50Ms)),
+    p99Ms: Math.max(...windows.map((w) => w.p99Ms)),
+    maxMs: Math.max(...windows.map((w) => w.maxMs)),
+    windows,
+  }
+}
+
 function rowsOf(load) {
   return [
     row(`\`/metrics\` at ${formatCount(load.samples)} samples, gzip (${(load.gzipBytes / 1e6).toFixed(1)} MB), 2 workers recording flat out, default options (scrapeShare ${load.surfaceOptions.scrapeShare}, scrapeBurstMs ${load.surfaceOptions.scrapeBurstMs}): p99 of ${load.scrapes} back-to-back scrapes (p50 ${formatMs(load.p50Ms)}; workers paused: p50 ${formatMs(load.unloadedP50Ms)}, max ${formatMs(load.unloadedMaxMs)})`, '—', formatMs(load.p99Ms), '—', '≤ 50 ms', pass(load.p99Ms <= 50)),
-    row(`the broker's main-thread event-loop delay during those scrapes (monitorEventLoopDelay; quiet windows: p99 ${formatMs(load.quietLoopDelay.p99Ms)})`, '—', `p99 ${formatMs(load.loopDelay.p99Ms)}, max ${formatMs(load.loopDelay.maxMs)}`, '—', 'p99 ≤ 2 ms, max ≤ 5 ms', pass(load.loopDelay.p99Ms <= 2 && load.loopDelay.maxMs <= 5)),
+    row(`the broker's main-thread event-loop delay during those scrapes (monitorEventLoopDelay, worst window's p99 and max; quiet windows: p99 ${formatMs(load.quietLoopDelay.p99Ms)}, max ${formatMs(load.quietLoopDelay.maxMs)})`, '—', `p99 ${formatMs(load.loopDelay.p99Ms)}, max ${formatMs(load.loopDelay.maxMs)}`, '—', 'p99 ≤ 2 ms, max ≤ 5 ms', pass(load.loopDelay.p99Ms <= 2 && load.loopDelay.maxMs <= 5)),
     row(`recording throughput during those scrapes vs quiet windows (${formatRate(load.scrapingMessagesPerSecond)} vs ${formatRate(load.quietMessagesPerSecond)}${formatCores(load.coresBesideWorkers, load.mainThreadNice)})`, '—', formatChange(-load.throughputDrop), '—', '≤ 10% drop', pass(load.throughputDrop <= 0.1)),
     row(`control: the same back-to-back loop against a 404 path that does no work (${formatCount(load.control.requests)} requests; ${formatRate(load.control.busyMessagesPerSecond)} vs ${formatRate(load.control.quietMessagesPerSecond)}${formatCores(load.control.coresBesideWorkers)})`, '—', formatChange(-load.control.throughputDrop), '—', '—', 'info'),
     row(`scrapes every ${load.spaced.intervalMs} ms instead (${load.spaced.scrapes}; p50 ${formatMs(load.spaced.p50Ms)}, p99 ${formatMs(load.spaced.p99Ms)}): throughput vs quiet windows (${formatRate(load.spaced.scrapingMessagesPerSecond)} vs ${formatRate(load.spaced.quietMessagesPerSecond)}${formatCores(load.spaced.coresBesideWorkers)})`, '—', formatChange(-load.spaced.throughputDrop), '—', '—', 'info'),
@@ -100,16 +110,20 @@ async function measureLoad(surface, options) {
       const usage = process.cpuUsage()
       return { main, other: (usage.user + usage.system) / 1e6 - main - ours[0] - ours[1] }
     }
-    // The main thread's event-loop delay, sampled every 1 ms, in scrape windows and in quiet ones.
-    const busyDelay = monitorEventLoopDelay({ resolution: 1 })
-    const quietDelay = monitorEventLoopDelay({ resolution: 1 })
+    // The main thread's event-loop delay (monitorEventLoopDelay, 1 ms resolution) in scrape
+    // windows and in quiet ones: a fresh monitor per window (one disabled and enabled again
+    // records the whole pause between two windows as one delay); per window its p50, p99, max.
+    const busyDelay = []
+    const quietDelay = []
     const measure = async (into, body, delay) => {
       const m0 = recorded()
       const c0 = cpu()
       const t0 = performance.now()
-      delay?.enable()
+      const monitor = delay && monitorEventLoopDelay({ resolution: 1 })
+      monitor?.enable()
       await body()
-      delay?.disable()
+      monitor?.disable()
+      if (monitor) delay.push({ p50Ms: monitor.percentile(50) / 1e6, p99Ms: monitor.percentile(99) / 1e6, maxMs: monitor.max / 1e6 })
       const ms = performance.now() - t0
       const messages = recorded() - m0
       const c1 = cpu()
@@ -194,8 +208,8 @@ async function measureLoad(surface, options) {
       quietMessagesPerSecond: quietRate,
       scrapingMessagesPerSecond: busyRate,
       throughputDrop: 1 - busyRate / quietRate,
-      loopDelay: { p50Ms: busyDelay.percentile(50) / 1e6, p99Ms: busyDelay.percentile(99) / 1e6, maxMs: busyDelay.max / 1e6, samples: busyDelay.count },
-      quietLoopDelay: { p50Ms: quietDelay.percentile(50) / 1e6, p99Ms: quietDelay.percentile(99) / 1e6, maxMs: quietDelay.max / 1e6, samples: quietDelay.count },
+      loopDelay: delayOf(busyDelay),
+      quietLoopDelay: delayOf(quietDelay),
       mainThreadNice: options.nice,
       surfaceOptions: { ...surface.options },
       coresBesideWorkers: cores(busy),
