@@ -207,7 +207,7 @@ function countSamples(text) {
 
 /** CPU seconds this process's thread `tid` has run (the library's /proc reader), or undefined. */
 function threadCpuSeconds(tid) {
-  const progress = tid === undefined ? undefined : require(path.join(DIST, 'core', 'memory.js')).threadProgress(tid)
+  const progress = tid === undefined ? undefined : require(path.join(DIST, 'core', 'threads.js')).threadProgress(tid)
   return progress === undefined ? undefined : progress.cpuNs / 1e9
 }
 

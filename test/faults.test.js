@@ -10,7 +10,7 @@ const http = require('node:http')
 const path = require('node:path')
 const { Worker } = require('node:worker_threads')
 const { backends, surfaceOn, faultsOf, topicNumbers, lib, within } = require('./helpers')
-const { threadIdentity } = require('../dist/core/memory')
+const { threadIdentity } = require('../dist/core/threads')
 
 const TRAFFIC = path.join(__dirname, 'fixtures', 'fault-traffic-worker.js')
 const REGISTERING = path.join(__dirname, 'fixtures', 'registering-worker.js')

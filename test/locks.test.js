@@ -1,5 +1,5 @@
 'use strict'
-// When a lock waiter may take a lock over (memory.ts acquire): never from a holder whose thread
+// When a lock waiter may take a lock over (lib/core/lock.ts acquire): never from a holder whose thread
 // runs, however long it holds; from one that cannot be checked only once the same tag has held
 // the lock for 5 s (a new tag restarts the clock). A waiter in a worker thread waits on the
 // registration lock while this thread drives the lock cell. Which threads run is a stand-in for
@@ -8,7 +8,8 @@ const t = require('tap')
 const path = require('node:path')
 const { Worker } = require('node:worker_threads')
 const { backends } = require('./helpers')
-const { Memory, C_LOCK } = require('../dist/core/memory')
+const { Memory } = require('../dist/core/memory')
+const { C_LOCK } = require('../dist/core/layout')
 const { createArena } = require('../dist/core/backend')
 
 const ALIVE = [1_000_001, 1_000_002]
@@ -104,7 +105,7 @@ t.test('a lock is never taken from a live holder; one that cannot be checked los
 })
 
 t.test('a lock is freed only by the tag that holds it', (t) => {
-  const { acquire, release } = require('../dist/core/memory')
+  const { acquire, release } = require('../dist/core/lock')
   const cells = new Int32Array(new SharedArrayBuffer(8))
   acquire(cells, 1, 7)
   t.equal(cells[1], 7)

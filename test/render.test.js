@@ -7,7 +7,8 @@ const t = require('tap')
 const fs = require('node:fs')
 const path = require('node:path')
 const { spawnSync } = require('node:child_process')
-const { Renderer, formatFloat, writeDigits } = require('../dist/exposition/render.js')
+const { Renderer } = require('../dist/exposition/render.js')
+const { formatFloat, writeDigits } = require('../dist/exposition/digits.js')
 const { METRICS, METRICS_CONTENT_TYPE } = require('../dist/exposition/allowlist.js')
 const { sanitizeLabelValue, escapeLabelValue, escapeHelp } = require('../dist/core/labels.js')
 const { prng } = require('./helpers')
@@ -603,7 +604,7 @@ t.test('GET /metrics rendered in slices is one moment\'s numbers, never a torn s
 
 // --- the gzip render (Renderer.beginGzip / renderGzip) ------------------------------------------
 const zlib = require('node:zlib')
-const { CHUNK_TOPICS } = require('../dist/exposition/render.js')
+const { CHUNK_TOPICS } = require('../dist/exposition/gzip-job.js')
 
 t.test('the gzip render of every golden case gunzips to the golden bytes', async (t) => {
   // If this failed, a client asking for gzip (Prometheus always does) would see another exposition
@@ -672,7 +673,7 @@ t.test('gzip chunks are reused exactly while every number and label in them is u
     'a new topic in the middle': () => { specs.splice(pickIndex(specs.length), 0, { name: `chunky.${pickIndex(300)}.new${pickIndex(1e6)}`, produced: 1 }) },
     'a topic removed': () => { specs.splice(pickIndex(specs.length), 1) },
     'a topic whose name collides with another\'s label': (s) => { specs.push({ ...s, name: s.name.replace('.', ' '), groups: [] }) },
-    // Last: a chunk with a bigint renders afresh at every scrape (see numeric() in lib/exposition/render.ts).
+    // Last: a chunk with a bigint renders afresh at every scrape (see numeric() in lib/exposition/gzip-job.ts).
     'a counter above 2^53 (a bigint)': (s) => { s.produced = 2n ** 53n + BigInt(pickIndex(1000)) },
   }
   const renderer = new Renderer()

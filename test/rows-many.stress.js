@@ -4,7 +4,7 @@
 const t = require('tap')
 const path = require('node:path')
 const { backends, jsonFromChild } = require('./helpers')
-const { MAX_ROWS } = require('../dist/core/memory')
+const { MAX_ROWS } = require('../dist/core/layout')
 
 // ~1,000 worker start-ups per backend: ~1 minute each here, more on a loaded machine. Bounded
 // below by the per-child kill; this file gets 10 minutes instead of the default 5.

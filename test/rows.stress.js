@@ -5,7 +5,9 @@
 // more attaches than there are rows).
 const t = require('tap')
 const { backends, surfaceOn, faultsOf } = require('./helpers')
-const { threadIdentity, threadAlive, threadState, parseStat, Memory, MAIN_ROW } = require('../dist/core/memory')
+const { Memory } = require('../dist/core/memory')
+const { MAIN_ROW } = require('../dist/core/layout')
+const { threadIdentity, threadAlive, threadState, parseStat } = require('../dist/core/threads')
 const { createArena } = require('../dist/core/backend')
 
 const { runRowWorker: run, ENDS } = require('./fixtures/row-worker')

@@ -21,8 +21,8 @@ const BOUNDS = { rssGrowthBytes: 64 * 2 ** 20, heapGrowthBytes: 16 * 2 ** 20, he
 const PARTITIONS = 4
 const GROUPS = ['g0', 'g1']
 const MAX_IN_FLIGHT = 50
-// Per-topic slot blocks at most (lib/core/registry.ts): the topic, its partitions, each group and its floors.
-const { TOPIC_SLOTS, PARTITION_SLOTS, GROUP_SLOTS, FLOOR_SLOTS } = require('../dist/core/registry')
+// Per-topic slot blocks at most (lib/core/entities.ts): the topic, its partitions, each group and its floors.
+const { TOPIC_SLOTS, PARTITION_SLOTS, GROUP_SLOTS, FLOOR_SLOTS } = require('../dist/core/entities')
 const SLOTS_PER_TOPIC = TOPIC_SLOTS + PARTITIONS * PARTITION_SLOTS + GROUPS.length * (GROUP_SLOTS + PARTITIONS * FLOOR_SLOTS)
 const LATENCY_SLOTS = 4096
 /** Share of operations that remove a live topic (each is created again when next touched), by default. */

@@ -6,7 +6,8 @@ const t = require('tap')
 const path = require('node:path')
 const { Worker } = require('node:worker_threads')
 const { backends, surfaceOn, jsonFromChild } = require('./helpers')
-const { threadIdentity, threadExists, Memory } = require('../dist/core/memory')
+const { Memory } = require('../dist/core/memory')
+const { threadIdentity, threadExists } = require('../dist/core/threads')
 const { createArena } = require('../dist/core/backend')
 
 const ATTACHING = path.join(__dirname, 'fixtures', 'terminate-attaching.js')
@@ -24,7 +25,7 @@ const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms))
 
 t.test('a thread with no row yet locks with its tid: once that thread is gone, /proc says so', { skip: threadIdentity() ? false : 'no /proc' }, async (t) => {
   const memory = new Memory(createArena('js'), true)
-  const worker = new Worker('require("node:worker_threads").parentPort.postMessage(require(' + JSON.stringify(path.join(__dirname, '..', 'dist', 'core', 'memory')) + ').threadIdentity())', { eval: true, execArgv: [] })
+  const worker = new Worker('require("node:worker_threads").parentPort.postMessage(require(' + JSON.stringify(path.join(__dirname, '..', 'dist', 'core', 'threads')) + ').threadIdentity())', { eval: true, execArgv: [] })
   const identity = await new Promise((resolve) => worker.once('message', resolve))
   t.equal(memory.holderState(-identity.tid), 'unknown', 'while the thread runs: it or a later thread has the tid')
   await new Promise((resolve) => worker.once('exit', resolve))

@@ -178,7 +178,7 @@ class JsArena implements Arena {
         if (this.#buffer.byteLength < need) throw error
       }
     }
-    // A chunk is addressed by its own views (see memory.ts); the buffer itself is the chunk source.
+    // A chunk is addressed by its own views (see layout.ts); the buffer itself is the chunk source.
     return this.#buffer
   }
   share(): SharedArena {

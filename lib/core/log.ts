@@ -3,7 +3,8 @@
 // registry (registry.ts). A compaction writes the live state as a checkpoint into the other of
 // two directories and starts a new generation, so the log stays bounded by what is alive, not by
 // what ever existed (docs/reclamation.md). Written and read only under the registration lock.
-import { LOG_CHUNK_INTS, Memory } from './memory'
+import { LOG_CHUNK_INTS } from './layout'
+import { Memory } from './memory'
 
 /** Entry types. Fields after the header; ids and epochs take two cells (high, low). */
 export const enum Entry {

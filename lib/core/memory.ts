@@ -1,107 +1,13 @@
-// The layout of the shared memory and the few operations that need the registration lock.
-//
-// Counters live in per-thread *rows*: thread r writes only row r (single writer, a plain
-// Float64Array store, 1–3 ns on Node 20) and the reader sums the rows at scrape time. Measured
-// here: `Atomics.add` on a BigUint64Array costs ~10 ns and two threads incrementing cells 8 bytes
-// apart lose their scaling to false sharing, while per-thread rows in separate 64 KiB chunks scale
-// ~1.8× on 2 cores — so rows it is (see bench row `2 workers`). Row 0 is not a thread: it holds the few *shared*
-// cells that need a read-modify-write across threads (in_flight, the dlq credit, the last_seq
-// hint, a topic's liveness tag), updated with Atomics where the spec needs an exact bound.
-//
-// Chunk 0 is the control block (Int32 cells and a few BigInt64 cells, below). Every other chunk is 8,192 Float64 slots.
-// A slot id names the same cell in every row; row r's slots [c·8192, (c+1)·8192) live in the
-// chunk that row r's directory names at index c (allocated the first time row r needs it).
-import { readFileSync } from 'node:fs'
+// Memory: one thread's view of the shared arena (lib/core/layout.ts) — its row, the chunks it has
+// mapped, the registration lock and the row-owner table that lets rows of exited threads be reused.
 import { Arena, CHUNK_BYTES, chunkOffset } from './backend'
+import { acquire, release } from './lock'
+import { MAX_TID, ThreadIdentity, ThreadState, taskStat, threadIdentity, threadState } from './threads'
+import {
+  B_ANNOUNCE, B_EPOCH, B_NEXT_ID, B_SURFACE_ID, C_LOCK, C_LOG_DIRECTORIES, C_NEXT_ANONYMOUS, C_NEXT_CHUNK, C_NEXT_ROW, C_ROW_DIRECTORY,
+  C_ROW_OWNERS, MAIN_ROW, MAX_LOG_CHUNKS, MAX_ROWS, SHARED_ROW, SLOTS_PER_CHUNK,
+} from './layout'
 
-export const SLOTS_PER_CHUNK = CHUNK_BYTES / 8
-export const SHARED_ROW = 0
-export const MAIN_ROW = 1
-export const MAX_ROWS = 1024
-const DIRECTORY_ENTRIES = CHUNK_BYTES / 4
-
-// Control block cells (Int32 indices into chunk 0).
-export const C_LOCK = 0 // 0 free, else the holder's lock tag (see lockTag)
-export const C_NEXT_CHUNK = 1 // next arena chunk to hand out
-export const C_NEXT_ROW = 2 // next thread row to claim
-export const C_NEXT_SLOT = 3 // next never-used slot id
-export const C_QUORUM = 4 // design §quorum: the one copy of the quorum tier (0, 1, 2)
-export const C_LOG_END = 5 // published end of the registration log, in Int32 units
-export const C_LOG_GENERATION = 6 // bumped by every compaction of the log (see log.ts)
-export const C_LOG_CHECKPOINT = 7 // length of the current generation's checkpoint, in Int32 units
-const C_ROW_OWNERS = 8 // arena chunk of the row-owner table (0 = none yet; see claimRow)
-const C_NEXT_ANONYMOUS = 9 // lock tags of threads with no row and no known tid (see lockTag)
-export const C_CLOSED = 10 // 1 once the surface is closed (Registry.close): nothing records or registers after it
-export const C_FAULT_CHANNEL = 11 // arena chunk of the worker fault channel (0 = none yet; see worker-faults.ts)
-const C_ROW_DIRECTORY = 64 // [MAX_ROWS]: chunk holding row r's directory, 0 = none yet
-// BigInt64 cells (indices into the same chunk viewed as a BigInt64Array): numbers that must never
-// wrap over a surface's life.
-export const B_EPOCH = 8 // the reclamation epoch (reclamation.ts), Int32 cells 16–17
-export const B_NEXT_ID = 9 // next topic / group id: ids are never reused, Int32 cells 18–19
-export const B_SURFACE_ID = 10 // a random id of the surface, Int32 cells 20–21 (reclamation.ts keeps one announcer per surface and thread)
-export const B_ANNOUNCE = (C_ROW_DIRECTORY + MAX_ROWS) / 2 // [MAX_ROWS]: the epoch each row last announced
-const C_LOG_DIRECTORIES = C_ROW_DIRECTORY + MAX_ROWS + 2 * MAX_ROWS // two [MAX_LOG_CHUNKS]: the log's chunks, by generation parity
-export const MAX_LOG_CHUNKS = Math.floor((DIRECTORY_ENTRIES - C_LOG_DIRECTORIES) / 2)
-export const LOG_CHUNK_INTS = CHUNK_BYTES / 4
-
-/**
- * A lock holder whose thread cannot be checked (no /proc, or a thread that had no row yet) is
- * evicted after holding the lock this long (a worker terminated mid-registration).
- */
-const LOCK_STEAL_MS = 5000
-/** How often a waiter asks whether the holder's thread still exists (a /proc read, ~20 µs). */
-const HOLDER_CHECK_MS = 10
-const sleeper = new Int32Array(new SharedArrayBuffer(4))
-
-/** What /proc says of a thread: running, exited, or nothing provable. */
-export type ThreadState = 'alive' | 'gone' | 'unknown'
-
-/**
- * A spin lock on one Int32 cell (0 = free, else the holder's tag). Critical sections are a few
- * hundred nanoseconds, so spinning beats parking; past that the waiter sleeps briefly. A holder
- * terminated inside its critical section (a worker killed with terminate()) never releases: when
- * `memory` can tell that the holder's thread is gone, the waiter takes the lock over at once. A
- * holder known to be alive is never evicted, however long it holds; one that cannot be checked is
- * evicted once the same tag has held the lock for LOCK_STEAL_MS (a new tag restarts the clock).
- * Every critical section publishes its work with one final store, so taking the lock over is safe.
- */
-export function acquire(cells: Int32Array, index: number, tag: number, memory?: Memory): void {
-  let spins = 0
-  let seen = 0
-  let seenSince = 0
-  let checkedAt = 0
-  let state: ThreadState = 'unknown'
-  for (;;) {
-    const owner = Atomics.compareExchange(cells, index, 0, tag)
-    if (owner === 0) return
-    if (++spins < 200) continue
-    const now = Date.now()
-    if (owner !== seen) {
-      seen = owner
-      seenSince = checkedAt = now
-      state = 'unknown'
-    } else {
-      if (memory !== undefined && now - checkedAt >= HOLDER_CHECK_MS) {
-        checkedAt = now
-        state = memory.holderState(owner)
-      }
-      if (state === 'gone' || (state === 'unknown' && now - seenSince > LOCK_STEAL_MS)) {
-        if (Atomics.compareExchange(cells, index, owner, tag) === owner) return
-      }
-    }
-    Atomics.wait(sleeper, 0, 0, 0.05)
-  }
-}
-
-/**
- * Frees the lock `tag` took. Only if it still holds it: a holder that was taken for gone (and
- * the lock taken over) must not free the lock for whoever holds it now.
- */
-export function release(cells: Int32Array, index: number, tag: number): void {
-  Atomics.compareExchange(cells, index, tag, 0)
-}
-
-/** Surfaces this thread created (part of each one's id). */
 let surfacesCreated = 0
 
 export class Memory {
@@ -389,8 +295,7 @@ export class Memory {
   }
 }
 
-// Thread identity, for reusing the rows of exited threads. A tid alone is not enough: Linux hands
-// a freed tid to a later thread, so the owner table keeps the thread's start time with it (clock
+// Row owners.
 // ticks since boot, field 22 of /proc/<tid>/stat), which no two threads with the same tid share.
 const OWNER_INTS = 4 // per row: tid, start time low 32 bits, start time high bits, generation
 /** Lock tags: row + 1 below TAG_ROWS, the owner entry's generation (mod GENERATIONS) above. */
@@ -406,92 +311,6 @@ function tagOf(row: number, generation: number): number {
 /** The row a (positive) lock tag names. */
 function tagRow(tag: number): number {
   return (tag % TAG_ROWS) - 1
-}
-
-export interface ThreadIdentity {
-  tid: number
-  start: number
-}
-
-let thisThread: ThreadIdentity | null | undefined // per thread: each worker loads its own module
-
-/** The calling thread's identity, or undefined where /proc is not available. */
-export function threadIdentity(): ThreadIdentity | undefined {
-  if (thisThread === undefined) {
-    try {
-      thisThread = parseStat(readFileSync('/proc/thread-self/stat', 'latin1')) ?? null
-    } catch {
-      thisThread = null // not Linux, or /proc not mounted: rows are simply not reused
-    }
-  }
-  return thisThread ?? undefined
-}
-
-/** tid and start time from a /proc/<pid>/task/<tid>/stat line; undefined if it is not one. */
-export function parseStat(text: string): ThreadIdentity | undefined {
-  const tid = Number(text.slice(0, text.indexOf(' ')))
-  // Field 2 is the thread's name in parentheses and may itself hold ') ': fields resume after
-  // the last ')'. What follows is field 3 (the state) onwards, so field 22 is the 20th.
-  const end = text.lastIndexOf(')')
-  const start = Number(text.slice(end + 2).split(' ')[19])
-  if (end < 0 || !Number.isSafeInteger(tid) || tid <= 0 || !Number.isSafeInteger(start) || start < 0) return undefined
-  return { tid, start }
-}
-
-/** What a thread has done so far: CPU time it has run, how often it blocked, and if it is asleep. */
-export interface ThreadProgress {
-  cpuNs: number
-  blocked: number
-  /** In the kernel, waiting (state S). */
-  sleeping: boolean
-}
-
-/** ThreadProgress of this process's thread `tid` from /proc (undefined: gone, or no /proc). The bench's CPU accounting. */
-export function threadProgress(tid: number): ThreadProgress | undefined {
-  try {
-    const cpuNs = Number(readFileSync(`/proc/self/task/${tid}/schedstat`, 'latin1').split(' ')[0])
-    const status = readFileSync(`/proc/self/task/${tid}/status`, 'latin1')
-    const blocked = /\nvoluntary_ctxt_switches:\s*(\d+)/.exec(status)
-    const state = /\nState:\s*(\S)/.exec(status)
-    if (!Number.isSafeInteger(cpuNs) || blocked === null || state === null) return undefined
-    return { cpuNs, blocked: Number(blocked[1]), sleeping: state[1] === 'S' }
-  } catch {
-    return undefined
-  }
-}
-
-/** Linux's limit on pids and tids (pid_max can be at most 2^22). */
-const MAX_TID = 2 ** 22
-
-/**
- * The stat line of this process's thread `tid`; 'gone' if there is no such thread; 'unknown' if
- * /proc could not say (ESRCH, for one, is a thread still exiting).
- */
-function taskStat(tid: number): string | 'gone' | 'unknown' {
-  try {
-    return readFileSync(`/proc/self/task/${tid}/stat`, 'latin1')
-  } catch (error) {
-    return (error as NodeJS.ErrnoException).code === 'ENOENT' ? 'gone' : 'unknown'
-  }
-}
-
-/** Whether this process has a thread `tid` (undefined: /proc could not say). */
-export function threadExists(tid: number): boolean | undefined {
-  const stat = taskStat(tid)
-  return stat === 'gone' ? false : stat === 'unknown' ? undefined : true
-}
-
-/** Whether the thread `tid` that started at `start` still exists in this process. */
-export function threadState(tid: number, start: number): ThreadState {
-  const text = taskStat(tid)
-  if (text === 'gone' || text === 'unknown') return text
-  const stat = parseStat(text)
-  return stat === undefined ? 'unknown' : stat.start === start ? 'alive' : 'gone'
-}
-
-/** threadState, for a caller that only needs to know whether the thread may still run. */
-export function threadAlive(tid: number, start: number): boolean {
-  return threadState(tid, start) !== 'gone'
 }
 
 /** A row's owner as recorded (undefined: none recorded, which counts as alive). */

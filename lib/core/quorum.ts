@@ -3,7 +3,7 @@
 // admitWrite() all read that cell, so there is no second copy to drift (and worker threads see
 // read_only at once).
 import { describe } from './labels'
-import { C_QUORUM } from './memory'
+import { C_QUORUM } from './layout'
 import type { QuorumState } from './snapshot'
 
 export const READ_ONLY_DEGRADED = 0x6002

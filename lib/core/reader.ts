@@ -2,10 +2,10 @@
 // the registration lock, so a topic is either wholly registered or absent, never torn, and no
 // removal or fold can interleave with the read. The registry keeps each topic's partitions,
 // floors and groups as sorted arrays, so a read needs no per-topic layout of its own.
-import { Memory, SHARED_ROW, SLOTS_PER_CHUNK } from './memory'
-import {
-  G_DELIVERED, G_DLQ, G_DROPPED, G_IN_FLIGHT, G_RETRIES, G_START, P_BASE, W_SETTLED, GroupEntity, Registry, TopicEntity,
-} from './registry'
+import { SHARED_ROW, SLOTS_PER_CHUNK } from './layout'
+import { Memory } from './memory'
+import { G_DELIVERED, G_DLQ, G_DROPPED, G_IN_FLIGHT, G_RETRIES, G_START, P_BASE, W_SETTLED, GroupEntity, TopicEntity } from './entities'
+import { Registry } from './registry'
 import { Count, GroupSnapshot, Layout, MAX_SAFE, TopicSnapshot, addCount, hasNoCollisions } from './snapshot'
 
 const ZERO_ROWS: Float64Array[] = []

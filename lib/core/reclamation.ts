@@ -19,7 +19,8 @@
 // life) and names rows, not thread ids: a row of a thread that exited is recognised from /proc,
 // or from the announcement DETACHED its thread made on exit.
 import { isMainThread } from 'node:worker_threads'
-import { B_ANNOUNCE, B_EPOCH, B_SURFACE_ID, C_CLOSED, MAIN_ROW, Memory } from './memory'
+import { B_ANNOUNCE, B_EPOCH, B_SURFACE_ID, C_CLOSED, MAIN_ROW } from './layout'
+import { Memory } from './memory'
 
 /** How often each thread announces the epoch it has seen (an unref'd timer). */
 export const ANNOUNCE_MS = 10

@@ -5,11 +5,12 @@
 // across threads (in_flight, the dlq credit) use Atomics on the shared row.
 import { ClosedError, FatalInvariantError, RemovedGroupError, RemovedTopicError, UsageError } from './errors'
 import { describe, validateName } from './labels'
-import { C_CLOSED, C_NEXT_ROW, C_QUORUM, MAX_ROWS, Memory, SHARED_ROW, SLOTS_PER_CHUNK, acquire, release } from './memory'
+import { C_CLOSED, C_NEXT_ROW, C_QUORUM, MAX_ROWS, SHARED_ROW, SLOTS_PER_CHUNK } from './layout'
+import { acquire, release } from './lock'
+import { Memory } from './memory'
 import { MAX_IN_FLIGHT_LIMIT } from './config'
-import {
-  DEFAULT_SETTLE_WINDOW, G_DELIVERED, G_DLQ, G_DROPPED, G_IN_FLIGHT, G_LOCK, G_RETRIES, GroupEntity, P_BASE, Registry, TopicEntity, W_BASE, W_HEADER, W_SETTLED,
-} from './registry'
+import { DEFAULT_SETTLE_WINDOW, G_DELIVERED, G_DLQ, G_DROPPED, G_IN_FLIGHT, G_LOCK, G_RETRIES, GroupEntity, P_BASE, TopicEntity, W_BASE, W_HEADER, W_SETTLED } from './entities'
+import { Registry } from './registry'
 
 export const MAX_SETTLE_WINDOW = 1 << 20
 export type Outcome = 'delivered' | 'dropped'
@@ -44,7 +45,7 @@ const enum Chunk {
   Shift = 13,
   Mask = (1 << 13) - 1,
 }
-/** memory.ts C_QUORUM, as a literal for the same reason (an imported const cost produced() 12 bytes). */
+/** layout.ts C_QUORUM, as a literal for the same reason (an imported const cost produced() 12 bytes). */
 const enum Control {
   Quorum = 4,
 }

@@ -16,7 +16,8 @@
 // taken). Should that worker still finish its copy later, the record it garbles is dropped when it
 // does not parse.
 import { FAULT_CODES, FaultRecord } from './faults'
-import { C_FAULT_CHANNEL, Memory, SLOTS_PER_CHUNK } from './memory'
+import { C_FAULT_CHANNEL, SLOTS_PER_CHUNK } from './layout'
+import { Memory } from './memory'
 
 /** Int32 cells of one ring slot: sequence + 1 when published (0 free), length, then 2 UTF-16 units per cell. */
 const SLOT_INTS = 256

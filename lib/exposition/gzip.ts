@@ -5,7 +5,7 @@
 // laid end to end in any combination and read as one deflate stream once an empty final block
 // closes it. The member's CRC-32 is combined from the fragments' own CRCs, so a fragment whose
 // text did not change is reused as it is — neither compressed nor checksummed again. /metrics uses
-// this to compress only the topics that moved since the previous scrape (lib/exposition/render.ts GzipJob).
+// this to compress only the topics that moved since the previous scrape (lib/exposition/gzip-job.ts).
 import { constants, deflateRawSync } from 'node:zlib'
 
 /** A /metrics body for a client that accepts gzip: the gzip member, or the plain body to compress whole. */

@@ -1,0 +1,179 @@
+// What a name is registered as: a topic's or group's block of slots (the cells of its counters in
+// every thread's row and in the shared row), and the entities each thread's registry holds.
+import { Count } from './snapshot'
+
+// Slot block sizes. Thread rows use the counter cells; the shared row uses the rest.
+export const TOPIC_SLOTS = 3 // rows: produced, bytes, writing marker · shared: +0 liveness tag (the topic id)
+export const PARTITION_SLOTS = 2 // rows: last_seq · shared: last_seq hint (max seen by any thread), +1 base (the seq before the partition's first message)
+export const P_BASE = 1
+export const GROUP_SLOTS = 6 // rows: delivered, dropped, dlq, retries, in_flight share · shared: +0 liveness tag (the group id), +5 dispatch lock (Int32)
+export const FLOOR_SLOTS = 1 // rows: ack_floor · shared: ack_floor hint
+export const G_DELIVERED = 0
+export const G_DROPPED = 1
+export const G_DLQ = 2
+export const G_RETRIES = 3
+/** This thread's share of in_flight: dispatched here − settled here (may be < 0, see recording.ts). */
+export const G_IN_FLIGHT = 4
+export const G_LOCK = 5
+/** In the shared row: the group's liveness tag (its id while it lives, else 0). */
+export const G_TAG = 0
+/** Shared row: the group's balance at registration (design §4: what `from: 'latest'` skipped). */
+export const G_START = 1
+/** A settlement window's header (shared row): its base + 1 (0: not yet initialized)… */
+export const W_BASE = 0
+/** …and how many seqs above the floor are settled (the group no longer owes them: design §4). */
+export const W_SETTLED = 1
+export const W_HEADER = 2
+/** A settlement window spans this many seqs above the floor unless the group says otherwise. */
+export const DEFAULT_SETTLE_WINDOW = 1024
+/** Slots of a settlement window of `seqs` seqs: the header, then two bits per seq (in flight, settled). */
+export function windowSlots(seqs: number): number {
+  return W_HEADER + seqs / 32
+}
+
+/** A log shorter than this is never compacted (Int32 units: 256 KiB). */
+export const COMPACT_MIN_INTS = 65536
+/** How often an allocation may ask /proc whether a lagging thread has exited. */
+export const GONE_CHECK_MS = 5
+
+/** Freed blocks of one size, oldest first: `slots[head…]`, each with the epoch it waits for. */
+export interface FreeQueue {
+  slots: number[]
+  epochs: number[]
+  head: number
+}
+
+/** Shared by every entity that has none yet (never mutated). */
+export const NONE: readonly number[] = Object.freeze([])
+
+// Partitions and ack floors are sorted arrays, not Maps: partition numbers are usually dense small
+// integers, and at 4,348 topics × 16 partitions × 2 groups the Maps and one PartitionEntity per
+// partition cost ~70 B per sample. The arrays are replaced on change, never mutated in place, so
+// a snapshot can share them (registration is rare; a copy per registration is cheap).
+
+export class GroupEntity {
+  /** False once removed (with its topic, or by removeGroup). */
+  alive = true
+  /** While it retires (removed, its last counts still adding to its topic's): its removal's epoch. */
+  retireEpoch = 0
+  /**
+   * Partitions this group has an ack floor on, ascending, and the slot of each floor (parallel).
+   * Replaced, never mutated. While the group has a floor on every partition of its topic,
+   * `floorPartitions` is the topic's own `partitionNumbers` array (one copy, and the reader can
+   * index both alike).
+   */
+  floorPartitions: readonly number[] = NONE
+  floorSlots: readonly number[] = NONE
+  /** Partitions this group settles per message on, ascending, and each one's window block (parallel). */
+  windowPartitions: readonly number[] = NONE
+  windowSlots: readonly number[] = NONE
+  constructor(
+    readonly topic: TopicEntity,
+    readonly id: number,
+    readonly name: string,
+    readonly label: string,
+    readonly slot: number,
+    readonly maxInFlight: number,
+    /** Seqs a settlement window spans above the floor (a multiple of 32). */
+    readonly window: number,
+  ) {}
+
+  /** The slot of this group's settlement window on `partition`, or undefined before it has one. */
+  windowSlot(partition: number): number | undefined {
+    const at = indexOf(this.windowPartitions, partition)
+    return at < 0 ? undefined : this.windowSlots[at]
+  }
+
+  /** The slot of this group's ack floor on `partition`, or undefined before it has one. */
+  floorSlot(partition: number): number | undefined {
+    const at = indexOf(this.floorPartitions, partition)
+    return at < 0 ? undefined : this.floorSlots[at]
+  }
+}
+
+export class TopicEntity {
+  alive = true
+  /** Ascending partition numbers and the slot of each one's last_seq (parallel). Replaced, never mutated. */
+  partitionNumbers: readonly number[] = NONE
+  partitionSlots: readonly number[] = NONE
+  /** Ascending by label, then by raw name (JS string order). Replaced, never mutated. */
+  groups: readonly GroupEntity[] = []
+  /**
+   * Removed groups whose counts still add to the topic's delivered, dropped and dlq until they
+   * retire (a call under way when the group was removed may still land in their cells).
+   */
+  retiring: readonly GroupEntity[] = []
+  /** What retired groups delivered, dropped and dead-lettered: topic counters never go down. */
+  retiredDelivered: Count = 0
+  retiredDropped: Count = 0
+  retiredDlq: Count = 0
+  constructor(readonly id: number, readonly name: string, readonly label: string, readonly slot: number) {}
+
+  /** The slot of `partition`'s last_seq, or undefined before the partition is seen. */
+  partitionSlot(partition: number): number | undefined {
+    const at = indexOf(this.partitionNumbers, partition)
+    return at < 0 ? undefined : this.partitionSlots[at]
+  }
+
+  /** The group registered under this raw name (linear: a handful per topic, looked up on registration only). */
+  group(name: string): GroupEntity | undefined {
+    for (let g = 0; g < this.groups.length; g++) if (this.groups[g].name === name) return this.groups[g]
+    return undefined
+  }
+}
+
+/** Index of `partition` in an ascending array, or −1. Dense partitions 0…n−1 sit at their own index. */
+export function indexOf(numbers: readonly number[], partition: number): number {
+  if (partition < numbers.length && numbers[partition] === partition) return partition
+  let low = 0
+  let high = numbers.length - 1
+  while (low <= high) {
+    const middle = (low + high) >>> 1
+    const value = numbers[middle]
+    if (value === partition) return middle
+    if (value < partition) low = middle + 1
+    else high = middle - 1
+  }
+  return -1
+}
+
+/** Copies of `numbers` and `values` with (`partition`, `value`) inserted in order, sized exactly. */
+export function inserted(numbers: readonly number[], values: readonly number[], partition: number, value: number): [number[], number[]] {
+  const length = numbers.length + 1
+  const newNumbers: number[] = new Array(length)
+  const newValues: number[] = new Array(length)
+  let from = 0
+  for (let to = 0; to < length; to++) {
+    if (from === to && (from === numbers.length || numbers[from] > partition)) {
+      newNumbers[to] = partition
+      newValues[to] = value
+    } else {
+      newNumbers[to] = numbers[from]
+      newValues[to] = values[from++]
+    }
+  }
+  return [newNumbers, newValues]
+}
+
+export function sameNumbers(a: readonly number[], b: readonly number[]): boolean {
+  if (a.length !== b.length) return false
+  for (let i = 0; i < a.length; i++) if (a[i] !== b[i]) return false
+  return true
+}
+
+/** A copy of `groups` with `group` in its place (ascending by label, then raw name), sized exactly. */
+export function withGroup(groups: readonly GroupEntity[], group: GroupEntity): GroupEntity[] {
+  const out: GroupEntity[] = new Array(groups.length + 1)
+  let at = groups.length
+  while (at > 0 && byLabelThenName(groups[at - 1], group) > 0) at--
+  for (let g = 0; g < at; g++) out[g] = groups[g]
+  out[at] = group
+  for (let g = at; g < groups.length; g++) out[g + 1] = groups[g]
+  return out
+}
+
+export function byLabelThenName(a: GroupEntity, b: GroupEntity): number {
+  if (a.label !== b.label) return a.label < b.label ? -1 : 1
+  return a.name < b.name ? -1 : a.name > b.name ? 1 : 0
+}
+

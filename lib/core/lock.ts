@@ -1,0 +1,61 @@
+// The spin lock every cross-thread critical section takes (registration, a group's dispatch).
+import type { ThreadState } from './threads'
+
+/** What a lock waiter may ask about a holder: whether its thread is alive, gone, or unknown. */
+export interface HolderCheck {
+  holderState(tag: number): ThreadState
+}
+
+/**
+ * A lock holder whose thread cannot be checked (no /proc, or a thread that had no row yet) is
+ * evicted after holding the lock this long (a worker terminated mid-registration).
+ */
+const LOCK_STEAL_MS = 5000
+/** How often a waiter asks whether the holder's thread still exists (a /proc read, ~20 µs). */
+const HOLDER_CHECK_MS = 10
+const sleeper = new Int32Array(new SharedArrayBuffer(4))
+/**
+ * A spin lock on one Int32 cell (0 = free, else the holder's tag). Critical sections are a few
+ * hundred nanoseconds, so spinning beats parking; past that the waiter sleeps briefly. A holder
+ * terminated inside its critical section (a worker killed with terminate()) never releases: when
+ * `memory` can tell that the holder's thread is gone, the waiter takes the lock over at once. A
+ * holder known to be alive is never evicted, however long it holds; one that cannot be checked is
+ * evicted once the same tag has held the lock for LOCK_STEAL_MS (a new tag restarts the clock).
+ * Every critical section publishes its work with one final store, so taking the lock over is safe.
+ */
+export function acquire(cells: Int32Array, index: number, tag: number, memory?: HolderCheck): void {
+  let spins = 0
+  let seen = 0
+  let seenSince = 0
+  let checkedAt = 0
+  let state: ThreadState = 'unknown'
+  for (;;) {
+    const owner = Atomics.compareExchange(cells, index, 0, tag)
+    if (owner === 0) return
+    if (++spins < 200) continue
+    const now = Date.now()
+    if (owner !== seen) {
+      seen = owner
+      seenSince = checkedAt = now
+      state = 'unknown'
+    } else {
+      if (memory !== undefined && now - checkedAt >= HOLDER_CHECK_MS) {
+        checkedAt = now
+        state = memory.holderState(owner)
+      }
+      if (state === 'gone' || (state === 'unknown' && now - seenSince > LOCK_STEAL_MS)) {
+        if (Atomics.compareExchange(cells, index, owner, tag) === owner) return
+      }
+    }
+    Atomics.wait(sleeper, 0, 0, 0.05)
+  }
+}
+
+/**
+ * Frees the lock `tag` took. Only if it still holds it: a holder that was taken for gone (and
+ * the lock taken over) must not free the lock for whoever holds it now.
+ */
+export function release(cells: Int32Array, index: number, tag: number): void {
+  Atomics.compareExchange(cells, index, tag, 0)
+}
+
