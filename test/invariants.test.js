@@ -2,7 +2,7 @@
 // Invariants that must hold whichever threads make the calls: every
 // interleaving here is scripted call by call across a real worker and the main thread.
 const t = require('tap')
-const { backends, surfaceOn, faultsOf, scriptedWorker } = require('./helpers')
+const { backends, surfaceOn, faultsOf, scriptedWorker, waitFor } = require('./helpers')
 
 const MAX = Number.MAX_SAFE_INTEGER
 
@@ -48,8 +48,8 @@ for (const backend of backends()) {
   t.test(`${backend}: an over-settlement nobody dispatches after is found by the next dispatch, in either thread`, async (t) => {
     const { surface, faults, a, group } = await overSettled(t, backend)
     t.equal(await a.call('t', 'g', 'dispatch', 10), true, 'the worker\'s dispatch repairs in_flight to 0 first, then 10 fit')
-    await new Promise((resolve) => setTimeout(resolve, 1100)) // worker faults reach the main thread within a second
-    surface.render()
+    // A worker's faults reach the main thread through the fault channel, drained by a timer (≤ 1 s).
+    t.ok(await waitFor(() => { surface.render(); return faults.length > 0 }, 5000), 'the worker\'s fault arrives')
     t.same(faults.map((f) => [f.code, f.attempted]), [['IN_FLIGHT_UNDERFLOW', -2]])
     t.equal(group.inFlight(), 10)
   })
@@ -103,8 +103,7 @@ for (const backend of backends()) {
     const stats = surface.stats('conservation').topics[0]
     t.equal(stats.dlq_within_dropped, true)
     t.equal(String(stats.dlq), String(stats.dropped))
-    await new Promise((resolve) => setTimeout(resolve, 1100))
-    surface.render()
+    t.ok(await waitFor(() => { surface.render(); return faults.length >= 2 }, 5000), 'the worker\'s faults arrive')
     t.same(faults.map((f) => f.code), ['DLQ_WITHOUT_DROP', 'DLQ_WITHOUT_DROP'])
   })
 }
