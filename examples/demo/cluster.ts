@@ -17,6 +17,7 @@
 //   failover   the leader's process dies (its endpoint goes down; a new leader is elected), then
 //              it restarts as a follower with a fresh surface.
 import { createSurface } from 'mq-metrics'
+import { UsageError, scanFlags } from './flags'
 import type { FaultRecord, Group, Listening, QuorumEvent, Surface, Topic } from 'mq-metrics'
 
 const TIERS = ['healthy', 'soft', 'read_only']
@@ -310,43 +311,24 @@ options:
   -h, --help               show this help
 `
 
-class ClusterUsageError extends Error {}
-
 export function parseClusterArgs(argv: readonly string[]): { help: boolean; options: Omit<ClusterOptions, 'line'> & { duration: number | undefined } } {
-  const values = new Map<string, string>()
-  let help = false
-  for (let i = 0; i < argv.length; i++) {
-    const arg = argv[i]
-    if (arg === '-h' || arg === '--help') {
-      help = true
-      continue
-    }
-    const eq = arg.indexOf('=')
-    const flag = arg.startsWith('--') && eq > 0 ? arg.slice(0, eq) : arg
-    if (!['--nodes', '--port', '--host', '--duration', '--topics', '--rate', '--scenario', '--phase'].includes(flag)) {
-      throw new ClusterUsageError(arg.startsWith('-') ? `unknown flag ${arg}` : `unexpected argument ${JSON.stringify(arg)}`)
-    }
-    const value = flag !== arg ? arg.slice(eq + 1) : argv[++i]
-    if (value === undefined || value.startsWith('--')) throw new ClusterUsageError(`${flag} needs a value`)
-    if (values.has(flag)) throw new ClusterUsageError(`${flag} given more than once`)
-    values.set(flag, value)
-  }
+  const { help, values } = scanFlags(argv, ['--nodes', '--port', '--host', '--duration', '--topics', '--rate', '--scenario', '--phase'])
   const number = (flag: string, fallback: number, min: number, max: number, integer: boolean) => {
     const raw = values.get(flag)
     if (raw === undefined) return fallback
     const n = Number(raw)
     if (raw.trim() === '' || !Number.isFinite(n) || n < min || n > max || (integer && !Number.isInteger(n))) {
-      throw new ClusterUsageError(`${flag} must be ${integer ? 'an integer' : 'a number'} from ${min} to ${max}, got ${JSON.stringify(raw)}`)
+      throw new UsageError(`${flag} must be ${integer ? 'an integer' : 'a number'} from ${min} to ${max}, got ${JSON.stringify(raw)}`)
     }
     return n
   }
   const scenario = values.get('--scenario') ?? 'steady'
   if (!(CLUSTER_SCENARIOS as readonly string[]).includes(scenario)) {
-    throw new ClusterUsageError(`--scenario must be one of ${CLUSTER_SCENARIOS.join(', ')} for a cluster, got ${JSON.stringify(scenario)}`)
+    throw new UsageError(`--scenario must be one of ${CLUSTER_SCENARIOS.join(', ')} for a cluster, got ${JSON.stringify(scenario)}`)
   }
   const nodes = number('--nodes', 3, 3, 9, true)
   const port = number('--port', 9464, 0, 65535, true)
-  if (port !== 0 && port + nodes - 1 > 65535) throw new ClusterUsageError(`--port ${port} leaves no room for ${nodes} nodes`)
+  if (port !== 0 && port + nodes - 1 > 65535) throw new UsageError(`--port ${port} leaves no room for ${nodes} nodes`)
   return {
     help,
     options: {
@@ -368,7 +350,7 @@ export async function clusterCli(argv: readonly string[]): Promise<number> {
   try {
     parsed = parseClusterArgs(argv)
   } catch (error) {
-    if (!(error instanceof ClusterUsageError)) throw error
+    if (!(error instanceof UsageError)) throw error
     process.stderr.write(`mq-demo: ${error.message}\n\n${CLUSTER_USAGE}`)
     return 64
   }

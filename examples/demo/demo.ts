@@ -13,6 +13,9 @@ import { Worker } from 'node:worker_threads'
 import { SimulatedTopic, SimulationTotals, addTotals, emptyTotals } from './broker'
 import type { DemoWorkerData, FromWorker, ToWorker } from './worker'
 import { clusterCli } from './cluster'
+import { UsageError, scanFlags } from './flags'
+
+export { UsageError }
 import { createSurface } from 'mq-metrics'
 import type { FaultRecord, Listening, QuorumEvent, Surface } from 'mq-metrics'
 
@@ -58,15 +61,6 @@ options:
   --nodes N                run a cluster of N nodes instead (mq-demo --nodes 3 --help)
   -h, --help               show this help
 `
-
-/** A bad flag or option value: the CLI prints it with the usage and exits 64. */
-export class UsageError extends Error {
-  readonly code = 'USAGE'
-  constructor(message: string) {
-    super(message)
-    this.name = 'UsageError'
-  }
-}
 
 export interface DemoOptions {
   port?: number
@@ -186,25 +180,9 @@ export function parseArgs(argv: readonly string[]): { help: boolean; options: De
     '--scenario': 'scenario',
     '--phase': 'phase',
   }
+  const { help, values } = scanFlags(argv, Object.keys(takesValue))
   const raw: Record<string, string> = {}
-  let help = false
-  for (let i = 0; i < argv.length; i++) {
-    const arg = argv[i]
-    if (arg === '-h' || arg === '--help') {
-      help = true
-      continue
-    }
-    const eq = arg.indexOf('=')
-    const flag = arg.startsWith('--') && eq > 0 ? arg.slice(0, eq) : arg
-    const key = takesValue[flag]
-    if (key === undefined) throw new UsageError(arg.startsWith('-') ? `unknown flag ${arg}` : `unexpected argument ${JSON.stringify(arg)}`)
-    let value: string | undefined
-    if (flag !== arg) value = arg.slice(eq + 1)
-    else if (i + 1 < argv.length && !argv[i + 1].startsWith('--')) value = argv[++i]
-    if (value === undefined) throw new UsageError(`${flag} needs a value`)
-    if (key in raw) throw new UsageError(`${flag} given more than once`)
-    raw[key] = value
-  }
+  for (const [flag, value] of values) raw[takesValue[flag]] = value
   if (help) return { help, options: {} }
   const options: DemoOptions = {}
   if (raw.port !== undefined) options.port = integerIn('--port', raw.port, 0, 65535)
