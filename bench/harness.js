@@ -27,7 +27,7 @@ const SECTIONS = ['hot', 'latency', 'workers', 'render', 'memory', 'load']
  * section: the main thread at a lower scheduler weight, an experiment, not the default).
  */
 function parseOptions(argv, { sections = SECTIONS, json = path.join(__dirname, 'results', 'latest.json') } = {}) {
-  const out = { quick: false, only: new Set(sections), json, nice: 0 }
+  const out = { quick: false, only: new Set(sections), json, nice: 0, surface: {} }
   for (let i = 0; i < argv.length; i++) {
     const value = () => {
       if (i + 1 >= argv.length || argv[i + 1].startsWith('--')) throw new Error(`${argv[i]} needs a value`)
@@ -39,7 +39,9 @@ function parseOptions(argv, { sections = SECTIONS, json = path.join(__dirname, '
     else if (argv[i] === '--nice') {
       out.nice = Number(value())
       if (!Number.isInteger(out.nice) || out.nice < 1 || out.nice > 19) throw new Error(`--nice takes 1 to 19, not ${argv[i]}`)
-    } else throw new Error(`unknown option ${argv[i]} (known: --quick, --only SECTIONS, --json FILE, --nice N)`)
+    } else if (argv[i] === '--scrape-share') out.surface.scrapeShare = Number(value())
+    else if (argv[i] === '--main-thread') out.surface.scrapeThread = false
+    else throw new Error(`unknown option ${argv[i]} (known: --quick, --only SECTIONS, --json FILE, --nice N, --scrape-share S, --main-thread)`)
   }
   for (const section of out.only) if (!sections.includes(section)) throw new Error(`unknown section ${section} (known: ${sections.join(', ')})`)
   return out

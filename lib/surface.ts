@@ -4,7 +4,8 @@ import { EventEmitter } from 'node:events'
 import type { IncomingMessage, ServerResponse } from 'node:http'
 import { Arena, BackendName, SharedArena, attachArena, backendReason, chooseBackend, createArena, loadAddon } from './core/backend'
 import { Config, ResolvedConfig, resolveConfig } from './core/config'
-import { ConservationChecker, ConservationReport } from './core/conservation'
+import type { ConservationReport } from './core/conservation'
+import { Observer, ThreadFields } from './core/observer'
 import { ClosedError, UsageError } from './core/errors'
 import { FaultLog, FaultRecord } from './core/faults'
 import type { GzipBody } from './exposition/gzip'
@@ -14,16 +15,15 @@ import { LATENCY_BUCKETS, LatencyWindow, QuantilesFromCounts, latencyBucketIndex
 import { C_CLOSED, C_NEXT_SLOT, MAIN_ROW, SLOTS_PER_CHUNK } from './core/layout'
 import { Memory } from './core/memory'
 import { Quorum, QuorumEvent, RUNBOOK_LEVELS, TIER_NAMES, WriteAnswer } from './core/quorum'
-import { SnapshotReader } from './core/reader'
 import { keepAnnouncing } from './core/reclamation'
 import { Recorder, Topic } from './core/recording'
-import { TopicEntity } from './core/entities'
 import { Registry } from './core/registry'
 import { Renderer } from './exposition/render'
-import { LatencyQuantiles, QuorumState, Snapshot, SnapshotWithPartitions, TopicSnapshot, withPartitions } from './core/snapshot'
+import { LatencyQuantiles, QuorumState, Snapshot, SnapshotWithPartitions, withPartitions } from './core/snapshot'
 import { ResolvedSurfaceOptions, ScrapePacer, ScrapeScheduler, SurfaceOptions, resolveSurfaceOptions } from './http/pacing'
 import { StatsContext, StatsView, StatsViews, statsFromQuery, statsView } from './exposition/stats'
 import { WorkerFaultChannel } from './core/worker-faults'
+import { ScrapeThread, ScrapeThreadState } from './scrape/thread'
 
 /** Slots [0, LATENCY_SLOTS) of every row hold the latency estimator's cumulative buckets. */
 const LATENCY_SLOTS = 4096
@@ -80,14 +80,15 @@ export class Surface extends EventEmitter {
   readonly #arena: Arena
   readonly #registry: Registry
   readonly #recorder: Recorder
-  readonly #reader: SnapshotReader
   readonly #quorum: Quorum
   readonly #faults = new FaultLog()
   readonly #workerFaults: WorkerFaultChannel
   #pollingWorkerFaults = false
-  readonly #conservation: ConservationChecker
+  readonly #observer: Observer
   readonly #renderer = new Renderer()
   readonly #scrapes: ScrapeScheduler
+  /** Where /metrics is rendered unless `scrapeThread: false` (lib/scrape/). */
+  readonly #scrapeThread: ScrapeThread | undefined
   readonly #window: LatencyWindow
   readonly #timers: NodeJS.Timeout[] = []
   readonly #host: HttpHost
@@ -120,16 +121,29 @@ export class Surface extends EventEmitter {
     )
     this.#registry.onTopicRemoved = (topic) => this.#recorder.forget(topic.name, topic)
     this.#registry.onGroupRemoved = (group) => this.#recorder.forgetGroup(group)
-    this.#reader = new SnapshotReader(this.#registry)
     // Between its tasks this thread is inside no recording call: it says so (reclamation.ts).
     keepAnnouncing(memory)
     this.#quorum = new Quorum(memory.control)
-    this.#conservation = new ConservationChecker((fault) => this.#fault(fault))
+    this.#observer = new Observer(this.#recorder, (fault) => this.#fault(fault))
     const native = this.backend === 'native' ? loadAddon() : null
     const nativeQuantiles = native?.latencyQuantiles as QuantilesFromCounts | undefined
     this.#window = new LatencyWindow((out) => this.#sumLatency(out), nativeQuantiles)
     this.latency = latencyFor(this.#recorder, this.config.e2e_latency, this.#window)
     if (this.config.e2e_latency) this.#every(LATENCY_WINDOW_MS, () => this.#window.rotate())
+    if (this.options.scrapeThread && this.enabled) {
+      this.#scrapeThread = new ScrapeThread({
+        data: () => ({ arena: this.#arena.share(), config: { ...this.config }, share: this.options.scrapeShare, burstMs: this.options.scrapeBurstMs }),
+        fields: () => this.#threadFields(),
+        fault: (fault) => this.#fault(fault),
+        confirm: (suspects) => this.#observer.confirm(suspects),
+        reportError: (error) => this.#host.reportError?.(error),
+        note: (fault) => {
+          this.#faults.note(fault)
+          this.emit('fault', fault)
+        },
+        inThread: (gzip, abandoned) => (gzip ? this.#metricsGzipHere(abandoned) : this.#metricsBodyHere(abandoned)),
+      })
+    }
     this.#host = {
       enabled: this.enabled,
       authToken: this.config.metrics_auth_token,
@@ -293,6 +307,7 @@ export class Surface extends EventEmitter {
     for (const timer of this.#timers) clearInterval(timer)
     // A listen() under way finishes first (and, seeing the surface closed, closes its server).
     await this.#starting?.catch(() => {})
+    await this.#scrapeThread?.close()
     const server = this.#server
     this.#server = undefined
     if (server) await server.close()
@@ -328,60 +343,59 @@ export class Surface extends EventEmitter {
    * (lib/http/pacing.ts). The snapshot is immutable, so the body is exactly that one moment's numbers
    * however many slices it takes: never a torn scrape.
    */
-  #metricsBody(abandoned?: () => boolean): Buffer | Promise<Buffer> {
+  #metricsBodyHere(abandoned?: () => boolean): Buffer | Promise<Buffer> {
     return this.#scrapes.run(() => this.#renderer.begin(this.#observe()), (job) => job.body(), abandoned)
   }
 
   /** The same for a client that accepts gzip: only the chunks of topics that changed are compressed anew. */
-  #metricsGzip(abandoned?: () => boolean): GzipBody | Promise<GzipBody> {
+  #metricsGzipHere(abandoned?: () => boolean): GzipBody | Promise<GzipBody> {
     return this.#scrapes.run(() => this.#renderer.beginGzip(this.#observe()), (job) => job.result(), abandoned)
   }
 
-  /**
-   * The snapshot and the conservation check. With `ackFloors`, each group's ack floor per
-   * partition too (/stats and snapshot() show them; /metrics and /healthz only need the depth and
-   * lag derived from them, and skip two arrays per topic). With `report`, the check's /stats
-   * report as well.
-   */
+  /** GET /metrics: in the scrape thread (lib/scrape/), else here. */
+  #metricsBody(abandoned?: () => boolean): Buffer | Promise<Buffer> {
+    if (this.#scrapeThread === undefined) return this.#metricsBodyHere(abandoned)
+    this.#assertOpen()
+    return this.#scrapeThread.request(false, abandoned).then((body) => this.#scraped(body) as Buffer)
+  }
+
+  #metricsGzip(abandoned?: () => boolean): GzipBody | Promise<GzipBody> {
+    if (this.#scrapeThread === undefined) return this.#metricsGzipHere(abandoned)
+    this.#assertOpen()
+    return this.#scrapeThread.request(true, abandoned).then((body) => this.#scraped(body) as GzipBody)
+  }
+
+  /** A scrape came back from the scrape thread: the worker threads' faults are picked up as an in-thread scrape does. */
+  #scraped<T>(body: T): T {
+    this.#drainWorkerFaults()
+    return body
+  }
+
+  /** Where GET /metrics is rendered and how the scrape thread has fared (docs/scrape-thread.md). */
+  get scrapeThread(): ScrapeThreadState {
+    return this.#scrapeThread?.state ?? { mode: 'main', scrapes: 0, failures: 0, lastFailure: undefined }
+  }
+
+  /** The snapshot and the conservation check (lib/core/observer.ts), and the worker threads' faults. */
   #observe(ackFloors?: boolean): Snapshot
   #observe(ackFloors: boolean, report: true): [Snapshot, ConservationReport]
   #observe(ackFloors = false, report = false): Snapshot | [Snapshot, ConservationReport] {
     this.#assertOpen()
-    const memory = this.#registry.memory
-    memory.lock()
-    let snapshot: Snapshot
-    let conservation: ConservationReport | undefined
-    try {
-      this.#registry.sync()
-      snapshot = {
-        uptimeSeconds: process.uptime(),
-        connections: this.#connections,
-        leaderEpoch: this.#leaderEpoch,
-        quorumState: this.#quorum.state,
-        replicas: this.#quorum.replicas,
-        inSync: this.#quorum.inSync,
-        latency: this.config.e2e_latency ? this.#window.quantiles() : null,
-        topics: this.#reader.topics(ackFloors),
-        layout: this.#reader.layout,
-      }
-      const reread = (topic: TopicSnapshot) => this.#reader.topic(topic.key as TopicEntity)
-      // Only /stats shows the report; the scrape path checks (and raises faults) without one.
-      if (report) conservation = this.#conservation.report(snapshot, reread)
-      else this.#conservation.check(snapshot, reread)
-    } finally {
-      memory.unlock()
-    }
-    this.#repairUnderflows()
+    const observed = this.#observer.observe(this.#threadFields(), ackFloors, report as true)
     this.#drainWorkerFaults()
-    return report ? [snapshot, conservation!] : snapshot
+    return observed
   }
 
-  /**
-   * Groups the read found with in_flight below 0 (more settled than dispatched, by threads that
-   * raced past their own shares): back to 0, with IN_FLIGHT_UNDERFLOW (design §invariants).
-   */
-  #repairUnderflows(): void {
-    for (const group of this.#reader.underflows) this.#recorder.repairInFlight(group)
+  /** What only this thread knows of a snapshot's numbers. */
+  #threadFields(): ThreadFields {
+    return {
+      uptimeSeconds: process.uptime(),
+      connections: this.#connections,
+      leaderEpoch: this.#leaderEpoch,
+      replicas: this.#quorum.replicas,
+      inSync: this.#quorum.inSync,
+      latency: this.config.e2e_latency ? this.#window.quantiles() : null,
+    }
   }
 
   #statsContext(): StatsContext {

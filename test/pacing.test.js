@@ -80,15 +80,16 @@ t.test('ScrapePacer refuses a share or burst out of range', async (t) => {
 })
 
 t.test('createSurface() options: defaults, errors naming the key, frozen', async (t) => {
-  t.same(resolveSurfaceOptions(undefined), { scrapeShare: DEFAULT_SCRAPE_SHARE, scrapeBurstMs: DEFAULT_SCRAPE_BURST_MS, maxConnections: 1024, maxScrapeBytes: 64 * 2 ** 20 })
+  t.same(resolveSurfaceOptions(undefined), { scrapeShare: DEFAULT_SCRAPE_SHARE, scrapeBurstMs: DEFAULT_SCRAPE_BURST_MS, maxConnections: 1024, maxScrapeBytes: 64 * 2 ** 20, scrapeThread: true })
   t.equal(DEFAULT_SCRAPE_SHARE, 0.3)
   t.equal(DEFAULT_SCRAPE_BURST_MS, 50)
-  t.same(resolveSurfaceOptions({ scrapeShare: 1, scrapeBurstMs: 0 }), { scrapeShare: 1, scrapeBurstMs: 0, maxConnections: 1024, maxScrapeBytes: 64 * 2 ** 20 })
-  t.same(resolveSurfaceOptions({ scrapeShare: 0.01, scrapeBurstMs: 60_000, maxConnections: 1, maxScrapeBytes: 65536 }), { scrapeShare: 0.01, scrapeBurstMs: 60_000, maxConnections: 1, maxScrapeBytes: 65536 }, 'both ends of the ranges')
+  t.same(resolveSurfaceOptions({ scrapeShare: 1, scrapeBurstMs: 0 }), { scrapeShare: 1, scrapeBurstMs: 0, maxConnections: 1024, maxScrapeBytes: 64 * 2 ** 20, scrapeThread: true })
+  t.same(resolveSurfaceOptions({ scrapeShare: 0.01, scrapeBurstMs: 60_000, maxConnections: 1, maxScrapeBytes: 65536, scrapeThread: false }), { scrapeShare: 0.01, scrapeBurstMs: 60_000, maxConnections: 1, maxScrapeBytes: 65536, scrapeThread: false }, 'both ends of the ranges')
   const cases = [
     [null, 'options', /must be an object, got null/],
     [[], 'options', /must be an object/],
-    [{ scrapeshare: 0.5 }, 'scrapeshare', /unknown option \(known options: scrapeShare, scrapeBurstMs, maxConnections, maxScrapeBytes\)/],
+    [{ scrapeshare: 0.5 }, 'scrapeshare', /unknown option \(known options: scrapeShare, scrapeBurstMs, maxConnections, maxScrapeBytes, scrapeThread\)/],
+    [{ scrapeThread: 'yes' }, 'scrapeThread', /must be true or false, got the string "yes"/],
     [{ scrapeShare: 0 }, 'scrapeShare', /from 0\.01 to 1/],
     [{ scrapeShare: 0.009 }, 'scrapeShare', /from 0\.01 to 1 \(1: unpaced\), got 0\.009/],
     [{ scrapeShare: 1.5 }, 'scrapeShare', /from 0\.01 to 1/],
@@ -107,10 +108,10 @@ t.test('createSurface() options: defaults, errors naming the key, frozen', async
     t.throws(() => lib.createSurface({}, options), { name: 'ConfigError', code: 'CONFIG_INVALID', key, message }, `${JSON.stringify(options)} names ${key}`)
   }
   const inherited = Object.create({ scrapeShare: 0.01 })
-  t.same(resolveSurfaceOptions(inherited), { scrapeShare: 0.3, scrapeBurstMs: 50, maxConnections: 1024, maxScrapeBytes: 64 * 2 ** 20 }, 'an inherited key is not an option')
+  t.same(resolveSurfaceOptions(inherited), { scrapeShare: 0.3, scrapeBurstMs: 50, maxConnections: 1024, maxScrapeBytes: 64 * 2 ** 20, scrapeThread: true }, 'an inherited key is not an option')
   const surface = lib.createSurface({}, { scrapeShare: 0.5 })
   t.teardown(() => surface.close())
-  t.same(surface.options, { scrapeShare: 0.5, scrapeBurstMs: 50, maxConnections: 1024, maxScrapeBytes: 64 * 2 ** 20 })
+  t.same(surface.options, { scrapeShare: 0.5, scrapeBurstMs: 50, maxConnections: 1024, maxScrapeBytes: 64 * 2 ** 20, scrapeThread: true })
   t.ok(Object.isFrozen(surface.options))
   t.notOk('scrapeShare' in surface.stats('config'), 'options are not broker configuration: /stats?filter=config is unchanged')
 })
@@ -181,7 +182,7 @@ function fill(surface, topics) {
  * 10%), and a second scrape, made then, still waiting for its turn.
  */
 async function waitingScrape(t, backend) {
-  const surface = surfaceOn(t, backend, {}, { scrapeShare: 0.1, scrapeBurstMs: 0 })
+  const surface = surfaceOn(t, backend, {}, { scrapeShare: 0.1, scrapeBurstMs: 0, scrapeThread: false })
   fill(surface, 300)
   debtAfterNextScrape(t, 100)
   await call(surface, '/metrics').answered
@@ -192,7 +193,7 @@ async function waitingScrape(t, backend) {
 
 for (const backend of backends()) {
   t.test(`${backend}: a scrape in debt waits, the event loop stays free, the body is exact`, async (t) => {
-    const surface = surfaceOn(t, backend, {}, { scrapeShare: 0.1, scrapeBurstMs: 0 })
+    const surface = surfaceOn(t, backend, {}, { scrapeShare: 0.1, scrapeBurstMs: 0, scrapeThread: false })
     fill(surface, 300)
     debtAfterNextScrape(t, 100)
     const first = call(surface, '/metrics')
@@ -219,11 +220,11 @@ for (const backend of backends()) {
   })
 
   t.test(`${backend}: unpaced (scrapeShare 1) and default options answer small scrapes at once`, async (t) => {
-    for (const options of [{ scrapeShare: 1, scrapeBurstMs: 0 }, undefined]) {
+    for (const options of [{ scrapeShare: 1, scrapeBurstMs: 0, scrapeThread: false }, { scrapeThread: false }]) {
       const surface = surfaceOn(t, backend, {}, options)
       fill(surface, 20)
       const expected = strip(surface.render())
-      for (let i = 0; i < (options ? 50 : 3); i++) {
+      for (let i = 0; i < (options.scrapeShare ? 50 : 3); i++) {
         const scrape = call(surface, '/metrics')
         t.ok(scrape.sync, `${JSON.stringify(options)}: scrape ${i} answered inside the call`)
         t.equal(strip((await scrape.answered).body.toString('latin1')), expected)
@@ -254,7 +255,7 @@ for (const [name, headers] of [['plain', {}], ['gzip', { 'accept-encoding': 'gzi
     // mix numbers from before and after into one body.
     // Large enough to take several 10 ms slices on a fast machine (~390,000 samples, twice the
     // benchmark's 200,000, which render in ~13 ms there; the test checks it took more than one).
-    const surface = lib.createSurface({}, { scrapeShare: 0.2, scrapeBurstMs: 0 })
+    const surface = lib.createSurface({}, { scrapeShare: 0.2, scrapeBurstMs: 0, scrapeThread: false })
     t.teardown(() => surface.close())
     const handles = []
     for (let i = 0; i < 9000; i++) {
@@ -333,7 +334,7 @@ for (const backend of backends()) {
     // If this failed, a scrape that arrived while another was under way would have taken its
     // snapshot at once — older than the first one's answer — and every concurrent scraper would
     // hold a snapshot and a body at the same time.
-    const surface = surfaceOn(t, backend, {}, { scrapeShare: 1 })
+    const surface = surfaceOn(t, backend, {}, { scrapeShare: 1, scrapeThread: false })
     for (let i = 0; i < 400; i++) {
       const topic = surface.topic(`q${i}`)
       for (let p = 0; p < 8; p++) topic.produced(p, 10, 100)
@@ -393,7 +394,7 @@ t.test('ScrapeScheduler: a waiting scrape whose client went away is skipped, nev
 for (const backend of backends()) {
   t.test(`${backend}: a client that leaves while its scrape waits costs no render, and nothing breaks`, async (t) => {
     const http = require('node:http')
-    const surface = surfaceOn(t, backend, {}, { scrapeShare: 0.1, scrapeBurstMs: 0 })
+    const surface = surfaceOn(t, backend, {}, { scrapeShare: 0.1, scrapeBurstMs: 0, scrapeThread: false })
     fill(surface, 300)
     const errors = []
     surface.on('error', (e) => errors.push(e))

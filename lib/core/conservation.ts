@@ -10,8 +10,64 @@
 // registration (0, or what `from: 'latest'` skipped), recorded with the group itself, so no
 // transient can be frozen into it and no mistake is absorbed. A quiet, non-zero residual is a fault
 // (`CONSERVATION_BROKEN`), raised once per episode rather than once per scrape.
+import { G_EPISODE, GroupEntity } from './entities'
 import type { FaultRecord } from './faults'
+import { SLOTS_PER_CHUNK } from './layout'
+import type { Memory } from './memory'
 import type { Count, GroupSnapshot, Snapshot, TopicSnapshot } from './snapshot'
+
+/**
+ * Where a checker keeps which groups are in a reported episode. `begin` is true for the one caller
+ * that starts an episode (it reports it); `end` closes the group's episode, if any.
+ */
+export interface Episodes {
+  begin(group: GroupSnapshot): boolean
+  end(group: GroupSnapshot): void
+}
+
+/** Episodes of one checker alone (tests, a checker without shared memory). */
+export class LocalEpisodes implements Episodes {
+  readonly #open = new WeakSet<object>()
+  begin(group: GroupSnapshot): boolean {
+    if (this.#open.has(group.key)) return false
+    this.#open.add(group.key)
+    return true
+  }
+  end(group: GroupSnapshot): void {
+    this.#open.delete(group.key)
+  }
+}
+
+/**
+ * Episodes in the group's shared cell (entities.ts G_EPISODE): the main thread's checker
+ * (snapshot(), /stats) and the scrape thread's (/metrics) see one episode, so a broken identity
+ * is reported once, whichever thread finds it first. A removed group's block is zeroed before it is
+ * reused, so a group registered later starts outside any episode. Callers hold the registration
+ * lock, so the group's block is its own while they look.
+ */
+export class SharedEpisodes implements Episodes {
+  readonly #memory: Memory
+  constructor(memory: Memory) {
+    this.#memory = memory
+  }
+  begin(group: GroupSnapshot): boolean {
+    const [cells, at] = this.#cell(group)
+    return Atomics.compareExchange(cells, at, 0, 1) === 0
+  }
+  /** The group is in a reported episode. */
+  open(group: GroupSnapshot): boolean {
+    const [cells, at] = this.#cell(group)
+    return Atomics.load(cells, at) !== 0
+  }
+  end(group: GroupSnapshot): void {
+    const [cells, at] = this.#cell(group)
+    if (Atomics.load(cells, at) !== 0) Atomics.store(cells, at, 0)
+  }
+  #cell(group: GroupSnapshot): [Int32Array, number] {
+    const slot = (group.key as GroupEntity).slot
+    return [this.#memory.sharedI32(Math.floor(slot / SLOTS_PER_CHUNK)), ((slot % SLOTS_PER_CHUNK) + G_EPISODE) * 2]
+  }
+}
 
 export interface ConservationGroup {
   /** Raw group name. */
@@ -43,13 +99,25 @@ export interface ConservationReport {
 }
 
 /**
+ * Episodes a checker outside the main thread finds (the scrape thread's): it does not report them
+ * but lists them for the main thread to confirm (lib/core/observer.ts). That thread's own recording
+ * calls run to completion between its tasks, so only it can tell a broken identity from one of its
+ * batches caught half-way (a settlement's delivered() made, its ackFloor() not yet).
+ */
+export class SuspectEpisodes extends SharedEpisodes {
+  suspects: GroupSnapshot[] = []
+  override begin(group: GroupSnapshot): boolean {
+    if (!this.open(group)) this.suspects.push(group)
+    return false
+  }
+}
+
+/**
  * One group's baseline and its episode. The identity is linear, so the baseline is one number:
  * `balance` = produced − delivered − dropped − depth at the moment it was taken, and the residual
  * is today's balance minus it (two fields instead of five: ~1 B per sample at 200k samples).
  */
 class Baseline {
-  /** A quiet non-zero residual was reported and has not gone back to zero since. */
-  broken = false
   constructor(readonly balance: number | bigint) {}
 }
 
@@ -60,6 +128,7 @@ const NUMBER_FAST_PATH_LIMIT = 2 ** 50
 
 export class ConservationChecker {
   readonly #onBroken: (fault: FaultRecord) => void
+  readonly #episodes: Episodes
   // Keyed by the snapshot's stable `key` objects: a removed topic's groups (and so their
   // baselines and episodes) are forgotten with it, and a topic created again starts afresh.
   readonly #baselines = new WeakMap<object, Baseline>()
@@ -67,9 +136,10 @@ export class ConservationChecker {
   #residual: number | bigint = 0
   #quiet = false
 
-  constructor(onBroken: (fault: FaultRecord) => void) {
+  constructor(onBroken: (fault: FaultRecord) => void, episodes: Episodes = new LocalEpisodes()) {
     if (typeof onBroken !== 'function') throw new TypeError('ConservationChecker needs an onBroken callback')
     this.#onBroken = onBroken
+    this.#episodes = episodes
   }
 
   /**
@@ -138,14 +208,11 @@ export class ConservationChecker {
     let quiet = group.inFlight === 0
     const residual = residualOf(baseline, topic.produced, group)
     if (residual === 0 || residual === 0n) {
-      baseline.broken = false // the episode, if any, is over
+      this.#episodes.end(group) // the episode, if any, is over
     } else if (quiet) {
       fresh ??= reread(topic)
       if (sameNumbers(topic, group, fresh)) {
-        if (!baseline.broken) {
-          baseline.broken = true
-          this.#onBroken(brokenFault(topic, group, residual))
-        }
+        if (this.#episodes.begin(group)) this.#onBroken(brokenFault(topic, group, residual))
       } else {
         quiet = false // something moved between the two reads: not a quiet window
       }

@@ -6,7 +6,7 @@ import { Count } from './snapshot'
 export const TOPIC_SLOTS = 3 // rows: produced, bytes, writing marker · shared: +0 liveness tag (the topic id)
 export const PARTITION_SLOTS = 2 // rows: last_seq · shared: last_seq hint (max seen by any thread), +1 base (the seq before the partition's first message)
 export const P_BASE = 1
-export const GROUP_SLOTS = 6 // rows: delivered, dropped, dlq, retries, in_flight share · shared: +0 liveness tag (the group id), +5 dispatch lock (Int32)
+export const GROUP_SLOTS = 6 // rows: delivered, dropped, dlq, retries, in_flight share · shared: +0 liveness tag (the group id), +1 start balance, +2 conservation episode (Int32), +5 dispatch lock (Int32)
 export const FLOOR_SLOTS = 1 // rows: ack_floor · shared: ack_floor hint
 export const G_DELIVERED = 0
 export const G_DROPPED = 1
@@ -19,6 +19,12 @@ export const G_LOCK = 5
 export const G_TAG = 0
 /** Shared row: the group's balance at registration (design §4: what `from: 'latest'` skipped). */
 export const G_START = 1
+/**
+ * Shared row, as an Int32 cell: 1 while a CONSERVATION_BROKEN episode of the group has been
+ * reported and has not ended. Shared so that the checkers of several threads (the main thread's,
+ * the scrape thread's) report each episode once between them (conservation.ts).
+ */
+export const G_EPISODE = 2
 /** A settlement window's header (shared row): its base + 1 (0: not yet initialized)… */
 export const W_BASE = 0
 /** …and how many seqs above the floor are settled (the group no longer owes them: design §4). */

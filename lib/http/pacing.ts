@@ -193,6 +193,12 @@ export interface SurfaceOptions {
    * SCRAPES_IN_FLIGHT. Default 64 MiB.
    */
   maxScrapeBytes?: number
+  /**
+   * Render /metrics in a thread of the library's own (docs/scrape-thread.md), so that a scrape holds
+   * the broker's main thread only for the hand-off; the pacing above then shares that thread's
+   * time. false: render on the main thread, paced. Default true.
+   */
+  scrapeThread?: boolean
 }
 
 export interface ResolvedSurfaceOptions {
@@ -200,6 +206,7 @@ export interface ResolvedSurfaceOptions {
   readonly scrapeBurstMs: number
   readonly maxConnections: number
   readonly maxScrapeBytes: number
+  readonly scrapeThread: boolean
 }
 
 export const DEFAULT_SCRAPE_SHARE = 0.3
@@ -208,7 +215,7 @@ const MAX_SCRAPE_BURST_MS = 60_000
 const MIN_SCRAPE_SHARE = 0.01
 export const DEFAULT_MAX_CONNECTIONS = 1024
 export const DEFAULT_MAX_SCRAPE_BYTES = 64 * 2 ** 20
-const OPTION_KEYS: readonly (keyof SurfaceOptions)[] = ['scrapeShare', 'scrapeBurstMs', 'maxConnections', 'maxScrapeBytes']
+const OPTION_KEYS: readonly (keyof SurfaceOptions)[] = ['scrapeShare', 'scrapeBurstMs', 'maxConnections', 'maxScrapeBytes', 'scrapeThread']
 
 /** Checks createSurface()'s options: unknown keys and values out of range are a ConfigError naming the key. */
 export function resolveSurfaceOptions(input: unknown): ResolvedSurfaceOptions {
@@ -230,5 +237,7 @@ export function resolveSurfaceOptions(input: unknown): ResolvedSurfaceOptions {
   if (typeof maxScrapeBytes !== 'number' || !Number.isSafeInteger(maxScrapeBytes) || maxScrapeBytes < 2 ** 16) {
     throw new ConfigError('maxScrapeBytes', `must be an integer of at least 65536 (bytes), got ${describe(maxScrapeBytes)}`)
   }
-  return Object.freeze({ scrapeShare: share, scrapeBurstMs: burst, maxConnections, maxScrapeBytes })
+  const scrapeThread = own('scrapeThread') ?? true
+  if (typeof scrapeThread !== 'boolean') throw new ConfigError('scrapeThread', `must be true or false, got ${describe(scrapeThread)}`)
+  return Object.freeze({ scrapeShare: share, scrapeBurstMs: burst, maxConnections, maxScrapeBytes, scrapeThread })
 }

@@ -1,0 +1,125 @@
+// One consistent view of every number and the conservation check over it (design §4, §7): what
+// /metrics, /healthz, /stats and snapshot() read. The main thread observes for snapshot(), /stats
+// and /healthz; the scrape thread (lib/scrape/) observes for /metrics, from its own view of the
+// same shared memory. The few numbers only the main thread holds (connections, the leader epoch,
+// the last replication round, the latency window) come in as `ThreadFields`.
+import { ConservationChecker, ConservationReport, SharedEpisodes, SuspectEpisodes } from './conservation'
+import { ClosedError } from './errors'
+import type { FaultRecord } from './faults'
+import { C_CLOSED, C_QUORUM } from './layout'
+import { SnapshotReader } from './reader'
+import type { Recorder } from './recording'
+import type { GroupEntity, TopicEntity } from './entities'
+import type { LatencyQuantiles, QuorumState, Snapshot, TopicSnapshot } from './snapshot'
+
+/** The numbers of a snapshot that live in the main thread's objects, not in shared memory. */
+export interface ThreadFields {
+  uptimeSeconds: number
+  connections: number
+  leaderEpoch: number
+  replicas: number
+  inSync: number
+  latency: LatencyQuantiles | null
+}
+
+/** A group the scrape thread found quietly off balance, for the main thread to confirm (ids are never reused). */
+export interface Suspect {
+  topic: string
+  topicId: number
+  groupId: number
+}
+
+export class Observer {
+  readonly #recorder: Recorder
+  readonly #reader: SnapshotReader
+  readonly #checker: ConservationChecker
+  readonly #suspects: SuspectEpisodes | undefined
+
+  /**
+   * `recorder` repairs in_flight underflows (in its thread's row); `onFault` hears CONSERVATION_BROKEN.
+   * On the main thread a quiet, confirmed imbalance is reported at once; elsewhere (`mainThread`
+   * false) it becomes a suspect for the main thread to `confirm()`.
+   */
+  constructor(recorder: Recorder, onFault: (fault: FaultRecord) => void, mainThread = true) {
+    this.#recorder = recorder
+    this.#reader = new SnapshotReader(recorder.registry)
+    const memory = recorder.registry.memory
+    if (!mainThread) this.#suspects = new SuspectEpisodes(memory)
+    this.#checker = new ConservationChecker(onFault, this.#suspects ?? new SharedEpisodes(memory))
+  }
+
+  /** The suspects the last observe() found (not on the main thread), as plain data. */
+  takeSuspects(): Suspect[] {
+    const found = this.#suspects?.suspects ?? []
+    if (this.#suspects !== undefined) this.#suspects.suspects = []
+    return found.map((group) => {
+      const entity = group.key as GroupEntity
+      return { topic: entity.topic.name, topicId: entity.topic.id, groupId: entity.id }
+    })
+  }
+
+  /**
+   * The main thread, between its tasks (so none of its own recording calls is half-way): each
+   * suspect topic still alive is read again and checked, which reports what is really broken, once.
+   */
+  confirm(suspects: readonly Suspect[]): void {
+    if (suspects.length === 0) return
+    const registry = this.#recorder.registry
+    const memory = registry.memory
+    if (memory.control[C_CLOSED] === 1) return
+    memory.lock()
+    try {
+      registry.sync()
+      const seen = new Set<number>()
+      for (const suspect of suspects) {
+        const topic = registry.topics.get(suspect.topic)
+        if (topic === undefined || topic.id !== suspect.topicId || seen.has(topic.id) || !registry.isLive(topic)) continue
+        seen.add(topic.id)
+        const fresh = this.#reader.topic(topic)
+        this.#checker.check({ topics: [fresh] } as Snapshot, (again) => this.#reader.topic(again.key as TopicEntity))
+      }
+    } finally {
+      memory.unlock()
+    }
+  }
+
+  /**
+   * The snapshot, taken under the registration lock (never held across a yield), checked. With
+   * `ackFloors`, each group's ack floor per partition too (/stats and snapshot() show them;
+   * /metrics and /healthz only need depth and lag). With `report`, the check's /stats report too.
+   */
+  observe(fields: ThreadFields, ackFloors?: boolean): Snapshot
+  observe(fields: ThreadFields, ackFloors: boolean, report: true): [Snapshot, ConservationReport]
+  observe(fields: ThreadFields, ackFloors = false, report = false): Snapshot | [Snapshot, ConservationReport] {
+    const registry = this.#recorder.registry
+    const memory = registry.memory
+    if (memory.control[C_CLOSED] === 1) throw new ClosedError('this mq-metrics surface')
+    memory.lock()
+    let snapshot: Snapshot
+    let conservation: ConservationReport | undefined
+    try {
+      registry.sync()
+      snapshot = {
+        uptimeSeconds: fields.uptimeSeconds,
+        connections: fields.connections,
+        leaderEpoch: fields.leaderEpoch,
+        quorumState: Atomics.load(memory.control, C_QUORUM) as QuorumState,
+        replicas: fields.replicas,
+        inSync: fields.inSync,
+        latency: fields.latency,
+        topics: this.#reader.topics(ackFloors),
+        layout: this.#reader.layout,
+      }
+      const reread = (topic: TopicSnapshot) => this.#reader.topic(topic.key as TopicEntity)
+      // Only /stats shows the report; the scrape path checks (and raises faults) without one.
+      if (report) conservation = this.#checker.report(snapshot, reread)
+      else this.#checker.check(snapshot, reread)
+    } finally {
+      memory.unlock()
+    }
+    // Groups the read found with in_flight below 0 (more settled than dispatched, by threads that
+    // raced past their own shares): back to 0, with IN_FLIGHT_UNDERFLOW (design §invariants).
+    for (const group of this.#reader.underflows) this.#recorder.repairInFlight(group)
+    return report ? [snapshot, conservation!] : snapshot
+  }
+}

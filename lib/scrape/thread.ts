@@ -1,0 +1,239 @@
+// The main thread's side of the scrape thread (docs/scrape-thread.md). A /metrics request becomes
+// one message to a worker of the library's own (./worker.ts) and one message back with the body:
+// the broker's thread does the hand-off and the socket write, nothing else. The worker maps the
+// shared memory, so it needs no copy of the numbers, only the few that live in this thread's
+// objects (ThreadFields), sent with each request.
+//
+// One scrape at a time, in order of arrival: memory stays bounded (one snapshot, one body under way
+// however many clients wait), and a request whose client has gone is dropped before it costs
+// anything. Faults the scrape found come back with its answer and reach this thread's log and
+// listeners, once, before the body is handed over. If the thread dies, what it had (and what waits)
+// is served in this thread, the fault log says so, and the thread is started again on a later
+// scrape (after 1 s, doubling to a minute while it keeps failing).
+import * as path from 'node:path'
+import { Worker } from 'node:worker_threads'
+import type { SharedArena } from '../core/backend'
+import type { ResolvedConfig } from '../core/config'
+import { ClosedError, MqMetricsError } from '../core/errors'
+import type { FaultRecord } from '../core/faults'
+import type { Suspect, ThreadFields } from '../core/observer'
+import type { GzipBody } from '../exposition/gzip'
+import { ScrapeAbandoned } from '../http/pacing'
+
+/** What the worker is started with. */
+export interface ScrapeThreadData {
+  arena: SharedArena
+  config: ResolvedConfig
+  /** The scrape pacing (lib/http/pacing.ts), applied to the scrape thread's own time. */
+  share: number
+  burstMs: number
+}
+
+export interface ScrapeRequest {
+  id: number
+  gzip: boolean
+  fields: ThreadFields
+}
+
+export type ScrapeReply =
+  | { id: number; ok: true; body: ArrayBuffer; faults: FaultRecord[]; suspects: Suspect[] }
+  | { id: number; ok: false; error: { name: string; message: string; code: string | undefined }; faults: FaultRecord[]; suspects: Suspect[] }
+
+/** What the scrape thread needs from its surface. */
+export interface ScrapeThreadHost {
+  /** Worker data: the arena to map, the configuration, the pacing. */
+  data(): ScrapeThreadData
+  /** The numbers of this thread for the snapshot, as of now. */
+  fields(): ThreadFields
+  /** A fault the scrape found (counted by the surface, emitted to its listeners). */
+  fault(fault: FaultRecord): void
+  /** Groups the scrape found quietly off balance: the main thread confirms them (lib/core/observer.ts). */
+  confirm(suspects: Suspect[]): void
+  /** Told about an error thrown while a reply was handled (a throwing 'fault' listener). */
+  reportError?(error: unknown): void
+  /** A line for the fault log that is no broker fault: the thread failed. */
+  note(fault: FaultRecord): void
+  /** The same scrape, served in this thread (when the scrape thread cannot). */
+  inThread(gzip: boolean, abandoned?: () => boolean): Buffer | GzipBody | Promise<Buffer | GzipBody>
+}
+
+/** What `surface.scrapeThread` tells: where /metrics is rendered, and how the thread has fared. */
+export interface ScrapeThreadState {
+  /** 'thread': scrapes go to the scrape thread; 'main': this surface renders on the main thread (option or fallback). */
+  readonly mode: 'thread' | 'main'
+  /** Scrapes the thread answered. */
+  readonly scrapes: number
+  /** Times the thread failed (it died, or could not start). */
+  readonly failures: number
+  /** Why it last failed, if it did. */
+  readonly lastFailure: string | undefined
+}
+
+interface Job {
+  gzip: boolean
+  abandoned: (() => boolean) | undefined
+  resolve: (body: Buffer | GzipBody | Promise<Buffer | GzipBody>) => void
+  reject: (error: unknown) => void
+}
+
+const FIRST_BACKOFF_MS = 1000
+const MAX_BACKOFF_MS = 60_000
+const WORKER_FILE = path.join(__dirname, 'worker.js')
+
+export class ScrapeThread {
+  readonly #host: ScrapeThreadHost
+  #worker: Worker | undefined
+  #nextId = 1
+  #current: (Job & { id: number }) | undefined
+  readonly #queue: Job[] = []
+  /** While the thread failed lately: no new thread before this time (ms since the epoch); scrapes are served in this thread. */
+  #retryAt = 0
+  #backoff = FIRST_BACKOFF_MS
+  #closed = false
+  #scrapes = 0
+  #failures = 0
+  #lastFailure: string | undefined
+
+  constructor(host: ScrapeThreadHost) {
+    this.#host = host
+  }
+
+  get state(): ScrapeThreadState {
+    return { mode: this.#available() ? 'thread' : 'main', scrapes: this.#scrapes, failures: this.#failures, lastFailure: this.#lastFailure }
+  }
+
+  /** The body of one scrape: plain, or (`gzip`) a gzip member. */
+  request(gzip: boolean, abandoned?: () => boolean): Promise<Buffer | GzipBody> {
+    if (this.#closed) return Promise.reject(new ClosedError('this mq-metrics surface'))
+    return new Promise((resolve, reject) => {
+      this.#queue.push({ gzip, abandoned, resolve, reject })
+      this.#pump()
+    })
+  }
+
+  /** Stops the thread; scrapes under way or waiting fail with ClosedError. */
+  async close(): Promise<void> {
+    this.#closed = true
+    const pending = this.#pending()
+    const worker = this.#worker
+    this.#worker = undefined
+    for (const job of pending) job.reject(new ClosedError('this mq-metrics surface'))
+    if (worker !== undefined) await worker.terminate()
+  }
+
+  #available(): boolean {
+    return Date.now() >= this.#retryAt
+  }
+
+  /** Sends the next waiting scrape, if none is under way. */
+  #pump(): void {
+    while (this.#current === undefined && this.#queue.length > 0) {
+      const job = this.#queue.shift()!
+      if (job.abandoned?.() === true) {
+        job.reject(new ScrapeAbandoned())
+        continue
+      }
+      if (!this.#available()) {
+        this.#serveHere(job)
+        continue
+      }
+      let worker: Worker
+      let request: ScrapeRequest
+      try {
+        worker = this.#worker ?? this.#start()
+        request = { id: this.#nextId++, gzip: job.gzip, fields: this.#host.fields() }
+      } catch (error) {
+        job.reject(error)
+        continue
+      }
+      this.#current = { ...job, id: request.id }
+      worker.postMessage(request)
+    }
+  }
+
+  #start(): Worker {
+    // No execArgv of the broker's (loaders, inspectors): the worker is plain JavaScript of this package.
+    const worker = new Worker(WORKER_FILE, { workerData: this.#host.data(), execArgv: [] })
+    worker.unref() // a scrape thread never keeps the broker's process alive
+    worker.on('message', (reply: ScrapeReply) => this.#answer(worker, reply))
+    let error: unknown
+    worker.on('error', (thrown) => {
+      error = thrown
+    })
+    worker.on('exit', (code) => {
+      if (this.#worker !== worker) return
+      this.#worker = undefined
+      const reason = error instanceof Error ? error.message.split('\n')[0] : `it exited with code ${code}`
+      this.#failed(reason)
+    })
+    this.#worker = worker
+    return worker
+  }
+
+  #answer(worker: Worker, reply: ScrapeReply): void {
+    const job = this.#current
+    if (worker !== this.#worker || job === undefined || job.id !== reply.id) return
+    this.#current = undefined
+    try {
+      for (const fault of reply.faults) this.#host.fault(fault)
+      if (reply.suspects.length > 0) this.#host.confirm(reply.suspects)
+    } catch (error) {
+      // A listener that threw: the scrape still answers (the surface's own 'fault' contract).
+      this.#host.reportError?.(error)
+    }
+    if (reply.ok) {
+      this.#scrapes++
+      this.#backoff = FIRST_BACKOFF_MS
+      const body = Buffer.from(reply.body)
+      job.resolve(job.gzip ? { gzip: body } : body)
+    } else {
+      job.reject(reply.error.code === 'SURFACE_CLOSED' ? new ClosedError('this mq-metrics surface') : new ScrapeThreadError(reply.error.message))
+    }
+    this.#pump()
+  }
+
+  /** The thread is gone: said in the fault log; what it had and what waits is served in this thread. */
+  #failed(reason: string): void {
+    if (this.#closed) return
+    this.#failures++
+    this.#lastFailure = reason
+    this.#retryAt = Date.now() + this.#backoff
+    this.#host.note({
+      code: 'SCRAPE_THREAD_FAILED',
+      metric: '',
+      labels: { reason: reason.slice(0, 200) },
+      previous: null,
+      attempted: this.#backoff, // ms before the thread is started again
+      at: new Date().toISOString(),
+    })
+    this.#backoff = Math.min(MAX_BACKOFF_MS, this.#backoff * 2)
+    for (const job of this.#pending()) this.#serveHere(job)
+  }
+
+  #serveHere(job: Job): void {
+    if (job.abandoned?.() === true) {
+      job.reject(new ScrapeAbandoned())
+      return
+    }
+    try {
+      job.resolve(this.#host.inThread(job.gzip, job.abandoned))
+    } catch (error) {
+      job.reject(error)
+    }
+  }
+
+  #pending(): Job[] {
+    const pending: Job[] = this.#current === undefined ? [] : [this.#current]
+    this.#current = undefined
+    pending.push(...this.#queue.splice(0))
+    return pending
+  }
+}
+
+/** A scrape the scrape thread could not render (an internal error there): answered 500. */
+export class ScrapeThreadError extends MqMetricsError {
+  constructor(message: string) {
+    super('SCRAPE_THREAD_ERROR', `the scrape thread failed this scrape: ${message}`)
+    this.name = 'ScrapeThreadError'
+  }
+}

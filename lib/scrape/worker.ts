@@ -1,0 +1,99 @@
+// The scrape thread itself (docs/scrape-thread.md): a worker of the library's own that maps the
+// surface's shared memory like a recording worker, and answers each /metrics request from the main
+// thread with the finished body — snapshot, conservation check, render and gzip all done here.
+// Started and fed by ./thread.ts; nothing else loads this file.
+import { parentPort, workerData } from 'node:worker_threads'
+import { gzipSync } from 'node:zlib'
+import { attachArena } from '../core/backend'
+import type { ResolvedConfig } from '../core/config'
+import type { FaultRecord } from '../core/faults'
+import { Memory } from '../core/memory'
+import { Observer } from '../core/observer'
+import { keepAnnouncing } from '../core/reclamation'
+import { Recorder } from '../core/recording'
+import { Registry } from '../core/registry'
+import { GZIP_LEVEL } from '../exposition/gzip'
+import { Renderer } from '../exposition/render'
+import { ScrapePacer, ScrapeScheduler } from '../http/pacing'
+import type { ScrapeReply, ScrapeRequest, ScrapeThreadData } from './thread'
+
+/** Slices of scrape work between which this thread's pacer may make it wait (see ScrapeScheduler). */
+const SLICE_MS = 10
+
+if (parentPort === null) throw new Error('mq-metrics: lib/scrape/worker.js runs as a worker thread, started by the surface')
+const port = parentPort
+const data = workerData as ScrapeThreadData
+
+const memory = new Memory(attachArena(data.arena), false)
+const registry = new Registry(memory, data.config as ResolvedConfig)
+/** Faults found while serving the current request: they go back with its answer. */
+let faults: FaultRecord[] = []
+// A row of its own: repairing an underflowed in_flight writes this thread's share (design §5).
+const recorder = new Recorder(registry, memory.claimRow(), (code, metric, labels, previous, attempted) => {
+  faults.push({ code, metric, labels, previous, attempted, at: new Date().toISOString() })
+})
+registry.onTopicRemoved = (topic) => recorder.forget(topic.name, topic)
+registry.onGroupRemoved = (group) => recorder.forgetGroup(group)
+// Between its tasks this thread is inside no recording call: it says so (lib/core/reclamation.ts).
+keepAnnouncing(memory)
+const observer = new Observer(recorder, (fault) => faults.push(fault), false)
+const renderer = new Renderer()
+const scrapes = new ScrapeScheduler(new ScrapePacer(data.share, data.burstMs), SLICE_MS)
+
+port.on('message', (request: ScrapeRequest) => {
+  // Test hook (test/scrape-thread.test.js): a thread that dies in the middle of a scrape.
+  if (process.env.MQ_METRICS_SCRAPE_THREAD_EXIT === '1') process.exit(1)
+  faults = []
+  let answer: Buffer | Promise<Buffer>
+  try {
+    answer = scrapes.run(
+      () => (request.gzip ? renderer.beginGzip(observer.observe(request.fields)) : renderer.begin(observer.observe(request.fields))),
+      (job) => {
+        if (!('result' in job)) return owned(job.body(), true)
+        const result = job.result()
+        if (result.gzip !== undefined) return result.gzip
+        // Most of the body changed: one pass of zlib over it, here, off the broker's thread.
+        const compressed = gzipSync(result.plain, { level: GZIP_LEVEL })
+        renderer.recycle(result.plain)
+        return compressed
+      },
+    )
+  } catch (error) {
+    fail(request, error)
+    return
+  }
+  if (Buffer.isBuffer(answer)) reply(request, answer)
+  else answer.then((body) => reply(request, body), (error: unknown) => fail(request, error))
+})
+
+/**
+ * A buffer that owns its whole ArrayBuffer, so it can be transferred (moved, not copied, to the
+ * main thread). A render's body is a view of the renderer's output buffer: copied out, and the
+ * buffer handed back to take the next render.
+ */
+function owned(body: Buffer, recycle: boolean): Buffer {
+  const copy = Buffer.from(new ArrayBuffer(body.length))
+  body.copy(copy)
+  if (recycle) renderer.recycle(body)
+  return copy
+}
+
+function reply(request: ScrapeRequest, body: Buffer): void {
+  const whole = body.byteOffset === 0 && body.byteLength === body.buffer.byteLength && body.buffer instanceof ArrayBuffer ? body : owned(body, false)
+  const message: ScrapeReply = { id: request.id, ok: true, body: whole.buffer as ArrayBuffer, faults, suspects: observer.takeSuspects() }
+  faults = []
+  port.postMessage(message, [message.body])
+}
+
+function fail(request: ScrapeRequest, error: unknown): void {
+  const { name, message, code } = error as { name?: unknown; message?: unknown; code?: unknown }
+  const answer: ScrapeReply = {
+    id: request.id,
+    ok: false,
+    error: { name: String(name ?? 'Error'), message: String(message ?? error), code: typeof code === 'string' ? code : undefined },
+    faults,
+    suspects: observer.takeSuspects(),
+  }
+  faults = []
+  port.postMessage(answer)
+}

@@ -1,0 +1,173 @@
+'use strict'
+// GET /metrics in the scrape thread (lib/scrape/, docs/scrape-thread.md): the body is rendered off
+// the main thread, exactly what render() shows; faults a scrape finds reach the main thread's
+// listeners once; a batch of the main thread's own calls caught half-way by the thread is not a
+// fault; a thread that dies costs no scrape and says so in the fault log; close() answers 503.
+const t = require('tap')
+const zlib = require('node:zlib')
+const { backends, surfaceOn, faultsOf, request, within, waitFor } = require('./helpers')
+
+/** A request through surface.handler() with a recording response: resolves with it once answered. */
+function mounted(surface, path) {
+  return new Promise((resolve) => {
+    const res = {
+      statusCode: 0, headersSent: false, destroyed: false, headers: {},
+      setHeader(name, value) { res.headers[name.toLowerCase()] = value },
+      once() { return res },
+      end(chunk) { res.body = chunk; resolve(res) },
+    }
+    surface.handler({ url: path, method: 'GET', headers: {} }, res)
+  })
+}
+
+/** The body without the one line that moves with time alone. */
+const strip = (text) => text.replace(/^mq_broker_uptime_seconds .*$/m, '')
+
+function fill(surface, topics) {
+  for (let i = 0; i < topics; i++) {
+    const topic = surface.topic(`t${i}`)
+    const group = topic.group('g')
+    for (let p = 0; p < 4; p++) {
+      topic.produced(p, 3, 30)
+      group.dispatch(1)
+      group.ackFloor(p, 3)
+      group.delivered(1)
+    }
+  }
+}
+
+for (const backend of backends()) {
+  t.test(`${backend}: /metrics comes from the scrape thread, plain and gzip, exactly render()'s numbers`, async (t) => {
+    const surface = surfaceOn(t, backend)
+    fill(surface, 50)
+    const server = await surface.listen({ port: 0 })
+    t.same(surface.scrapeThread, { mode: 'thread', scrapes: 0, failures: 0, lastFailure: undefined }, 'the thread starts with the first scrape')
+    const plain = await request(server.port, { path: '/metrics' })
+    const packed = await request(server.port, { path: '/metrics', headers: { 'accept-encoding': 'gzip' } })
+    const expected = strip(surface.render())
+    t.equal(plain.status, 200)
+    t.equal(strip(plain.text), expected, 'the plain body is what render() shows')
+    t.equal(packed.headers['content-encoding'], 'gzip')
+    t.equal(strip(zlib.gunzipSync(packed.body).toString('utf8')), expected, 'the gzip body unpacks to the same')
+    t.equal(surface.scrapeThread.scrapes, 2, 'both were answered by the thread')
+    // A change on the main thread is in the next scrape: the thread reads the same memory.
+    surface.topic('t0').produced(0, 4, 10)
+    const after = await request(server.port, { path: '/metrics' })
+    t.match(after.text, /^mq_topic_messages_produced_total\{topic="t0"\} 5$/m)
+    t.equal(strip(after.text), strip(surface.render()))
+    t.equal(surface.scrapeThread.scrapes, 3)
+  })
+
+  t.test(`${backend}: a broken identity a scrape finds reaches the main thread's listeners once, whoever looks`, async (t) => {
+    const surface = surfaceOn(t, backend)
+    const faults = faultsOf(surface)
+    const topic = surface.topic('books')
+    const group = topic.group('g')
+    topic.produced(0, 1, 1)
+    group.dispatch(1)
+    group.delivered(1) // delivered, but the floor never moves: quietly off by one
+    const server = await surface.listen({ port: 0 })
+    for (let i = 0; i < 3; i++) t.equal((await request(server.port, { path: '/metrics' })).status, 200)
+    t.equal(faults.length, 1, 'one fault for three scrapes')
+    t.match(faults[0], { code: 'CONSERVATION_BROKEN', labels: { topic: 'books', group: 'g' } })
+    surface.snapshot()
+    surface.stats('conservation')
+    t.equal(faults.length, 1, 'the main thread\'s own checks see the same episode: still one')
+    t.equal(surface.stats('faults').counts.CONSERVATION_BROKEN, 1, 'counted once in the log')
+    // The episode ends when the books balance, and a new one is reported again, once.
+    group.ackFloor(0, 1)
+    await request(server.port, { path: '/metrics' })
+    topic.produced(0, 2, 1)
+    group.dispatch(1)
+    group.delivered(1)
+    surface.snapshot() // the main thread finds it first this time
+    await request(server.port, { path: '/metrics' })
+    t.equal(faults.length, 2, 'a second episode: one more fault, from whichever thread saw it first')
+  })
+
+  t.test(`${backend}: a dying scrape thread costs no scrape; the fault log says so; the thread comes back`, async (t) => {
+    const surface = surfaceOn(t, backend)
+    fill(surface, 5)
+    const notes = []
+    surface.on('fault', (f) => notes.push(f))
+    const server = await surface.listen({ port: 0 })
+    process.env.MQ_METRICS_SCRAPE_THREAD_EXIT = '1' // the thread reads it at its start: it dies on its first scrape
+    let res
+    try {
+      res = await within(20_000, 'scrape', request(server.port, { path: '/metrics' }))
+    } finally {
+      delete process.env.MQ_METRICS_SCRAPE_THREAD_EXIT
+    }
+    t.equal(res.status, 200, 'the scrape the thread died in is answered (rendered on the main thread)')
+    t.equal(strip(res.text), strip(surface.render()))
+    t.match(notes, [{ code: 'SCRAPE_THREAD_FAILED', labels: { reason: /exited with code 1/ } }], 'one line in the fault log, to the listeners too')
+    t.match(surface.scrapeThread, { mode: 'main', failures: 1, lastFailure: /exited with code 1/ })
+    t.equal((await request(server.port, { path: '/metrics' })).status, 200, 'meanwhile: served on the main thread')
+    t.equal(surface.scrapeThread.scrapes, 0)
+    t.ok(await waitFor(() => surface.scrapeThread.mode === 'thread', 5000), 'after its back-off (1 s) the thread may start again')
+    const again = await request(server.port, { path: '/metrics', headers: { 'accept-encoding': 'gzip' } })
+    t.equal(again.status, 200)
+    t.equal(strip(zlib.gunzipSync(again.body).toString('utf8')), strip(surface.render()))
+    t.equal(surface.scrapeThread.scrapes, 1, 'a new thread answered it')
+    t.equal(notes.length, 1, 'no fault otherwise')
+    t.equal(surface.stats('faults').total, 0, 'a note, not a broker fault: nothing counted')
+  })
+
+  t.test(`${backend}: close() with a scrape in the thread: 503 SURFACE_CLOSED, and the thread is gone`, async (t) => {
+    const surface = surfaceOn(t, backend)
+    fill(surface, 2000)
+    const answered = mounted(surface, '/metrics')
+    await surface.close()
+    const res = await within(5000, 'the answer', answered)
+    t.equal(res.statusCode, 503)
+    t.match(JSON.parse(res.body.toString('utf8')), { error: { code: 'SURFACE_CLOSED' } })
+  })
+
+  t.test(`${backend}: scrapeThread: false renders on the main thread, as before`, async (t) => {
+    const surface = surfaceOn(t, backend, {}, { scrapeThread: false })
+    fill(surface, 5)
+    const server = await surface.listen({ port: 0 })
+    const res = await request(server.port, { path: '/metrics' })
+    t.equal(strip(res.text), strip(surface.render()))
+    t.same(surface.scrapeThread, { mode: 'main', scrapes: 0, failures: 0, lastFailure: undefined })
+  })
+}
+
+t.test('js: a batch of the main thread\'s calls caught half-way by the scrape thread is no fault', async (t) => {
+  // The main thread delivers, then (a moment later, in the same task) moves the floor: in between,
+  // the group is quietly off by one. The scrape thread is made to look exactly then — the main
+  // thread does not return to its event loop until it saw the thread take and release the
+  // registration lock (its snapshot and check) — and must not report it: it hands the group to
+  // the main thread, which re-reads it between its own tasks and finds the books balanced. A round
+  // whose look the main thread did not see (it was off the CPU meanwhile) is done again.
+  const surface = surfaceOn(t, 'js')
+  fill(surface, 3000) // a snapshot that holds the lock for a while
+  const faults = faultsOf(surface)
+  const topic = surface.topic('batch')
+  const group = topic.group('g')
+  await mounted(surface, '/metrics') // the thread is up and has replayed the log
+  const control = new Int32Array(surface.share().arena.buffer, 0, 16) // chunk 0; cell 0 is the lock
+  let seen = 0
+  let round = 0
+  while (++round <= 20 && seen < 3) {
+    const pending = mounted(surface, '/metrics') // handed to the thread inside this call
+    topic.produced(0, round, 1)
+    group.dispatch(1)
+    group.delivered(1) // the batch is half-way: off by one, nothing in flight
+    const end = Date.now() + 2000
+    while (Atomics.load(control, 0) === 0 && Date.now() < end);
+    const took = Date.now() < end
+    while (Atomics.load(control, 0) !== 0 && Date.now() < end);
+    if (took && Date.now() < end) seen++
+    group.ackFloor(0, round) // the batch completes before the main thread hears back
+    t.equal((await pending).statusCode, 200)
+  }
+  t.ok(seen >= 3, `the thread looked while a batch was half-way (${seen} rounds)`)
+  t.same(faults, [], 'no CONSERVATION_BROKEN: the main thread confirmed each suspect and found it balanced')
+  // The same moment left unfinished is a fault, found by the same path.
+  topic.produced(0, round, 1)
+  group.dispatch(1)
+  group.delivered(1)
+  await mounted(surface, '/metrics')
+  t.match(faults, [{ code: 'CONSERVATION_BROKEN', labels: { topic: 'batch', group: 'g' } }], 'an unfinished one is reported')
+})
