@@ -136,7 +136,6 @@ export class Surface extends EventEmitter {
         fields: () => this.#threadFields(),
         fault: (fault) => this.#fault(fault),
         confirm: (suspects) => this.#observer.confirm(suspects),
-        reportError: (error) => this.#host.reportError?.(error),
         note: (fault) => {
           this.#faults.note(fault)
           this.emit('fault', fault)

@@ -112,15 +112,6 @@ export class SuspectEpisodes extends SharedEpisodes {
   }
 }
 
-/**
- * One group's baseline and its episode. The identity is linear, so the baseline is one number:
- * `balance` = produced − delivered − dropped − depth at the moment it was taken, and the residual
- * is today's balance minus it (two fields instead of five: ~1 B per sample at 200k samples).
- */
-class Baseline {
-  constructor(readonly balance: number | bigint) {}
-}
-
 const BROKEN_METRIC = 'mq_topic_messages_produced_total'
 
 // Below 2^50 each, a balance of four terms stays under 2^52: plain numbers are exact (see residualOf).
@@ -129,9 +120,6 @@ const NUMBER_FAST_PATH_LIMIT = 2 ** 50
 export class ConservationChecker {
   readonly #onBroken: (fault: FaultRecord) => void
   readonly #episodes: Episodes
-  // Keyed by the snapshot's stable `key` objects: a removed topic's groups (and so their
-  // baselines and episodes) are forgotten with it, and a topic created again starts afresh.
-  readonly #baselines = new WeakMap<object, Baseline>()
   /** Set by #group(): what it found (two results without an object per group and scrape). */
   #residual: number | bigint = 0
   #quiet = false
@@ -189,7 +177,7 @@ export class ConservationChecker {
   }
 
   /**
-   * One group: takes its baseline at a quiet, confirmed moment, computes its residual, raises
+   * One group: computes its residual against its balance at registration, raises
    * CONSERVATION_BROKEN once per episode. Leaves the residual and the quiet flag in #residual and
    * #quiet; returns the topic's re-read, if one was taken (shared by the topic's groups).
    */
@@ -199,14 +187,11 @@ export class ConservationChecker {
     fresh: TopicSnapshot | undefined,
     reread: (topic: TopicSnapshot) => TopicSnapshot,
   ): TopicSnapshot | undefined {
-    let baseline = this.#baselines.get(group.key)
-    if (baseline === undefined) {
-      // Taken at registration, not at the first scrape: a mistake made before any scrape shows too.
-      baseline = new Baseline(group.start)
-      this.#baselines.set(group.key, baseline)
-    }
     let quiet = group.inFlight === 0
-    const residual = residualOf(baseline, topic.produced, group)
+    // The baseline is the balance recorded at registration (the identity is linear, so one number:
+    // produced − delivered − dropped − depth then), not at the first scrape: a mistake made before
+    // any scrape shows too.
+    const residual = residualOf(group.start, topic.produced, group)
     if (residual === 0 || residual === 0n) {
       this.#episodes.end(group) // the episode, if any, is over
     } else if (quiet) {
@@ -231,9 +216,8 @@ function balanceOf(produced: Count, group: GroupSnapshot): number | bigint {
 }
 
 /** Δproduced − Δdelivered − Δdropped − Δdepth since the baseline, exact. */
-function residualOf(baseline: Baseline, produced: Count, group: GroupSnapshot): number | bigint {
+function residualOf(base: number | bigint, produced: Count, group: GroupSnapshot): number | bigint {
   const balance = balanceOf(produced, group)
-  const base = baseline.balance
   // Each balance of four terms below 2^50 is below 2^52 in size: their difference is exact.
   if (typeof balance === 'number' && typeof base === 'number' && Math.abs(balance) < 2 ** 52 && Math.abs(base) < 2 ** 52) return balance - base
   return safe(BigInt(balance) - BigInt(base))

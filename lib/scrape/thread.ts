@@ -49,8 +49,6 @@ export interface ScrapeThreadHost {
   fault(fault: FaultRecord): void
   /** Groups the scrape found quietly off balance: the main thread confirms them (lib/core/observer.ts). */
   confirm(suspects: Suspect[]): void
-  /** Told about an error thrown while a reply was handled (a throwing 'fault' listener). */
-  reportError?(error: unknown): void
   /** A line for the fault log that is no broker fault: the thread failed. */
   note(fault: FaultRecord): void
   /** The same scrape, served in this thread (when the scrape thread cannot). */
@@ -178,8 +176,10 @@ export class ScrapeThread {
       for (const fault of reply.faults) this.#host.fault(fault)
       if (reply.suspects.length > 0) this.#host.confirm(reply.suspects)
     } catch (error) {
-      // A listener that threw: the scrape still answers (the surface's own 'fault' contract).
-      this.#host.reportError?.(error)
+      // A 'fault' listener that threw: the scrape fails as it does when rendered on this thread.
+      job.reject(error)
+      this.#pump()
+      return
     }
     if (reply.ok) {
       this.#scrapes++
