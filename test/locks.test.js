@@ -1,8 +1,8 @@
 'use strict'
 // When a lock waiter may take a lock over (lib/core/lock.ts acquire): never from a holder whose thread
 // runs, however long it holds; from one that cannot be checked only once the same tag has held
-// the lock for 5 s (a new tag restarts the clock). A waiter in a worker thread waits on the
-// registration lock while this thread drives the lock cell. Which threads run is a stand-in for
+// the lock for 5 s of the waiter's clock (a new tag restarts it; the test sets that clock). A
+// waiter in a worker thread waits on the registration lock while this thread drives the lock cell. Which threads run is a stand-in for
 // /proc here (thread identities that no real thread has), so that "alive" is certain.
 const t = require('tap')
 const path = require('node:path')
@@ -15,16 +15,22 @@ const { createArena } = require('../dist/core/backend')
 const ALIVE = [1_000_001, 1_000_002]
 const liveness = (tid) => (ALIVE.includes(tid) ? 'alive' : 'gone')
 
+// The waiter's clock is a cell this thread sets; every reading also counts itself in the next
+// cell, so this thread knows the waiter has looked (and looked again) after each change; the
+// third cell says it holds the lock.
 const WAITER = `
 const { workerData, parentPort } = require('node:worker_threads')
 const { attachArena } = require(${JSON.stringify(path.join(__dirname, '..', 'dist', 'core', 'backend'))})
 const { Memory } = require(${JSON.stringify(path.join(__dirname, '..', 'dist', 'core', 'memory'))})
 const alive = workerData.alive
-const memory = new Memory(attachArena(workerData.arena), false, (tid) => (alive.includes(tid) ? 'alive' : 'gone'))
+const clock = new Int32Array(workerData.clock)
+const now = () => (Atomics.add(clock, 1, 1), Atomics.load(clock, 0))
+const memory = new Memory(attachArena(workerData.arena), false, (tid) => (alive.includes(tid) ? 'alive' : 'gone'), now)
 const tag = memory.lockTag
-parentPort.postMessage({ waiting: Date.now() })
+parentPort.postMessage({ waiting: true })
 memory.lock()
-parentPort.postMessage({ acquired: Date.now(), tag })
+Atomics.store(clock, 2, 1)
+parentPort.postMessage({ acquired: Atomics.load(clock, 0), tag })
 `
 
 /** A surface's memory with its creator and one more row owner, both alive; a waiter to start. */
@@ -34,56 +40,66 @@ function setUp(backend) {
   creator.claimRow({ tid: ALIVE[0], start: 1 })
   const holder = new Memory(arena, false, liveness)
   holder.claimRow({ tid: ALIVE[1], start: 2 })
+  const clock = new Int32Array(new SharedArrayBuffer(12))
   const startWaiter = () => {
-    const worker = new Worker(WAITER, { eval: true, workerData: { arena: arena.share(), alive: ALIVE }, execArgv: [] })
+    const worker = new Worker(WAITER, { eval: true, workerData: { arena: arena.share(), alive: ALIVE, clock: clock.buffer }, execArgv: [] })
     const messages = []
     const waiting = new Promise((resolve) => worker.on('message', (m) => (messages.push(m), m.waiting && resolve())))
     const acquired = new Promise((resolve, reject) => {
-      worker.on('message', (m) => m.acquired && resolve(m))
+      worker.on('message', (m) => m.acquired !== undefined && resolve(m))
       worker.on('error', reject)
     })
     return { worker, waiting, acquired, messages }
   }
-  return { control: creator.control, holderTag: holder.lockTag, startWaiter }
+  /**
+   * Sets the waiter's clock, then returns once the waiter has read it twice (a whole pass of its
+   * loop since) or has taken the lock (the third cell).
+   */
+  const at = async (ms) => {
+    Atomics.store(clock, 0, ms)
+    const reads = Atomics.load(clock, 1)
+    while (Atomics.load(clock, 1) < reads + 2 && Atomics.load(clock, 2) === 0) await new Promise((resolve) => setImmediate(resolve))
+  }
+  return { control: creator.control, holderTag: holder.lockTag, startWaiter, at }
 }
 
-const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms))
-
-/** A holder /proc shows alive keeps the lock for 6.5 s; the waiter gets it only when released. */
+/** A holder /proc shows alive keeps the lock for 6.5 s of the waiter's clock; the waiter gets it only when released. */
 async function liveHolder(backend) {
-  const { control, holderTag, startWaiter } = setUp(backend)
+  const { control, holderTag, startWaiter, at } = setUp(backend)
   Atomics.store(control, C_LOCK, holderTag)
   const waiter = startWaiter()
   await waiter.waiting
-  await sleep(6_500)
-  const early = waiter.messages.find((m) => m.acquired)
+  await at(0)
+  for (let ms = 500; ms <= 6_500; ms += 500) await at(ms)
+  const early = waiter.messages.find((m) => m.acquired !== undefined)
   const heldBy = Atomics.load(control, C_LOCK)
-  const releasedAt = Date.now()
   Atomics.store(control, C_LOCK, 0)
   const { acquired, tag } = await waiter.acquired
   await waiter.worker.terminate()
-  return { early, heldBy, holderTag, wait: acquired - releasedAt, tag, cell: Atomics.load(control, C_LOCK) }
+  return { early, heldBy, holderTag, acquired, tag, cell: Atomics.load(control, C_LOCK) }
 }
 
 /** Holders that cannot be checked, a new one every 100 ms for 3 s, then one that stays. */
 async function changingHolders(backend) {
-  const { control, startWaiter } = setUp(backend)
+  const { control, startWaiter, at } = setUp(backend)
   // Tags below −2^22 are what a thread with no row locks with where there is no /proc: no tid.
   let tag = -10_000_000
   Atomics.store(control, C_LOCK, tag)
   const waiter = startWaiter()
   await waiter.waiting
-  for (const until = Date.now() + 3_000; Date.now() < until;) {
-    await sleep(100)
+  await at(0)
+  let ms = 0
+  while (ms < 3_000) {
     Atomics.store(control, C_LOCK, --tag)
+    await at((ms += 100))
   }
-  const lastChange = Date.now()
-  const early = waiter.messages.find((m) => m.acquired)
-  let timer
-  const { acquired } = await Promise.race([waiter.acquired, new Promise((resolve) => (timer = setTimeout(resolve, 15_000, { acquired: Infinity })))])
-  clearTimeout(timer)
+  const early = waiter.messages.find((m) => m.acquired !== undefined)
+  await at(ms + 4_990)
+  const stillHeld = Atomics.load(control, C_LOCK) === tag && !waiter.messages.some((m) => m.acquired !== undefined)
+  await at(ms + 5_010)
+  const { acquired } = await waiter.acquired
   await waiter.worker.terminate()
-  return { early, afterLastChange: acquired - lastChange }
+  return { early, stillHeld, afterLastChange: acquired - ms }
 }
 
 t.test('a lock is never taken from a live holder; one that cannot be checked loses it after 5 s of holding', async (t) => {
@@ -95,11 +111,12 @@ t.test('a lock is never taken from a live holder; one that cannot be checked los
     if (kind === 'live') {
       t.equal(r.early, undefined, `${backend}: a live holder kept the lock 6.5 s, past the 5 s that evicts one that cannot be checked`)
       t.equal(r.heldBy, r.holderTag, `${backend}: the cell still held the holder's tag`)
-      t.ok(r.wait < 3_000, `${backend}: once released, the waiter got the lock (${r.wait} ms)`)
+      t.equal(r.acquired, 6_500, `${backend}: once released, the waiter got the lock, the clock unmoved`)
       t.equal(r.cell, r.tag, `${backend}: with its own tag`)
     } else {
       t.equal(r.early, undefined, `${backend}: holders changing every 100 ms for 3 s are not evicted`)
-      t.ok(r.afterLastChange >= 5_000 && r.afterLastChange < 10_000, `${backend}: the holder that stayed was evicted 5 s after it came (${r.afterLastChange} ms)`)
+      t.ok(r.stillHeld, `${backend}: the holder that stayed still holds it 4.99 s after it came`)
+      t.equal(r.afterLastChange, 5_010, `${backend}: and is evicted once it has held it past 5 s`)
     }
   }
 })

@@ -15,7 +15,7 @@ const { SLOTS_PER_CHUNK } = require('../dist/core/layout')
 const { acquire, release } = require('../dist/core/lock')
 const { threadProgress, threadIdentity } = require('../dist/core/threads')
 const { attachArena, createArena } = require('../dist/core/backend')
-const { Registry, setCompactionThreshold } = require('../dist/core/registry')
+const { Registry } = require('../dist/core/registry')
 const { G_LOCK } = require('../dist/core/entities')
 const { Recorder } = require('../dist/core/recording')
 const { SnapshotReader } = require('../dist/core/reader')
@@ -160,9 +160,8 @@ for (const backend of backends()) {
   })
 
   t.test(`${backend}: the log is compacted: bounded by what is alive; a thread behind it replays the checkpoint`, (t) => {
-    setCompactionThreshold(2048)
-    t.teardown(() => setCompactionThreshold(undefined))
     const { main, worker, side, read } = played(backend)
+    main.registry.compactMinInts = 2048
     const keep = worker.recorder.topic('keep')
     keep.produced(3, 1, 7)
     const kg = keep.group('kg')

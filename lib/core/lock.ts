@@ -1,9 +1,10 @@
 // The spin lock every cross-thread critical section takes (registration, a group's dispatch).
 import type { ThreadState } from './threads'
 
-/** What a lock waiter may ask about a holder: whether its thread is alive, gone, or unknown. */
+/** What a lock waiter may ask about a holder: whether its thread is alive, gone, or unknown; and the time. */
 export interface HolderCheck {
   holderState(tag: number): ThreadState
+  now(): number
 }
 
 /**
@@ -33,7 +34,7 @@ export function acquire(cells: Int32Array, index: number, tag: number, memory?: 
     const owner = Atomics.compareExchange(cells, index, 0, tag)
     if (owner === 0) return
     if (++spins < 200) continue
-    const now = Date.now()
+    const now = memory !== undefined ? memory.now() : Date.now()
     if (owner !== seen) {
       seen = owner
       seenSince = checkedAt = now

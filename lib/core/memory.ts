@@ -20,15 +20,21 @@ export class Memory {
   readonly #i64 = new Map<number, BigInt64Array>()
   readonly #directories = new Map<number, Int32Array>()
   readonly #liveness: (tid: number, start: number) => ThreadState
+  /** Milliseconds, for the lock's patience with a holder it cannot check (a test drives its own). */
+  readonly now: () => number
   #lockDepth = 0
   #lockTag = 0
   #heldTag = 0 // the tag the registration lock was taken with (claimRow changes lockTag inside it)
   #row = 0
 
-  /** `liveness` answers whether a row owner still runs (read from /proc, unless a test stands in). */
-  constructor(arena: Arena, fresh: boolean, liveness: (tid: number, start: number) => ThreadState = threadState) {
+  /**
+   * `liveness` answers whether a row owner still runs (read from /proc), `clock` what time it is;
+   * a test stands in for either.
+   */
+  constructor(arena: Arena, fresh: boolean, liveness: (tid: number, start: number) => ThreadState = threadState, clock: () => number = Date.now) {
     this.arena = arena
     this.#liveness = liveness
+    this.now = clock
     this.control = new Int32Array(arena.chunk(0), chunkOffset(arena, 0), CHUNK_BYTES / 4)
     this.wide = new BigInt64Array(arena.chunk(0), chunkOffset(arena, 0), CHUNK_BYTES / 8)
     if (fresh) {

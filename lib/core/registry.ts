@@ -51,6 +51,8 @@ export class Registry {
    */
   onTopicRemoved: ((topic: TopicEntity) => void) | undefined
   onGroupRemoved: ((group: GroupEntity) => void) | undefined
+  /** The log length (Int32 units) below which it is never compacted; tests lower it to compact often. */
+  compactMinInts = COMPACT_MIN_INTS
 
   constructor(memory: Memory, config: ResolvedConfig) {
     this.memory = memory
@@ -408,7 +410,7 @@ export class Registry {
     } finally {
       this.#appending = undefined
     }
-    if (end > Math.max(compactMinInts, 2 * control[C_LOG_CHECKPOINT])) this.compact()
+    if (end > Math.max(this.compactMinInts, 2 * control[C_LOG_CHECKPOINT])) this.compact()
   }
 
   /**
@@ -665,12 +667,6 @@ export class Registry {
       logBytes: Atomics.load(control, C_LOG_END) * 4,
     }
   }
-}
-
-/** A test hook: the log length (Int32 units) below which it is never compacted. */
-let compactMinInts = COMPACT_MIN_INTS
-export function setCompactionThreshold(ints: number | undefined): void {
-  compactMinInts = ints ?? COMPACT_MIN_INTS
 }
 
 /** A bigint amount as a Count: a number while it is safe. */
