@@ -1,7 +1,8 @@
 // The public API (design §12) and nothing else: internals are not re-exported.
 import { Config } from './core/config'
 import { SurfaceOptions } from './http/pacing'
-import { SharedSurface, Surface, WorkerRecorder } from './surface'
+import { Surface } from './surface'
+import { SharedSurface, WorkerRecorder } from './worker'
 
 export { METRICS_CONTENT_TYPE } from './exposition/allowlist'
 export { MqMetricsError, ConfigError, FatalInvariantError, RemovedTopicError, RemovedGroupError, ClosedError, UsageError, LimitError } from './core/errors'
@@ -12,8 +13,11 @@ export type { WriteAnswer, QuorumEvent } from './core/quorum'
 export type { Config } from './core/config'
 export type { SurfaceOptions, ResolvedSurfaceOptions } from './http/pacing'
 export type { FaultRecord } from './core/faults'
-export type { Topic, Group, GroupOptions, Outcome } from './core/recording'
-export type { Surface, SharedSurface, WorkerRecorder, LatencyEstimator, Listening, ListenOptions } from './surface'
+export type { Topic, GroupOptions } from './core/topic'
+export type { Group, Outcome } from './core/group'
+export type { Surface, Listening, ListenOptions } from './surface'
+export type { SharedSurface, WorkerRecorder } from './worker'
+export type { LatencyEstimator } from './core/latency'
 export type { Snapshot, SnapshotWithPartitions, TopicSnapshot, GroupSnapshot, PartitionSnapshot, Count } from './core/snapshot'
 
 /**

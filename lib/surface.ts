@@ -2,7 +2,7 @@
 // It composes the parts; each part lives in the file its name says (STYLE: layout).
 import { EventEmitter } from 'node:events'
 import type { IncomingMessage, ServerResponse } from 'node:http'
-import { Arena, BackendName, SharedArena, attachArena, backendReason, chooseBackend, createArena, loadAddon } from './core/backend'
+import { Arena, BackendName, backendReason, chooseBackend, createArena, loadAddon } from './core/backend'
 import { Config, ResolvedConfig, resolveConfig } from './core/config'
 import type { ConservationReport } from './core/conservation'
 import { Observer, ThreadFields } from './core/observer'
@@ -11,15 +11,18 @@ import { FaultLog, FaultRecord } from './core/faults'
 import type { GzipBody } from './exposition/gzip'
 import { HttpHost, createHandler, listen as listenHttp } from './http/server'
 import { describe, validateName } from './core/labels'
-import { LATENCY_BUCKETS, LatencyWindow, QuantilesFromCounts, latencyBucketIndex, recordLatency } from './core/latency'
-import { C_CLOSED, C_NEXT_SLOT, MAIN_ROW, SLOTS_PER_CHUNK } from './core/layout'
+import { LATENCY_BUCKETS, LatencyEstimator, LatencyWindow, QuantilesFromCounts, latencyEstimator } from './core/latency'
+import { C_NEXT_SLOT, MAIN_ROW } from './core/layout'
 import { Memory } from './core/memory'
 import { Quorum, QuorumEvent, RUNBOOK_LEVELS, TIER_NAMES, WriteAnswer } from './core/quorum'
 import { keepAnnouncing } from './core/reclamation'
-import { Recorder, Topic } from './core/recording'
+import { Handles } from './core/handles'
+import { Recorder } from './core/recording'
+import type { Topic } from './core/topic'
 import { Registry } from './core/registry'
 import { Renderer } from './exposition/render'
-import { LatencyQuantiles, QuorumState, Snapshot, SnapshotWithPartitions, withPartitions } from './core/snapshot'
+import type { SharedSurface } from './worker'
+import { QuorumState, Snapshot, SnapshotWithPartitions, withPartitions } from './core/snapshot'
 import { ResolvedSurfaceOptions, ScrapePacer, ScrapeScheduler, SurfaceOptions, resolveSurfaceOptions } from './http/pacing'
 import { StatsContext, StatsView, StatsViews, statsFromQuery, statsView } from './exposition/stats'
 import { WorkerFaultChannel } from './core/worker-faults'
@@ -38,23 +41,6 @@ const WORKER_FAULT_POLL_MS = 1000
  * them; a scrape that fits in one slice is answered without a yield.
  */
 const RENDER_SLICE_MS = 10
-
-export interface LatencyEstimator {
-  /** Records one publish-to-ack latency in milliseconds (a no-op while e2e_latency is off). */
-  record(ms: number): void
-  /** Seals the current window and starts the next (the surface does this every 60 s). */
-  rotate(): void
-  /** p50/p90/p99 of the last complete window (the partial one before the first rotation). */
-  quantiles(): LatencyQuantiles | null
-}
-
-/** What `surface.share()` returns: post it to a worker and call `attachSurface()` there. */
-export interface SharedSurface {
-  readonly kind: 'mq-metrics/shared-surface'
-  readonly version: 1
-  readonly arena: SharedArena
-  readonly config: ResolvedConfig
-}
 
 export interface ListenOptions {
   port?: number
@@ -80,6 +66,7 @@ export class Surface extends EventEmitter {
   readonly #arena: Arena
   readonly #registry: Registry
   readonly #recorder: Recorder
+  readonly #handles: Handles
   readonly #quorum: Quorum
   readonly #faults = new FaultLog()
   readonly #workerFaults: WorkerFaultChannel
@@ -119,16 +106,15 @@ export class Surface extends EventEmitter {
     this.#recorder = new Recorder(this.#registry, MAIN_ROW, (code, metric, labels, previous, attempted) =>
       this.#fault({ code, metric, labels, previous, attempted, at: new Date().toISOString() }),
     )
-    this.#registry.onTopicRemoved = (topic) => this.#recorder.forget(topic.name, topic)
-    this.#registry.onGroupRemoved = (group) => this.#recorder.forgetGroup(group)
+    this.#handles = new Handles(this.#recorder)
     // Between its tasks this thread is inside no recording call: it says so (reclamation.ts).
     keepAnnouncing(memory)
     this.#quorum = new Quorum(memory.control)
-    this.#observer = new Observer(this.#recorder, (fault) => this.#fault(fault))
+    this.#observer = new Observer(this.#handles, (fault) => this.#fault(fault))
     const native = this.backend === 'native' ? loadAddon() : null
     const nativeQuantiles = native?.latencyQuantiles as QuantilesFromCounts | undefined
     this.#window = new LatencyWindow((out) => this.#sumLatency(out), nativeQuantiles)
-    this.latency = latencyFor(this.#recorder, this.config.e2e_latency, this.#window)
+    this.latency = latencyEstimator(this.config.e2e_latency ? this.#recorder.cells(0)[0] : new Float64Array(LATENCY_BUCKETS), memory.control, this.config.e2e_latency, this.#window)
     if (this.config.e2e_latency) this.#every(LATENCY_WINDOW_MS, () => this.#window.rotate())
     if (this.options.scrapeThread && this.enabled) {
       this.#scrapeThread = new ScrapeThread({
@@ -218,7 +204,7 @@ export class Surface extends EventEmitter {
 
   topic(name: string): Topic {
     this.#assertOpen()
-    return this.#recorder.topic(name)
+    return this.#handles.topic(name)
   }
 
   /** Its series leave the next scrape; a topic created again later starts from zero. */
@@ -226,7 +212,7 @@ export class Surface extends EventEmitter {
     this.#assertOpen()
     validateName('topic name', name) // design §3.6, as for topic(): '' or 1,025 characters is a RangeError
     const removed = this.#registry.removeTopic(name)
-    this.#recorder.forget(name)
+    this.#handles.forget(name)
     return removed
   }
 
@@ -498,87 +484,3 @@ function knownEvent(event: string | symbol): string | symbol {
   return event
 }
 
-function latencyFor(recorder: Recorder, enabled: boolean, window: LatencyWindow): LatencyEstimator {
-  // The latency buckets are slots [0, LATENCY_BUCKETS) of this thread's row: chunk 0.
-  const row = enabled ? recorder.cells(0)[0] : new Float64Array(LATENCY_BUCKETS)
-  // The shared control block: C_CLOSED is set by close(), whichever thread records.
-  const control = recorder.registry.memory.control
-  return {
-    record: enabled
-      ? (ms: number) => {
-          if (control[C_CLOSED] === 1) throw new ClosedError('this mq-metrics surface')
-          recordLatency(row, 0, ms)
-        }
-      : (ms: number) => {
-          // Disabled: nothing is recorded, but misuse is as loud as when it is on (STYLE: never
-          // swallow): a broker must not learn of a bad value only once it turns latency on.
-          if (control[C_CLOSED] === 1) throw new ClosedError('this mq-metrics surface')
-          latencyBucketIndex(ms)
-        },
-    rotate: () => {
-      if (control[C_CLOSED] === 1) throw new ClosedError('this mq-metrics surface')
-      if (enabled) window.rotate()
-    },
-    quantiles: () => {
-      if (control[C_CLOSED] === 1) throw new ClosedError('this mq-metrics surface')
-      return enabled ? window.quantiles() : null
-    },
-  }
-}
-
-/** attachSurface()'s argument is what surface.share() returned, whole: else a TypeError saying what is wrong. */
-function checkShared(shared: unknown): asserts shared is SharedSurface {
-  const expected = 'attachSurface expects the object surface.share() returned'
-  if (shared === null || typeof shared !== 'object' || (shared as SharedSurface).kind !== 'mq-metrics/shared-surface') {
-    throw new TypeError(`${expected}, got ${describe(shared)}`)
-  }
-  const { version, arena, config } = shared as SharedSurface
-  if (version !== 1) throw new TypeError(`${expected}: version ${describe(version)} is not 1 (a share() of another mq-metrics version?)`)
-  if (arena === null || typeof arena !== 'object') throw new TypeError(`${expected}: its arena is ${describe(arena)}`)
-  if (arena.backend === 'js') {
-    if (!(arena.buffer instanceof SharedArrayBuffer)) throw new TypeError(`${expected}: its js arena holds ${describe(arena.buffer)}, not a SharedArrayBuffer`)
-  } else if (arena.backend === 'native') {
-    if (!Number.isSafeInteger(arena.id) || arena.id <= 0) throw new TypeError(`${expected}: its native arena id is ${describe(arena.id)}`)
-  } else {
-    throw new TypeError(`${expected}: its arena backend is ${describe((arena as { backend?: unknown }).backend)}, not 'js' or 'native'`)
-  }
-  if (config === null || typeof config !== 'object') throw new TypeError(`${expected}: its config is ${describe(config)}`)
-}
-
-/** design §11: what a worker thread records with. */
-export class WorkerRecorder {
-  readonly backend: BackendName
-  readonly latency: Pick<LatencyEstimator, 'record'>
-  readonly #recorder: Recorder
-
-  constructor(shared: SharedSurface) {
-    checkShared(shared)
-    const arena = attachArena(shared.arena)
-    this.backend = arena.backend
-    const memory = new Memory(arena, false)
-    // Closed before this worker attached (the native backend throws ClosedError in Memory itself).
-    if (memory.control[C_CLOSED] === 1) throw new ClosedError('this mq-metrics surface')
-    const row = memory.claimRow()
-    const registry = new Registry(memory, shared.config)
-    const faults = new WorkerFaultChannel(memory)
-    this.#recorder = new Recorder(registry, row, (code, metric, labels, previous, attempted) => {
-      faults.send({ code, metric, labels, previous, attempted, at: new Date().toISOString() })
-    })
-    // removeTopic() runs on the main thread; this worker learns of it when it next replays the
-    // log (on its next registration) and lets its handle go. Replay is in log order, so the
-    // handle under that name can only be the removed topic's.
-    registry.onTopicRemoved = (topic) => this.#recorder.forget(topic.name, topic)
-    registry.onGroupRemoved = (group) => this.#recorder.forgetGroup(group)
-    // Between its tasks this thread is inside no recording call: it says so, and that it is
-    // gone when it exits (reclamation.ts).
-    keepAnnouncing(memory)
-    this.latency = { record: latencyFor(this.#recorder, shared.config.e2e_latency, new LatencyWindow(() => {})).record }
-  }
-
-  topic(name: string): Topic {
-    if (this.#recorder.registry.closed) throw new ClosedError('this mq-metrics surface')
-    return this.#recorder.topic(name)
-  }
-}
-
-void SLOTS_PER_CHUNK

@@ -18,6 +18,7 @@ const { attachArena, createArena } = require('../dist/core/backend')
 const { Registry } = require('../dist/core/registry')
 const { G_LOCK } = require('../dist/core/entities')
 const { Recorder } = require('../dist/core/recording')
+const { Handles } = require('../dist/core/handles')
 const { SnapshotReader } = require('../dist/core/reader')
 const { resolveConfig } = require('../dist/core/config')
 const { announce, detach } = require('../dist/core/reclamation')
@@ -35,9 +36,8 @@ function played(backend) {
     const row = memory.claimRow(tid === null ? null : { tid, start: 100 + tid })
     const registry = new Registry(memory, config)
     const recorder = new Recorder(registry, row, () => {})
-    registry.onTopicRemoved = (topic) => recorder.forget(topic.name, topic)
-    registry.onGroupRemoved = (group) => recorder.forgetGroup(group)
-    return { memory, row, registry, recorder }
+    const handles = new Handles(recorder)
+    return { memory, row, registry, recorder, handles }
   }
   const main = side(true, 1)
   const worker = side(false, 2)
@@ -57,7 +57,7 @@ function played(backend) {
 for (const backend of backends()) {
   t.test(`${backend}: a removed topic's block waits until every other thread has announced the removal`, (t) => {
     const { main, worker, topicNumbers } = played(backend)
-    const c = worker.recorder.topic('c')
+    const c = worker.handles.topic('c')
     c.produced(0, 1, 10)
     const cSlot = c.entity.slot
     t.equal(main.registry.removeTopic('c'), true)
@@ -80,7 +80,7 @@ for (const backend of backends()) {
 
   t.test(`${backend}: a removed group's blocks wait the same way, and its counts stay its topic's`, (t) => {
     const { main, worker, topicNumbers } = played(backend)
-    const topic = worker.recorder.topic('t')
+    const topic = worker.handles.topic('t')
     topic.produced(0, 3, 30, 3)
     const g = topic.group('g')
     g.dispatch(3)
@@ -108,7 +108,7 @@ for (const backend of backends()) {
   t.test(`${backend}: a thread that exited, or said so on exit, holds nothing back; one that cannot be told of does`, (t) => {
     const { threads, main, worker, side } = played(backend)
     const anonymous = side(false, null) // no /proc identity: only its announcement or detach counts
-    worker.recorder.topic('a').produced(0, 1, 1)
+    worker.handles.topic('a').produced(0, 1, 1)
     const slot = main.registry.topic('a').slot
     main.registry.removeTopic('a')
     announce(anonymous.memory)
@@ -162,13 +162,13 @@ for (const backend of backends()) {
   t.test(`${backend}: the log is compacted: bounded by what is alive; a thread behind it replays the checkpoint`, (t) => {
     const { main, worker, side, read } = played(backend)
     main.registry.compactMinInts = 2048
-    const keep = worker.recorder.topic('keep')
+    const keep = worker.handles.topic('keep')
     keep.produced(3, 1, 7)
     const kg = keep.group('kg')
     kg.dispatch(1)
     kg.delivered(1)
     kg.ackFloor(3, 1)
-    const gone = worker.recorder.topic('gone')
+    const gone = worker.handles.topic('gone')
     const goneGroup = keep.group('leaves')
     announce(worker.memory)
     main.registry.removeTopic('gone')
@@ -192,7 +192,7 @@ for (const backend of backends()) {
     kg.ackFloor(3, 2)
     worker.registry.sync()
     t.same([...worker.registry.topics.keys()].sort(), [...main.registry.topics.keys()].sort(), 'the worker knows exactly the live topics')
-    t.equal(worker.recorder.topic('keep'), keep, 'its handles of live topics are the same objects')
+    t.equal(worker.handles.topic('keep'), keep, 'its handles of live topics are the same objects')
     const late = side(false, 3)
     const strip = (topics) => JSON.stringify(topics, (k, v) => (k === 'key' ? undefined : typeof v === 'bigint' ? String(v) : v))
     t.equal(strip(read(late)), strip(read(main)), 'a thread that attaches now sees what the main thread sees')

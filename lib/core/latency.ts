@@ -1,5 +1,6 @@
 // The latency estimator's core (design §9): log-linear buckets, the hot-path `recordLatency`, the
-// nearest-rank read-out, and `LatencyWindow`, the double buffer owned by the reading thread.
+// nearest-rank read-out, `LatencyWindow`, the double buffer owned by the reading thread, and the
+// `LatencyEstimator` a surface and a worker hand the broker.
 //
 // Each thread counts into its own row of Float64 cells (design §11: single writer, no atomics).
 // Those per-thread counts are cumulative and never cleared; a window is the difference of two
@@ -7,6 +8,8 @@
 // reader (previous cumulative, sealed window), and recording never has to know a rotation exists.
 // native/latency.cc holds the C++ twin of `quantilesFromCounts`; both must agree bit for bit.
 
+import { ClosedError } from './errors'
+import { C_CLOSED } from './layout'
 import type { LatencyQuantiles } from './snapshot'
 
 // Bucket layout. A bucket is one power of two split into 64 equal sub-buckets, so its index is
@@ -205,5 +208,43 @@ export class LatencyWindow {
     // The live partial window is S_now − 0. #now is only scratch between rotations.
     this.#sumCumulative(this.#now)
     return this.#now
+  }
+}
+
+export interface LatencyEstimator {
+  /** Records one publish-to-ack latency in milliseconds (a no-op while e2e_latency is off). */
+  record(ms: number): void
+  /** Seals the current window and starts the next (the surface does this every 60 s). */
+  rotate(): void
+  /** p50/p90/p99 of the last complete window (the partial one before the first rotation). */
+  quantiles(): LatencyQuantiles | null
+}
+
+/**
+ * A thread's estimator over `row`, the chunk of its own row whose slots [0, LATENCY_BUCKETS) hold
+ * its buckets; `control` is the shared control block (C_CLOSED is set by close(), whichever thread
+ * records). `window` turns the buckets into quantiles (the main thread's; a worker only records).
+ */
+export function latencyEstimator(row: Float64Array, control: Int32Array, enabled: boolean, window: LatencyWindow): LatencyEstimator {
+  return {
+    record: enabled
+      ? (ms: number) => {
+          if (control[C_CLOSED] === 1) throw new ClosedError('this mq-metrics surface')
+          recordLatency(row, 0, ms)
+        }
+      : (ms: number) => {
+          // Disabled: nothing is recorded, but misuse is as loud as when it is on (STYLE: never
+          // swallow): a broker must not learn of a bad value only once it turns latency on.
+          if (control[C_CLOSED] === 1) throw new ClosedError('this mq-metrics surface')
+          latencyBucketIndex(ms)
+        },
+    rotate: () => {
+      if (control[C_CLOSED] === 1) throw new ClosedError('this mq-metrics surface')
+      if (enabled) window.rotate()
+    },
+    quantiles: () => {
+      if (control[C_CLOSED] === 1) throw new ClosedError('this mq-metrics surface')
+      return enabled ? window.quantiles() : null
+    },
   }
 }

@@ -8,7 +8,7 @@ import { ClosedError } from './errors'
 import type { FaultRecord } from './faults'
 import { C_CLOSED, C_QUORUM } from './layout'
 import { SnapshotReader } from './reader'
-import type { Recorder } from './recording'
+import type { Handles } from './handles'
 import type { GroupEntity, TopicEntity } from './entities'
 import type { LatencyQuantiles, QuorumState, Snapshot, TopicSnapshot } from './snapshot'
 
@@ -30,18 +30,19 @@ export interface Suspect {
 }
 
 export class Observer {
-  readonly #recorder: Recorder
+  readonly #handles: Handles
   readonly #reader: SnapshotReader
   readonly #checker: ConservationChecker
   readonly #suspects: SuspectEpisodes | undefined
 
   /**
-   * `recorder` repairs in_flight underflows (in its thread's row); `onFault` hears CONSERVATION_BROKEN.
+   * `handles` repairs in_flight underflows (in its thread's row); `onFault` hears CONSERVATION_BROKEN.
    * On the main thread a quiet, confirmed imbalance is reported at once; elsewhere (`mainThread`
    * false) it becomes a suspect for the main thread to `confirm()`.
    */
-  constructor(recorder: Recorder, onFault: (fault: FaultRecord) => void, mainThread = true) {
-    this.#recorder = recorder
+  constructor(handles: Handles, onFault: (fault: FaultRecord) => void, mainThread = true) {
+    this.#handles = handles
+    const recorder = handles.recorder
     this.#reader = new SnapshotReader(recorder.registry)
     const memory = recorder.registry.memory
     if (!mainThread) this.#suspects = new SuspectEpisodes(memory)
@@ -64,7 +65,7 @@ export class Observer {
    */
   confirm(suspects: readonly Suspect[]): void {
     if (suspects.length === 0) return
-    const registry = this.#recorder.registry
+    const registry = this.#handles.recorder.registry
     const memory = registry.memory
     if (memory.control[C_CLOSED] === 1) return
     memory.lock()
@@ -91,7 +92,7 @@ export class Observer {
   observe(fields: ThreadFields, ackFloors?: boolean): Snapshot
   observe(fields: ThreadFields, ackFloors: boolean, report: true): [Snapshot, ConservationReport]
   observe(fields: ThreadFields, ackFloors = false, report = false): Snapshot | [Snapshot, ConservationReport] {
-    const registry = this.#recorder.registry
+    const registry = this.#handles.recorder.registry
     const memory = registry.memory
     if (memory.control[C_CLOSED] === 1) throw new ClosedError('this mq-metrics surface')
     memory.lock()
@@ -119,7 +120,7 @@ export class Observer {
     }
     // Groups the read found with in_flight below 0 (more settled than dispatched, by threads that
     // raced past their own shares): back to 0, with IN_FLIGHT_UNDERFLOW (design §invariants).
-    for (const group of this.#reader.underflows) this.#recorder.repairInFlight(group)
+    for (const group of this.#reader.underflows) this.#handles.repairInFlight(group)
     return report ? [snapshot, conservation!] : snapshot
   }
 }

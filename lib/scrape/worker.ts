@@ -10,6 +10,7 @@ import type { FaultRecord } from '../core/faults'
 import { Memory } from '../core/memory'
 import { Observer } from '../core/observer'
 import { keepAnnouncing } from '../core/reclamation'
+import { Handles } from '../core/handles'
 import { Recorder } from '../core/recording'
 import { Registry } from '../core/registry'
 import { GZIP_LEVEL } from '../exposition/gzip'
@@ -32,11 +33,10 @@ let faults: FaultRecord[] = []
 const recorder = new Recorder(registry, memory.claimRow(), (code, metric, labels, previous, attempted) => {
   faults.push({ code, metric, labels, previous, attempted, at: new Date().toISOString() })
 })
-registry.onTopicRemoved = (topic) => recorder.forget(topic.name, topic)
-registry.onGroupRemoved = (group) => recorder.forgetGroup(group)
+const handles = new Handles(recorder)
 // Between its tasks this thread is inside no recording call: it says so (lib/core/reclamation.ts).
 keepAnnouncing(memory)
-const observer = new Observer(recorder, (fault) => faults.push(fault), false)
+const observer = new Observer(handles, (fault) => faults.push(fault), false)
 const renderer = new Renderer()
 const scrapes = new ScrapeScheduler(new ScrapePacer(data.share, data.burstMs), SLICE_MS)
 

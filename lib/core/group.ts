@@ -1,0 +1,671 @@
+// A consumer group handle: dispatch, settlement (by count and per message), retries, the dlq,
+// ack floors and the settle window.
+import { RemovedGroupError, UsageError } from './errors'
+import { describe } from './labels'
+import { C_CLOSED, C_NEXT_ROW, MAX_ROWS, SLOTS_PER_CHUNK } from './layout'
+import { acquire, release } from './lock'
+import { Memory } from './memory'
+import { G_LOCK, GroupEntity, TopicEntity, W_BASE, W_HEADER, W_SETTLED } from './entities'
+import { Chunk, GroupCell, checkCount, checkPartition, goneError } from './checks'
+import type { Recorder } from './recording'
+
+export type Outcome = 'delivered' | 'dropped'
+
+/** What a group handle asks of its topic's handle (topic.ts): the entity and its partitions' cells. */
+export interface TopicOfGroup {
+  readonly name: string
+  readonly entity: TopicEntity
+  baseOf(slot: number): number
+  ensurePartition(partition: number): number
+  knownPartition(partition: number): number | undefined
+  lastSeqOf(slot: number): number
+}
+
+const MAX_SAFE = Number.MAX_SAFE_INTEGER
+
+/**
+ * design §5: the test the hot path runs inline; false ⇔ checkCount throws. Measured the same as
+ * `Number.isSafeInteger(value) && value >= 0` in a delivered()-shaped loop (3.4 ns both); what
+ * pays is keeping the throwing half (checkCount, with its messages) out of the inlined body.
+ * This module's own (topic.ts has the same): imported, it cost delivered() 0.7–1.4 ns of 3.5
+ * (bench/hot.js, interleaved).
+ */
+function isCount(value: unknown): value is number {
+  return typeof value === 'number' && value >= 0 && value <= MAX_SAFE && Math.floor(value) === value
+}
+
+
+/** A partition's cells for the per-message calls of one group (Group.#lane). */
+interface Lane {
+  readonly lastSeqSlot: number
+  /** The highest last_seq seen so far: a seq at or below it is appended (last_seq never decreases). */
+  seen: number
+  readonly floorSlot: number
+  /** The shared row's chunk holding the floor's hint, and its index. */
+  readonly hints: Float64Array
+  readonly hintAt: number
+  /** The window's header cells (W_BASE, W_SETTLED) and its bits (registry.ts windowSlots). */
+  readonly headers: Float64Array
+  readonly header: number
+  readonly bits: Int32Array
+  readonly first: number
+}
+
+/** What a per-message call does (Group.#perMessage). */
+const enum Op {
+  Send,
+  Redeliver,
+  Delivered,
+  Dropped,
+  DeliveredUpTo,
+  DroppedUpTo,
+  Query,
+}
+
+export class Group {
+  readonly name: string
+  readonly entity: GroupEntity
+  readonly #topic: TopicOfGroup
+  readonly #recorder: Recorder
+  readonly #row: Float64Array
+  readonly #index: number
+  readonly #slot: number
+  /**
+   * The shared row's cells of this group's block: at #index its liveness tag (the group's id while
+   * it lives; removing the group or its topic, or closing the surface, clears it). One check covers
+   * all three, and it reads this handle's own fields only.
+   */
+  readonly #tag: Float64Array
+  readonly #id: number
+  readonly #memory: Memory
+  /** Each thread row's chunk holding this group's cells (index = row; Recorder.allRowsOf, shared). */
+  readonly #rowChunks: (Float64Array | undefined)[]
+  readonly #lock: Int32Array
+  readonly #lockIndex: number
+  readonly #maxInFlight: number
+  /** What the last settleUpTo() settled, or isInFlight()'s answer (1/0): a second result of #perMessage. */
+  #settledUpTo = 0
+  /** By partition: the per-message calls' cells (#lane). */
+  readonly #lanes: (Lane | undefined)[] = []
+
+  constructor(recorder: Recorder, topic: TopicOfGroup, entity: GroupEntity) {
+    this.name = entity.name
+    this.entity = entity
+    this.#topic = topic
+    this.#recorder = recorder
+    this.#slot = entity.slot
+    this.#maxInFlight = entity.maxInFlight
+    ;[this.#row, this.#index] = recorder.cells(entity.slot)
+    ;[this.#tag] = recorder.sharedCells(entity.slot)
+    this.#id = entity.id
+    this.#memory = recorder.registry.memory
+    this.#rowChunks = recorder.allRowsOf(entity.slot >>> Chunk.Shift)
+    this.#lock = recorder.registry.memory.sharedI32(Math.floor(entity.slot / SLOTS_PER_CHUNK))
+    this.#lockIndex = (this.#index + G_LOCK) * 2
+  }
+
+  // in_flight is kept as per-thread shares (dispatched here − settled here), summed at scrape.
+  // Settling — delivered()/dropped(), as frequent as publishing — then costs a plain store while
+  // this thread's share covers it; an atomic would cost 8–15 ns here (measured on this machine:
+  // Atomics.add ~8 ns, load + compareExchange ~15 ns, a Float64Array add ~3.4 ns). dispatch()
+  // takes the group's lock so that the design §5 bound is exact across threads; settlements only
+  // lower in_flight, so a dispatch that reads a share a moment old can only be stricter.
+
+  /**
+   * Design §invariants: in_flight += n, or false (nothing changes) if that would pass
+   * max_in_flight. Checked against every thread's share under the group's lock; an in_flight
+   * found below 0 (more settled than dispatched, by threads that raced) is repaired to 0 with
+   * IN_FLIGHT_UNDERFLOW first, so the bound holds whatever happened before.
+   */
+  dispatch(n = 1): boolean {
+    if (!isCount(n)) checkCount('n', n)
+    if (this.#tag[this.#index] !== this.#id) throw this.#gone()
+    const tag = this.#memory.lockTag
+    let below = 0
+    acquire(this.#lock, this.#lockIndex, tag, this.#memory)
+    try {
+      let inFlight = this.#inFlightAll()
+      // Checked again before any write: the wait for the lock (and a first look at another
+      // thread's row in #sumAll) may have let a removal land; a call that waits checks again.
+      if (this.#tag[this.#index] !== this.#id) throw this.#gone()
+      if (inFlight < 0) {
+        below = inFlight
+        this.#row[this.#index + GroupCell.InFlight] -= inFlight
+        inFlight = 0
+      }
+      if (inFlight + n > this.#maxInFlight) return false
+      this.#row[this.#index + GroupCell.InFlight] += n
+      return true
+    } finally {
+      release(this.#lock, this.#lockIndex, tag)
+      if (below < 0) this.#underflow(0, below)
+    }
+  }
+
+  /**
+   * in_flight was found at `attempted` < 0 (more settled than dispatched) and is 0 again: the
+   * fault, raised after the call's last write (faults are always raised last: docs/reclamation.md).
+   */
+  #underflow(previous: number, attempted: number): void {
+    this.#recorder.fault('IN_FLIGHT_UNDERFLOW', 'mq_group_in_flight', this.#labels(), previous, attempted)
+  }
+
+  /**
+   * An in_flight below 0 that no dispatch or settlement has met yet (a scrape found it): repaired
+   * to 0 in this thread's share, with IN_FLIGHT_UNDERFLOW. Returns whether there was one.
+   */
+  repairInFlight(): boolean {
+    if (this.#tag[this.#index] !== this.#id) return false
+    const tag = this.#memory.lockTag
+    let below = 0
+    acquire(this.#lock, this.#lockIndex, tag, this.#memory)
+    try {
+      const inFlight = this.#inFlightAll()
+      if (inFlight < 0 && this.#tag[this.#index] === this.#id) {
+        below = inFlight
+        this.#row[this.#index + GroupCell.InFlight] -= inFlight
+      }
+    } finally {
+      release(this.#lock, this.#lockIndex, tag)
+    }
+    if (below < 0) this.#underflow(0, below)
+    return below < 0
+  }
+
+  /** delivered += n (group and topic), in_flight −= n (design §5: never below 0). */
+  delivered(n = 1): void {
+    // Flat fast path (the `delivered()` row of `npm run bench`): inline count test, the topic's liveness
+    // cell read from this handle, and both cells written only when the counter stays below 2^53
+    // and this thread's in_flight share covers n; anything else takes #settle (the exact path).
+    if (!isCount(n)) checkCount('n', n)
+    if (this.#tag[this.#index] !== this.#id) throw this.#gone()
+    const row = this.#row
+    const at = this.#index
+    const delivered = row[at + GroupCell.Delivered] + n
+    const share = row[at + GroupCell.InFlight]
+    if (delivered <= MAX_SAFE && share >= n) {
+      row[at + GroupCell.Delivered] = delivered
+      row[at + GroupCell.InFlight] = share - n
+    } else {
+      this.#settle(GroupCell.Delivered, n)
+    }
+  }
+
+  /** dropped += n (group and topic), in_flight −= n; each drop is credit for one DLQ success. */
+  dropped(n = 1): void {
+    if (!isCount(n)) checkCount('n', n)
+    if (this.#tag[this.#index] !== this.#id) throw this.#gone()
+    const row = this.#row
+    const at = this.#index
+    const dropped = row[at + GroupCell.Dropped] + n
+    const share = row[at + GroupCell.InFlight]
+    if (dropped <= MAX_SAFE && share >= n) {
+      row[at + GroupCell.Dropped] = dropped
+      row[at + GroupCell.InFlight] = share - n
+    } else {
+      this.#settle(GroupCell.Dropped, n)
+    }
+  }
+
+  /** retries += n. */
+  redelivered(n = 1): void {
+    if (!isCount(n)) checkCount('n', n)
+    if (this.#tag[this.#index] !== this.#id) throw this.#gone()
+    const row = this.#row
+    const at = this.#index + GroupCell.Retries
+    const retries = row[at] + n
+    if (retries <= MAX_SAFE) row[at] = retries
+    else this.#recorder.add(row, at, this.#slot + GroupCell.Retries, n, this.#topic.entity, this.entity)
+  }
+
+  /** Throws when the group (or its topic) was removed, or the surface closed. */
+  #alive(): void {
+    if (this.#tag[this.#index] !== this.#id) throw this.#gone()
+  }
+
+  /** Which of the three cleared the tag: the surface closed, the topic removed, or the group. */
+  #gone(): Error {
+    const registry = this.#recorder.registry
+    if (this.#memory.control[C_CLOSED] === 1 || !registry.isLive(this.#topic.entity)) return goneError(this.#memory.control, this.#topic.name)
+    return new RemovedGroupError(this.#topic.name, this.name)
+  }
+
+  /** The slow half of delivered()/dropped(): a counter nearing 2^53, or a share that does not cover n. */
+  #settle(offset: number, n: number): void {
+    const row = this.#row
+    const index = this.#index
+    this.#recorder.add(row, index + offset, this.#slot + offset, n, this.#topic.entity, this.entity)
+    const share = row[index + GroupCell.InFlight]
+    if (share >= n) row[index + GroupCell.InFlight] = share - n
+    else this.#settleAcrossThreads(n)
+  }
+
+  /**
+   * Design §counters: dlq += n, never beyond dropped (fault DLQ_WITHOUT_DROP, nothing counted).
+   * Always checked against every thread's drops and DLQ successes, folds past 2^53 included,
+   * under the group's lock: a thread's own drops are no credit of their own (another thread may
+   * have dead-lettered them already). DLQ writes are rare next to deliveries.
+   */
+  deadLettered(n = 1): boolean {
+    checkCount('n', n)
+    this.#alive()
+    const row = this.#row
+    const index = this.#index
+    const memory = this.#memory
+    const tag = memory.lockTag
+    let credit: number | bigint
+    acquire(this.#lock, this.#lockIndex, tag, memory)
+    try {
+      credit = this.#creditAll()
+      this.#alive() // again, right before the write (see dispatch)
+      if (credit >= n) this.#recorder.add(row, index + GroupCell.Dlq, this.#slot + GroupCell.Dlq, n, this.#topic.entity, this.entity)
+    } finally {
+      release(this.#lock, this.#lockIndex, tag)
+    }
+    if (credit < n) {
+      this.#recorder.fault('DLQ_WITHOUT_DROP', 'mq_topic_messages_dlq_total', this.#labels(), Number(credit), n)
+      return false
+    }
+    return true
+  }
+
+  /** Σ dropped − Σ dlq over every thread, folds included, exactly. Caller holds the group's lock. */
+  #creditAll(): number | bigint {
+    const rows = this.#rowsAll()
+    const count = Math.min(this.#memory.control[C_NEXT_ROW], MAX_ROWS)
+    const dropped = this.#recorder.exactTotal(rows, count, this.#index + GroupCell.Dropped, this.#slot + GroupCell.Dropped)
+    const dlq = this.#recorder.exactTotal(rows, count, this.#index + GroupCell.Dlq, this.#slot + GroupCell.Dlq)
+    if (typeof dropped === 'number' && typeof dlq === 'number') return dropped - dlq
+    const credit = BigInt(dropped) - BigInt(dlq)
+    return credit <= BigInt(MAX_SAFE) && credit >= -BigInt(MAX_SAFE) ? Number(credit) : credit
+  }
+
+  /** design §5: the ack floor only rises and never passes last_seq (fault ACK_FLOOR_INVALID). */
+  ackFloor(partition: number, floor: number): boolean {
+    checkPartition(partition)
+    checkCount('floor', floor)
+    this.#alive()
+    if (this.entity.windowSlot(partition) !== undefined || (this.#recorder.registry.sync(), this.entity.windowSlot(partition) !== undefined)) {
+      throw new UsageError('FLOOR_KEPT_BY_SETTLE', `group ${JSON.stringify(this.name)} of topic ${JSON.stringify(this.#topic.name)} settles partition ${partition} per message (settle/send): its floor follows the settlements and ackFloor() cannot move it`)
+    }
+    const lastSeqSlot = this.#topic.knownPartition(partition)
+    const lastSeq = lastSeqSlot === undefined ? 0 : this.#topic.lastSeqOf(lastSeqSlot)
+    // The registry's sorted floor arrays, not a cache of our own (8 B per floor saved: ~1.6 MB at
+    // 4,348 topics × 16 partitions × 2 groups); a floor whose cells this thread has not mapped yet
+    // is read across every row first.
+    const rowChunks = this.#recorder.rowChunks
+    const sharedChunks = this.#recorder.sharedChunks
+    let slot: number | undefined = this.entity.floorSlot(partition)
+    if (slot !== undefined && (rowChunks[slot >>> Chunk.Shift] === undefined || sharedChunks[slot >>> Chunk.Shift] === undefined)) slot = undefined
+    const current = slot === undefined
+      ? this.#knownFloor(partition)
+      : Math.max(rowChunks[slot >>> Chunk.Shift][slot & Chunk.Mask], sharedChunks[slot >>> Chunk.Shift][slot & Chunk.Mask])
+    if (floor < current || floor > lastSeq) {
+      const labels = { topic: this.#topic.entity.label, group: this.entity.label, partition: String(partition) }
+      this.#recorder.fault('ACK_FLOOR_INVALID', 'mq_group_lag', labels, current, floor)
+      return false
+    }
+    // design §4: an ack floor makes the partition seen (its series appear) — only once accepted.
+    if (lastSeqSlot === undefined) this.#topic.ensurePartition(partition)
+    if (slot === undefined) slot = this.#resolveFloor(partition)
+    // The reads above may have waited for the registration lock: checked again before the writes.
+    this.#alive()
+    const hints = sharedChunks[slot >>> Chunk.Shift]
+    const at = slot & Chunk.Mask
+    rowChunks[slot >>> Chunk.Shift][at] = floor
+    if (floor > hints[at]) hints[at] = floor
+    return true
+  }
+
+  /**
+   * in_flight += n, always (a broker that cannot refuse a delivery): passing max_in_flight is the
+   * fault IN_FLIGHT_LIMIT_PASSED, not a refusal. Returns whether the bound still held.
+   */
+  dispatched(n = 1): boolean {
+    if (!isCount(n)) checkCount('n', n)
+    this.#alive()
+    const tag = this.#memory.lockTag
+    let total: number
+    acquire(this.#lock, this.#lockIndex, tag, this.#memory)
+    try {
+      this.#alive()
+      this.#row[this.#index + GroupCell.InFlight] += n
+      total = this.#inFlightAll()
+    } finally {
+      release(this.#lock, this.#lockIndex, tag)
+    }
+    if (total > this.#maxInFlight) {
+      this.#recorder.fault('IN_FLIGHT_LIMIT_PASSED', 'mq_group_in_flight', this.#labels(), this.#maxInFlight, total)
+      return false
+    }
+    return true
+  }
+
+  /**
+   * Message `seq` of `partition` was sent to a consumer: it is in flight until settled (counted
+   * always, as dispatched(); passing max_in_flight is IN_FLIGHT_LIMIT_PASSED). false, with a
+   * fault and nothing counted: not appended yet, settled already, in flight already (use
+   * redeliver()), or beyond the settlement window.
+   */
+  send(partition: number, seq: number): boolean {
+    return this.#perMessage(partition, seq, Op.Send)
+  }
+
+  /** Message `seq`, in flight, was sent again: retries += 1, in_flight unchanged (fault NOT_IN_FLIGHT otherwise). */
+  redeliver(partition: number, seq: number): boolean {
+    return this.#perMessage(partition, seq, Op.Redeliver)
+  }
+
+  /**
+   * Message `seq` of `partition` is settled, `'delivered'` or `'dropped'` — in flight or never
+   * sent (expired, a discarded backlog). Counts it, ends it in flight if it was, and raises the
+   * floor over every settled seq (so depth and lag follow), in one call. false, with a fault and
+   * nothing counted: settled already (ALREADY_SETTLED), above last_seq (SEQ_NOT_APPENDED), or
+   * beyond the window (SETTLE_WINDOW_EXCEEDED).
+   */
+  settle(partition: number, seq: number, outcome: Outcome): boolean {
+    if (outcome !== 'delivered' && outcome !== 'dropped') throw new TypeError(`outcome must be 'delivered' or 'dropped', got ${describe(outcome)}`)
+    return this.#perMessage(partition, seq, outcome === 'delivered' ? Op.Delivered : Op.Dropped)
+  }
+
+  /**
+   * Settles every message of `partition` up to `seq` that is not settled yet with `outcome` — a
+   * discarded session's backlog, an expired range — ending in flight those that were. Returns how
+   * many it settled (0, with ALREADY_SETTLED, when the floor is at `seq` already).
+   */
+  settleUpTo(partition: number, seq: number, outcome: Outcome): number {
+    if (outcome !== 'delivered' && outcome !== 'dropped') throw new TypeError(`outcome must be 'delivered' or 'dropped', got ${describe(outcome)}`)
+    this.#perMessage(partition, seq, outcome === 'delivered' ? Op.DeliveredUpTo : Op.DroppedUpTo)
+    return this.#settledUpTo
+  }
+
+  /** Whether message `seq` of `partition` is in flight in this group (sent, not settled). */
+  isInFlight(partition: number, seq: number): boolean {
+    this.#perMessage(partition, seq, Op.Query)
+    return this.#settledUpTo === 1
+  }
+
+  /** design §4: this group's ack floor on `partition` (its base when higher: the partition started later). */
+  floor(partition: number): number {
+    checkPartition(partition)
+    this.#alive()
+    const lastSeqSlot = this.#topic.knownPartition(partition)
+    const base = lastSeqSlot === undefined ? 0 : this.#topic.baseOf(lastSeqSlot)
+    const slot = this.entity.floorSlot(partition)
+    return Math.max(base, slot === undefined ? this.#knownFloor(partition) : this.#recorder.highest(slot))
+  }
+
+  /**
+   * The per-message calls. The window (registry.ts windowSlots) holds two bits per seq above its
+   * base — in flight, settled — at bit `seq mod window`, and is read and written only under the
+   * group's lock: any thread may send, redeliver or settle any message.
+   */
+  #perMessage(partition: number, seq: number, op: Op): boolean {
+    if (!isCount(seq) || seq === 0) {
+      if (checkCount('seq', seq) === 0) throw new RangeError('seq must be at least 1 (the first message of a partition has seq 1), got 0')
+    }
+    let lane = this.#lanes[partition]
+    if (lane === undefined || typeof partition !== 'number') lane = this.#lane(partition)
+    if (lane === undefined || (seq > lane.seen && seq > this.#lastSeqNow(lane))) {
+      this.#alive()
+      const lastSeq = lane === undefined ? 0 : lane.seen
+      this.#recorder.fault('SEQ_NOT_APPENDED', 'mq_partition_last_seq', this.#partitionLabels(partition), lastSeq, seq)
+      return false
+    }
+    let lastSeq = lane.seen
+    const headers = lane.headers
+    const header = lane.header
+    const bits = lane.bits
+    const first = lane.first
+    const window = this.entity.window
+    const words = window >>> 5
+    const position = seq % window
+    const word = first + (position >>> 5)
+    const bit = 1 << (position & 31)
+    const row = this.#row
+    const index = this.#index
+    const tag = this.#memory.lockTag
+    let fault = ''
+    let previous = 0
+    let total = 0
+    acquire(this.#lock, this.#lockIndex, tag, this.#memory)
+    try {
+      this.#alive()
+      if (headers[header + W_BASE] === 0) headers[header + W_BASE] = Math.max(this.#recorder.highest(lane.floorSlot), this.#topic.baseOf(lane.lastSeqSlot)) + 1
+      let floor = headers[header + W_BASE] - 1
+      const inFlight = (bits[word] & bit) !== 0
+      this.#settledUpTo = 0
+      if (op === Op.Query) {
+        this.#settledUpTo = seq > floor && seq <= floor + window && inFlight ? 1 : 0
+      } else if (op === Op.DeliveredUpTo || op === Op.DroppedUpTo) {
+        if (seq <= floor) {
+          fault = 'ALREADY_SETTLED'
+          previous = floor
+        } else {
+          // Within the window: each seq not settled yet counts (in flight ones end); beyond it
+          // nothing can be settled or in flight, so every seq there counts.
+          let count = 0
+          let above = headers[header + W_SETTLED]
+          for (let s = floor + 1; s <= seq && s <= floor + window; s++) {
+            const at = s % window
+            const w = first + (at >>> 5)
+            const b = 1 << (at & 31)
+            if ((bits[w + words] & b) !== 0) {
+              bits[w + words] &= ~b
+              above--
+              continue
+            }
+            if ((bits[w] & b) !== 0) {
+              bits[w] &= ~b
+              row[index + GroupCell.InFlight] -= 1
+            }
+            count++
+          }
+          if (seq > floor + window) count += seq - (floor + window)
+          floor = seq
+          // Seqs settled above the new floor now continue it: the floor rises over them too.
+          for (;;) {
+            const next = (floor + 1) % window
+            const w = first + words + (next >>> 5)
+            const b = 1 << (next & 31)
+            if ((bits[w] & b) === 0 || (floor + 1 > lastSeq && floor + 1 > (lastSeq = this.#lastSeqNow(lane)))) break
+            bits[w] &= ~b
+            floor++
+            above--
+          }
+          const cell = op === Op.DeliveredUpTo ? GroupCell.Delivered : GroupCell.Dropped
+          this.#recorder.add(row, index + cell, this.#slot + cell, count, this.#topic.entity, this.entity)
+          headers[header + W_SETTLED] = above
+          headers[header + W_BASE] = floor + 1
+          if (floor > lane.hints[lane.hintAt]) lane.hints[lane.hintAt] = floor
+          this.#settledUpTo = count
+        }
+      } else if (seq <= floor || (bits[word + words] & bit) !== 0) {
+        fault = 'ALREADY_SETTLED'
+        previous = floor
+      } else if (seq > floor + window) {
+        fault = 'SETTLE_WINDOW_EXCEEDED'
+        previous = floor + window
+      } else if (op === Op.Send) {
+        if (inFlight) {
+          fault = 'ALREADY_IN_FLIGHT'
+        } else {
+          bits[word] |= bit
+          row[index + GroupCell.InFlight] += 1
+          total = this.#inFlightAll()
+        }
+      } else if (op === Op.Redeliver) {
+        if (inFlight) this.#recorder.add(row, index + GroupCell.Retries, this.#slot + GroupCell.Retries, 1, this.#topic.entity, this.entity)
+        else fault = 'NOT_IN_FLIGHT'
+      } else {
+        const cell = op === Op.Delivered ? GroupCell.Delivered : GroupCell.Dropped
+        this.#recorder.add(row, index + cell, this.#slot + cell, 1, this.#topic.entity, this.entity)
+        if (inFlight) {
+          bits[word] &= ~bit
+          row[index + GroupCell.InFlight] -= 1
+        }
+        bits[word + words] |= bit
+        let above = headers[header + W_SETTLED] + 1
+        // The floor rises over every settled seq above it; their bits are cleared for reuse.
+        for (;;) {
+          const next = (floor + 1) % window
+          const w = first + words + (next >>> 5)
+          const b = 1 << (next & 31)
+          if ((bits[w] & b) === 0 || (floor + 1 > lastSeq && floor + 1 > (lastSeq = this.#lastSeqNow(lane)))) break
+          bits[w] &= ~b
+          floor++
+          above--
+        }
+        headers[header + W_SETTLED] = above
+        headers[header + W_BASE] = floor + 1
+        if (floor > lane.hints[lane.hintAt]) lane.hints[lane.hintAt] = floor
+      }
+    } finally {
+      release(this.#lock, this.#lockIndex, tag)
+    }
+    // Faults are raised after the call's last write (docs/reclamation.md).
+    if (fault !== '') {
+      const metric = fault === 'ALREADY_IN_FLIGHT' || fault === 'NOT_IN_FLIGHT' ? 'mq_group_in_flight' : 'mq_group_lag'
+      this.#recorder.fault(fault, metric, this.#partitionLabels(partition), previous, seq)
+      return false
+    }
+    if (op === Op.Send && total > this.#maxInFlight) {
+      this.#recorder.fault('IN_FLIGHT_LIMIT_PASSED', 'mq_group_in_flight', this.#labels(), this.#maxInFlight, total)
+    }
+    return true
+  }
+
+  /**
+   * The partition's lane, resolved on its first per-message call: undefined while nothing was
+   * appended to it. Its blocks are the group's own for the group's life (a removed group fails
+   * #alive() before any of them is touched), so they are resolved once.
+   */
+  #lane(partition: number): Lane | undefined {
+    checkPartition(partition)
+    this.#alive()
+    const lastSeqSlot = this.#topic.knownPartition(partition)
+    if (lastSeqSlot === undefined) return undefined
+    const registry = this.#recorder.registry
+    // Blocks first (they may take the registration lock), then the group's lock.
+    const floorSlot = registry.floor(this.entity, partition)
+    const windowSlot = registry.windowBlock(this.entity, partition)
+    this.#recorder.resolveChunk(floorSlot)
+    this.#recorder.resolveChunk(windowSlot)
+    const header = windowSlot & Chunk.Mask
+    const lane: Lane = {
+      lastSeqSlot,
+      seen: this.#topic.lastSeqOf(lastSeqSlot),
+      floorSlot,
+      hints: this.#recorder.sharedChunks[floorSlot >>> Chunk.Shift],
+      hintAt: floorSlot & Chunk.Mask,
+      headers: this.#recorder.sharedChunks[windowSlot >>> Chunk.Shift],
+      header,
+      bits: this.#memory.sharedI32(windowSlot >>> Chunk.Shift),
+      first: (header + W_HEADER) * 2, // the in-flight bits; the settled bits follow them
+    }
+    this.#lanes[partition] = lane
+    return lane
+  }
+
+  /** last_seq read across every thread (a seq above the lane's last sight of it). */
+  #lastSeqNow(lane: Lane): number {
+    const now = this.#topic.lastSeqOf(lane.lastSeqSlot)
+    if (now > lane.seen) lane.seen = now
+    return now
+  }
+
+  #partitionLabels(partition: number): Record<string, string> {
+    return { topic: this.#topic.entity.label, group: this.entity.label, partition: String(partition) }
+  }
+
+  /** Current in_flight across every thread. */
+  inFlight(): number {
+    if (this.#tag[this.#index] !== this.#id) throw this.#gone() // see lastSeqKnown
+    return Math.max(0, this.#inFlightAll())
+  }
+
+  /**
+   * This thread's share does not cover the settlement: another thread dispatched it, or nobody
+   * did. Checked against every thread's share under the group's lock; a total below 0 found here
+   * (threads that raced past their own shares) is repaired to 0 as well.
+   */
+  #settleAcrossThreads(n: number): void {
+    const memory = this.#memory
+    let available: number
+    const tag = memory.lockTag
+    acquire(this.#lock, this.#lockIndex, tag, memory)
+    try {
+      const inFlight = this.#inFlightAll()
+      available = Math.max(0, inFlight)
+      this.#alive() // again, right before the write (see dispatch)
+      this.#row[this.#index + GroupCell.InFlight] -= Math.min(inFlight, 0) + Math.min(n, available)
+    } finally {
+      release(this.#lock, this.#lockIndex, tag)
+    }
+    // Design §invariants: the delivery/drop happened and is counted; in_flight stays at 0.
+    if (available < n) this.#underflow(available, available - n)
+  }
+
+  #inFlightAll(): number {
+    return this.#sumAll(GroupCell.InFlight)
+  }
+
+  /** Every thread row's chunk holding this group's cells, mapped so far (index = row). */
+  #rowsAll(): readonly (Float64Array | undefined)[] {
+    const rows = Math.min(this.#memory.control[C_NEXT_ROW], MAX_ROWS)
+    for (let row = 1; row < rows; row++) {
+      if (this.#rowChunks[row] === undefined) {
+        const chunk = this.#memory.rowChunk(row, this.#slot >>> Chunk.Shift, false)
+        if (chunk !== undefined) this.#rowChunks[row] = chunk
+      }
+    }
+    return this.#rowChunks
+  }
+
+  /**
+   * Σ over every thread's row of one of this group's cells. Called under the group lock. The
+   * row count is a plain read (Atomics.load costs ~9 ns here): a thread can only hold a non-zero
+   * cell of this group after taking this lock once (to dispatch, or for a settlement or a DLQ
+   * credit its own cells did not cover), and it claimed its row before that, so our acquire
+   * already orders the claim before this read. Each row's cell block is looked up once and
+   * cached (the chunk of a row never moves), so dispatch() pays no Atomics.load and no Map
+   * lookup per row per call (the `dispatch()` row of `npm run bench`).
+   */
+  #sumAll(offset: number): number {
+    const rows = Math.min(this.#memory.control[C_NEXT_ROW], MAX_ROWS)
+    const chunks = this.#rowChunks
+    const at = this.#index + offset
+    let sum = 0
+    for (let row = 1; row < rows; row++) {
+      let chunk = chunks[row]
+      if (chunk === undefined) {
+        // Not recorded into by that thread (yet): its share is 0 until it allocates the chunk.
+        chunk = this.#memory.rowChunk(row, this.#slot >>> Chunk.Shift, false)
+        if (chunk === undefined) continue
+        chunks[row] = chunk
+      }
+      sum += chunk[at]
+    }
+    return sum
+  }
+
+  #knownFloor(partition: number): number {
+    const registry = this.#recorder.registry
+    registry.sync()
+    const slot = this.entity.floorSlot(partition)
+    if (slot === undefined) return 0
+    this.#resolveFloor(partition)
+    return this.#recorder.highest(slot)
+  }
+
+  /** The slot of this group's ack floor on a partition, registering it if it is new. */
+  #resolveFloor(partition: number): number {
+    const slot = this.#recorder.registry.floor(this.entity, partition)
+    this.#recorder.resolveChunk(slot)
+    return slot
+  }
+
+  #labels(): Record<string, string> {
+    return { topic: this.#topic.entity.label, group: this.entity.label }
+  }
+}

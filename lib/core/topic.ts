@@ -1,0 +1,437 @@
+// A topic handle: produced()/append() on its partitions, and the registry of its group handles.
+import { FatalInvariantError } from './errors'
+import { describe, validateName } from './labels'
+import { MAX_IN_FLIGHT_LIMIT } from './config'
+import { DEFAULT_SETTLE_WINDOW, GroupEntity, P_BASE, TopicEntity } from './entities'
+import { Chunk, Control, checkCount, checkPartition, goneError } from './checks'
+import { Group } from './group'
+import type { Recorder } from './recording'
+
+const MAX_SAFE = Number.MAX_SAFE_INTEGER
+
+// isCount and checkProduced are this module's own: produced() calls them, and an imported
+// function costs it ~5 bytes of bytecode per call, past V8's inlining budget (bench/v8-guards.js;
+// imported, produced() was 494 bytes of 460).
+/** design §5: the test the hot path runs inline; false ⇔ checkCount throws (group.ts has the same). */
+function isCount(value: unknown): value is number {
+  return typeof value === 'number' && value >= 0 && value <= MAX_SAFE && Math.floor(value) === value
+}
+
+/** Throws the error for the first of produced()'s counts that is not one (the cold half of the check). */
+function checkProduced(seq: unknown, bytes: unknown, count: unknown): void {
+  checkCount('seq', seq)
+  checkCount('bytes', bytes)
+  checkCount('count', count)
+}
+
+export const MAX_SETTLE_WINDOW = 1 << 20
+export interface GroupOptions {
+  /** design §5: dispatch() refuses past it; dispatched() and send() count and raise a fault. */
+  max_in_flight?: number
+  /** Where a new group starts: at each partition's start (`'earliest'`) or its last_seq (`'latest'`). */
+  from?: 'earliest' | 'latest'
+  /** Seqs above the floor that settle()/send() can track per partition (a multiple of 32). */
+  settle_window?: number
+}
+
+
+/** Scratch for reading a last_seq hint's bits as a number (append()). */
+const bitsView = new Float64Array(1)
+const bitsView64 = new BigInt64Array(bitsView.buffer)
+/** A topic handle finds its group handles by a linear search up to this many, by a Map past it. */
+const MAX_LISTED_GROUPS = 16
+
+export class Topic {
+  readonly name: string
+  readonly entity: TopicEntity
+  readonly #recorder: Recorder
+  readonly #row: Float64Array
+  readonly #index: number
+  readonly #tag: Float64Array
+  readonly #id: number // entity.id, one hop closer: the liveness check runs on every call
+  readonly #control: Int32Array // for the read_only check without a call through the recorder
+  readonly #slot: number
+  /**
+   * By partition number: the slot of its last_seq cell, once resolved in this thread. The cell
+   * is rowChunks[slot >>> Chunk.Shift][slot & Chunk.Mask] (this thread's last_seq); the same
+   * place in sharedChunks is the hint: the highest last_seq any thread wrote.
+   */
+  readonly #lastSeqSlots: number[] = []
+  readonly #rowChunks: Float64Array[]
+  readonly #sharedChunks: Float64Array[]
+  /**
+   * Group handles by raw name: an array while there are few (a Map per topic cost ~150 B, 3.5 B per
+   * sample at the issue's workload), a Map past MAX_LISTED_GROUPS.
+   */
+  #groups: readonly Group[] | Map<string, Group> = []
+
+  constructor(recorder: Recorder, entity: TopicEntity) {
+    this.name = entity.name
+    this.entity = entity
+    this.#recorder = recorder
+    this.#slot = entity.slot
+    this.#id = entity.id
+    this.#control = recorder.registry.memory.control
+    this.#rowChunks = recorder.rowChunks
+    this.#sharedChunks = recorder.sharedChunks
+    ;[this.#row, this.#index] = recorder.cells(entity.slot)
+    ;[this.#tag] = recorder.sharedCells(entity.slot)
+  }
+
+  /** Throws when the topic was removed (its slots may already belong to another topic). */
+  alive(): void {
+    if (this.#tag[this.#index] !== this.#id) throw this.#gone()
+  }
+
+  /**
+   * The error for a handle whose liveness tag no longer names its topic: the topic was removed,
+   * or the surface was closed (Registry.close clears every tag).
+   */
+  #gone(): Error {
+    return goneError(this.#control, this.name)
+  }
+
+  /**
+   * design §12: `count` messages were durably appended to `partition`; the last has `seq`.
+   * Returns false (fault WRITE_WHILE_READ_ONLY, nothing changes) while the quorum is read_only.
+   * Measured cost: see bench/ (target ≤ 15 ns).
+   */
+  produced(partition: number, seq: number, bytes: number, count = 1): boolean {
+    // One flat body with a single fast path (the `produced()` row of `npm run bench`): the checks are inline
+    // tests whose throwing halves live in cold functions, the liveness and read_only cells are
+    // read straight from fields (a plain Int32Array read of the quorum cell: a tier change a
+    // moment old is tolerated), and both counters are written only once they are
+    // known to stay below 2^53 — else the folding path below. Keep this body under V8's 460
+    // bytes of bytecode (bench/v8-guards.js checks it, CI step 20-v8-guards): past it the
+    // caller's loop can no longer inline it (the `produced()` row of `npm run bench` shows it).
+    if (!(isCount(seq) && isCount(bytes) && isCount(count))) checkProduced(seq, bytes, count)
+    const index = this.#index
+    if (this.#tag[index] !== this.#id) throw this.#gone()
+    // A non-number never indexes the cache (a string '3' would find partition 3's cells).
+    const known = typeof partition === 'number' ? this.#lastSeqSlots[partition] : undefined
+    if (this.#control[Control.Quorum] === 2) return this.#refuseReadOnly(partition, seq, known)
+    // design §4: the n-th message of a partition has seq n, so a batch of `count` ending at `seq`
+    // is seqs before + 1 … seq, all above last_seq: a decrease, a repeated seq and an overlapping
+    // batch are all refused (a repeated append would count its messages twice). `seq − count` is
+    // written out each time: a local for it took produced() past 16 registers and its bytecode
+    // budget (below).
+    const slot = known ?? this.#resolvePartition(partition, seq - count)
+    const row = this.#rowChunks[slot >>> Chunk.Shift]
+    const hints = this.#sharedChunks[slot >>> Chunk.Shift]
+    const at = slot & Chunk.Mask
+    const own = row[at]
+    const hint = hints[at]
+    // The batch must continue last_seq exactly: this thread's own, or the shared hint when another
+    // thread wrote since (a NaN hint, owned by this thread, is never the larger).
+    if (seq - count !== (hint > own ? hint : own)) this.#checkSeq(partition, seq, seq - count)
+    const counters = this.#row
+    // Writing marker (cell 2): a reader that finds it set knows this thread stopped between the
+    // counter and last_seq writes, so it never takes such a torn moment for a quiet one.
+    counters[index + 2] = 1
+    const produced = counters[index] + count
+    const total = counters[index + 1] + bytes
+    // Both are ≥ 0, so one test covers both (a sum past 2^53 just takes the exact path).
+    if (produced + total <= MAX_SAFE) {
+      counters[index] = produced
+      counters[index + 1] = total
+    } else {
+      this.#addFolding(count, bytes)
+    }
+    row[at] = seq
+    if (seq > hint) hints[at] = seq
+    counters[index + 2] = 0
+    return true
+  }
+
+  /**
+   * The batch does not continue this thread's last_seq nor the shared hint: contiguous with what
+   * other threads appended (fine), a regression (fatal), the partition's first append starting
+   * above seq 1 (its base is set: design §4), or a gap (fatal: SEQ_GAP, nothing changes).
+   */
+  #checkSeq(partition: number, seq: number, before: number): void {
+    const slot = this.#lastSeqSlots[partition]
+    const highest = this.#recorder.highest(slot)
+    if (before === highest) return
+    if (before < highest) this.#regression(partition, seq, before)
+    if (highest === 0 && this.#recorder.registry.setBase(this.entity, slot, before)) return
+    const labels = this.#labels(partition)
+    const message = `would skip seqs ${highest + 1}…${before}: a batch of ${seq - before} ending at seq ${seq} must start at ${highest + 1} (the n-th message of a partition has seq n; topic.append() assigns seqs)`
+    this.#recorder.fault('SEQ_GAP', 'mq_partition_last_seq', labels, highest, before + 1)
+    throw new FatalInvariantError('SEQ_GAP', 'mq_partition_last_seq', labels, highest, before + 1, message)
+  }
+
+  /**
+   * Appends `count` messages to `partition` with seqs the library assigns (the next after
+   * last_seq) and returns the last one's seq, or 0 when the write is refused (read_only). Several
+   * threads may append to one partition: each gets its own seqs. (Do not mix it with explicit
+   * seqs from another thread on the same partition: docs/integration.md.)
+   */
+  append(partition: number, bytes: number, count = 1): number {
+    if (!(isCount(bytes) && isCount(count)) || count === 0) {
+      checkCount('bytes', bytes)
+      if (checkCount('count', count) === 0) throw new RangeError('count must be at least 1 for append(), got 0')
+    }
+    const known = typeof partition === 'number' ? this.#lastSeqSlots[partition] : undefined
+    this.alive()
+    const slot = known ?? this.#resolvePartition(partition, 0)
+    const c = slot >>> Chunk.Shift
+    const at = slot & Chunk.Mask
+    const hint = this.#sharedChunks[c][at]
+    // A NaN hint names this thread as the partition's only writer (Recorder.claimLastSeq).
+    if (Number.isNaN(hint)) {
+      const seq = this.#rowChunks[c][at] + count
+      return this.produced(partition, seq, bytes, count) ? seq : 0
+    }
+    return this.#appendShared(partition, slot, bytes, count)
+  }
+
+  /** append() on a partition several threads write: the seqs are reserved on the shared hint with a CAS. */
+  #appendShared(partition: number, slot: number, bytes: number, count: number): number {
+    if (this.#control[Control.Quorum] === 2) {
+      this.#refuseReadOnly(partition, this.#recorder.highest(slot) + count, slot)
+      return 0
+    }
+    const c = slot >>> Chunk.Shift
+    const at = slot & Chunk.Mask
+    const cells = this.#recorder.registry.memory.sharedI64(c)
+    const counters = this.#row
+    const index = this.#index
+    counters[index + 2] = 1
+    let seq: number
+    for (;;) {
+      const bits = Atomics.load(cells, at)
+      bitsView64[0] = bits
+      const last = bitsView[0] > 0 ? bitsView[0] : 0
+      seq = last + count
+      bitsView[0] = seq
+      if (Atomics.compareExchange(cells, at, bits, bitsView64[0]) === bits) break
+    }
+    if (counters[index] + count + counters[index + 1] + bytes <= MAX_SAFE) {
+      counters[index] += count
+      counters[index + 1] += bytes
+    } else {
+      this.#addFolding(count, bytes)
+    }
+    const row = this.#rowChunks[c]
+    if (seq > row[at]) row[at] = seq
+    counters[index + 2] = 0
+    return seq
+  }
+
+  /** design §4: the partition's last_seq across every thread (0 before any append). */
+  lastSeq(partition: number): number {
+    checkPartition(partition)
+    return this.lastSeqKnown(partition)
+  }
+
+  /** The partition's base: the seq before its first message (0 unless its log started later). */
+  baseOf(slot: number): number {
+    this.#recorder.resolveChunk(slot)
+    return this.#sharedChunks[slot >>> Chunk.Shift][(slot & Chunk.Mask) + P_BASE]
+  }
+
+  /** produced and bytes, one of which nears 2^53: the exact (folding) adds. */
+  #addFolding(count: number, bytes: number): void {
+    this.#recorder.add(this.#row, this.#index, this.#slot, count, this.entity)
+    this.#recorder.add(this.#row, this.#index + 1, this.#slot + 1, bytes, this.entity)
+  }
+
+  /**
+   * design §6: in read_only the consumer-visible ceiling freezes; the write is refused and
+   * changes nothing — not even a partition's first appearance.
+   */
+  #refuseReadOnly(partition: number, seq: number, slot: number | undefined): false {
+    checkPartition(partition)
+    const previous = slot === undefined ? this.lastSeqKnown(partition) : this.#recorder.highest(slot)
+    this.#recorder.fault('WRITE_WHILE_READ_ONLY', 'mq_partition_last_seq', this.#labels(partition), previous, seq)
+    return false
+  }
+
+  /**
+   * design §5: a last_seq decrease is fatal (fault, then throw; the stored value is kept), and so is
+   * an append of `seq − before` messages whose first seq (`attempted`) is not above last_seq. `seq`
+   * is NaN when the caller knows only `before` (#resolvePartition).
+   */
+  #regression(partition: number, seq: number, before: number): never {
+    const slot = this.#lastSeqSlots[partition]
+    let previous: number
+    if (slot === undefined) {
+      previous = this.lastSeqKnown(partition) // refused before this thread resolved it (#resolvePartition)
+    } else {
+      const own = this.#rowChunks[slot >>> Chunk.Shift][slot & Chunk.Mask]
+      const hint = this.#sharedChunks[slot >>> Chunk.Shift][slot & Chunk.Mask]
+      previous = hint > own ? hint : own // a NaN hint (owned: see claimLastSeq) is never the larger
+    }
+    const labels = this.#labels(partition)
+    const first = seq === before ? seq : before + 1 // count 0 appends nothing: seq itself
+    const batch = Number.isNaN(seq) ? 'a batch' : `a batch of ${seq - before} ending at seq ${seq}`
+    const message = seq < previous
+      ? undefined // a plain decrease: the standard message
+      : `would not increase: ${batch} starts at ${first}, not above last_seq ${previous} (the n-th message of a partition has seq n)`
+    this.#recorder.fault('SEQ_REGRESSION', 'mq_partition_last_seq', labels, previous, first)
+    throw new FatalInvariantError('SEQ_REGRESSION', 'mq_partition_last_seq', labels, previous, first, message)
+  }
+
+  /**
+   * design §12: resolve a consumer group (same name → same handle). Options apply when the group
+   * is created; `max_in_flight` and `settle_window` given for an existing group must match it.
+   */
+  group(name: string, options?: GroupOptions): Group {
+    validateName('group name', name)
+    const config = this.#recorder.registry.config
+    let maxInFlight = config.max_in_flight
+    let window = DEFAULT_SETTLE_WINDOW
+    let latest = false
+    if (options !== undefined) {
+      if (options === null || typeof options !== 'object') throw new TypeError(`group options must be an object, got ${describe(options)}`)
+      for (const key of Object.keys(options)) {
+        if (key !== 'max_in_flight' && key !== 'from' && key !== 'settle_window') {
+          throw new TypeError(`unknown group option ${JSON.stringify(key)} (known: max_in_flight, from, settle_window)`)
+        }
+      }
+      const override = options.max_in_flight
+      if (override !== undefined) {
+        if (typeof override !== 'number' || !Number.isInteger(override) || override < 1 || override > MAX_IN_FLIGHT_LIMIT) {
+          throw new RangeError(`max_in_flight must be an integer from 1 to ${MAX_IN_FLIGHT_LIMIT}, got ${describe(override)}`)
+        }
+        maxInFlight = override
+      }
+      if (options.from !== undefined) {
+        if (options.from !== 'earliest' && options.from !== 'latest') throw new TypeError(`from must be 'earliest' or 'latest', got ${describe(options.from)}`)
+        latest = options.from === 'latest'
+      }
+      if (options.settle_window !== undefined) {
+        const w = options.settle_window
+        if (typeof w !== 'number' || !Number.isInteger(w) || w < 32 || w > MAX_SETTLE_WINDOW || w % 32 !== 0) {
+          throw new RangeError(`settle_window must be a multiple of 32 from 32 to ${MAX_SETTLE_WINDOW}, got ${describe(w)}`)
+        }
+        window = w
+      }
+    }
+    this.alive()
+    let handle = this.#groupHandle(name)
+    if (handle !== undefined && !this.#recorder.registry.isGroupLive(handle.entity)) {
+      // Removed (by this or another thread): a group created again under the name starts afresh.
+      this.dropGroupHandle(handle.entity)
+      handle = undefined
+    }
+    if (handle === undefined) {
+      const entity = this.#recorder.registry.group(this.entity, name, maxInFlight, window, latest)
+      handle = new Group(this.#recorder, this, entity)
+      this.#addGroupHandle(handle)
+    }
+    if (options?.max_in_flight !== undefined && handle.entity.maxInFlight !== maxInFlight) {
+      throw new RangeError(`group ${JSON.stringify(name)} of topic ${JSON.stringify(this.name)} is registered with max_in_flight ${handle.entity.maxInFlight}, not ${maxInFlight}`)
+    }
+    if (options?.settle_window !== undefined && handle.entity.window !== window) {
+      throw new RangeError(`group ${JSON.stringify(name)} of topic ${JSON.stringify(this.name)} is registered with settle_window ${handle.entity.window}, not ${window}`)
+    }
+    return handle
+  }
+
+  /**
+   * Removes the group (from any thread): its series leave the next scrape, its delivered, dropped
+   * and dlq stay in the topic's counters, its handles throw RemovedGroupError (GROUP_REMOVED),
+   * and a group created again under the name starts from zero. false: no such group.
+   */
+  removeGroup(name: string): boolean {
+    validateName('group name', name)
+    this.alive()
+    const handle = this.#groupHandle(name)
+    const removed = this.#recorder.registry.removeGroup(this.entity, name)
+    if (handle !== undefined) this.dropGroupHandle(handle.entity)
+    return removed
+  }
+
+  /** Lets this topic's handle for `group` go (the group was removed). */
+  dropGroupHandle(group: GroupEntity): void {
+    const groups = this.#groups
+    if (groups instanceof Map) {
+      if (groups.get(group.name)?.entity === group) groups.delete(group.name)
+    } else {
+      this.#groups = groups.filter((handle) => handle.entity !== group)
+    }
+  }
+
+  #groupHandle(name: string): Group | undefined {
+    const groups = this.#groups
+    if (groups instanceof Map) return groups.get(name)
+    for (let g = 0; g < groups.length; g++) if (groups[g].name === name) return groups[g]
+    return undefined
+  }
+
+  #addGroupHandle(handle: Group): void {
+    const groups = this.#groups
+    if (groups instanceof Map) {
+      groups.set(handle.name, handle)
+    } else if (groups.length < MAX_LISTED_GROUPS) {
+      const grown: Group[] = new Array(groups.length + 1) // sized exactly
+      for (let g = 0; g < groups.length; g++) grown[g] = groups[g]
+      grown[groups.length] = handle
+      this.#groups = grown
+    } else {
+      this.#groups = new Map([...groups, handle].map((group) => [group.name, group]))
+    }
+  }
+
+  /** Highest last_seq of a partition across every thread, without registering it. */
+  lastSeqKnown(partition: number): number {
+    this.alive() // a removed topic's slots may already be another's
+    const slot = this.knownPartition(partition)
+    return slot === undefined ? 0 : this.#recorder.highest(slot)
+  }
+
+  /**
+   * produced()'s first call on a partition in this thread: registers the partition if it is new,
+   * claims its last_seq hint (see Recorder.claimLastSeq) and caches the slot. Only writers pass
+   * here: #lastSeqSlots holds exactly the partitions this thread has claimed or joined.
+   */
+  #resolvePartition(partition: unknown, before: number): number {
+    const number = checkPartition(partition)
+    this.alive()
+    // A batch that starts at or below seq 0 is refused before the partition is registered: a
+    // refused call must not make a new partition's series appear.
+    if (before < 0) this.#regression(number, NaN, before)
+    const slot = this.#recorder.registry.partition(this.entity, number)
+    this.#recorder.resolveChunk(slot)
+    // Each step may have waited for the registration lock: checked again before each write —
+    // the hint claim, then the caller's (a call that waits checks again: docs/reclamation.md).
+    this.alive()
+    this.#recorder.claimLastSeq(slot)
+    this.alive()
+    this.#lastSeqSlots[number] = slot
+    return slot
+  }
+
+  /**
+   * The partition's last_seq slot if the partition is known (in any thread), else undefined. A
+   * reader: it neither claims the hint nor caches the slot (a later produced() must still claim).
+   */
+  knownPartition(partition: number): number | undefined {
+    const slot = this.#lastSeqSlots[partition]
+    if (slot !== undefined) return slot
+    this.#recorder.registry.sync()
+    const known = this.entity.partitionSlot(partition)
+    if (known !== undefined) this.#recorder.resolveChunk(known)
+    return known
+  }
+
+  /** Registers the partition (its series appear) without writing to it. */
+  ensurePartition(partition: number): number {
+    const known = this.#lastSeqSlots[partition]
+    if (known !== undefined) return known
+    this.alive()
+    const slot = this.#recorder.registry.partition(this.entity, checkPartition(partition))
+    this.#recorder.resolveChunk(slot)
+    return slot
+  }
+
+  lastSeqOf(slot: number): number {
+    return this.#recorder.highest(slot)
+  }
+
+  #labels(partition: number): Record<string, string> {
+    return { topic: this.entity.label, partition: String(partition) }
+  }
+}
+

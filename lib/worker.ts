@@ -1,0 +1,78 @@
+// What a worker thread records with: attachSurface() maps the memory surface.share() describes
+// and hands back topic handles and the latency estimator (design §11).
+import { BackendName, SharedArena, attachArena } from './core/backend'
+import type { ResolvedConfig } from './core/config'
+import { ClosedError } from './core/errors'
+import { describe } from './core/labels'
+import { LatencyEstimator, LatencyWindow, latencyEstimator } from './core/latency'
+import { C_CLOSED } from './core/layout'
+import { Memory } from './core/memory'
+import { keepAnnouncing } from './core/reclamation'
+import { Handles } from './core/handles'
+import { Recorder } from './core/recording'
+import { Registry } from './core/registry'
+import type { Topic } from './core/topic'
+import { WorkerFaultChannel } from './core/worker-faults'
+
+/** What `surface.share()` returns: post it to a worker and call `attachSurface()` there. */
+export interface SharedSurface {
+  readonly kind: 'mq-metrics/shared-surface'
+  readonly version: 1
+  readonly arena: SharedArena
+  readonly config: ResolvedConfig
+}
+
+/** attachSurface()'s argument is what surface.share() returned, whole: else a TypeError saying what is wrong. */
+function checkShared(shared: unknown): asserts shared is SharedSurface {
+  const expected = 'attachSurface expects the object surface.share() returned'
+  if (shared === null || typeof shared !== 'object' || (shared as SharedSurface).kind !== 'mq-metrics/shared-surface') {
+    throw new TypeError(`${expected}, got ${describe(shared)}`)
+  }
+  const { version, arena, config } = shared as SharedSurface
+  if (version !== 1) throw new TypeError(`${expected}: version ${describe(version)} is not 1 (a share() of another mq-metrics version?)`)
+  if (arena === null || typeof arena !== 'object') throw new TypeError(`${expected}: its arena is ${describe(arena)}`)
+  if (arena.backend === 'js') {
+    if (!(arena.buffer instanceof SharedArrayBuffer)) throw new TypeError(`${expected}: its js arena holds ${describe(arena.buffer)}, not a SharedArrayBuffer`)
+  } else if (arena.backend === 'native') {
+    if (!Number.isSafeInteger(arena.id) || arena.id <= 0) throw new TypeError(`${expected}: its native arena id is ${describe(arena.id)}`)
+  } else {
+    throw new TypeError(`${expected}: its arena backend is ${describe((arena as { backend?: unknown }).backend)}, not 'js' or 'native'`)
+  }
+  if (config === null || typeof config !== 'object') throw new TypeError(`${expected}: its config is ${describe(config)}`)
+}
+
+/** design §11: what a worker thread records with. */
+export class WorkerRecorder {
+  readonly backend: BackendName
+  readonly latency: Pick<LatencyEstimator, 'record'>
+  readonly #recorder: Recorder
+  readonly #handles: Handles
+
+  constructor(shared: SharedSurface) {
+    checkShared(shared)
+    const arena = attachArena(shared.arena)
+    this.backend = arena.backend
+    const memory = new Memory(arena, false)
+    // Closed before this worker attached (the native backend throws ClosedError in Memory itself).
+    if (memory.control[C_CLOSED] === 1) throw new ClosedError('this mq-metrics surface')
+    const row = memory.claimRow()
+    const registry = new Registry(memory, shared.config)
+    const faults = new WorkerFaultChannel(memory)
+    this.#recorder = new Recorder(registry, row, (code, metric, labels, previous, attempted) => {
+      faults.send({ code, metric, labels, previous, attempted, at: new Date().toISOString() })
+    })
+    // removeTopic() runs on the main thread; this worker learns of it when it next replays the
+    // log (on its next registration) and lets its handle go.
+    this.#handles = new Handles(this.#recorder)
+    // Between its tasks this thread is inside no recording call: it says so, and that it is
+    // gone when it exits (reclamation.ts).
+    keepAnnouncing(memory)
+    this.latency = { record: latencyEstimator(this.#recorder.cells(0)[0], memory.control, shared.config.e2e_latency, new LatencyWindow(() => {})).record }
+  }
+
+  topic(name: string): Topic {
+    if (this.#recorder.registry.closed) throw new ClosedError('this mq-metrics surface')
+    return this.#handles.topic(name)
+  }
+}
+
