@@ -1,8 +1,9 @@
 'use strict'
 // Topology churn for months, compressed: the main thread creates and removes topics
 // (and a group on each) cycle after cycle while worker threads record on whichever topics are live.
-// At the end of each quarter heap + external memory, RSS, the registration log and the slots
-// reserved are measured after a full GC; at the end every surviving counter is compared with what
+// At the end of each quarter heap + external memory, RSS, every isolate's heap (the main thread's
+// and each worker's: used, and the pages V8 keeps), the registration log and the slots reserved are
+// measured after a full GC in every thread; at the end every surviving counter is compared with what
 // the threads recorded into it.
 //
 //   node --expose-gc test/topology-soak.js [--cycles N] [--live L] [--workers W] [--backend js|native]
@@ -18,6 +19,7 @@
 // resolves a name the main thread removed a moment before registers it again, as any thread may:
 // the main thread removes such strays at each quarter.
 const path = require('node:path')
+const v8 = require('node:v8')
 const { Worker, isMainThread, parentPort, workerData } = require('node:worker_threads')
 
 const DIST = path.join(__dirname, '..', 'dist')
@@ -48,12 +50,12 @@ async function main() {
   surface.on('fault', (f) => (faults[f.code] = (faults[f.code] ?? 0) + 1))
   const workers = []
   const threads = []
-  /** Every worker collects its garbage too: RSS counts every thread's heap. */
+  /** Every worker collects its garbage too (RSS counts every thread's heap) and says what its heap holds. */
   const collectEverywhere = () => Promise.all(threads.map((worker) => new Promise((resolve) => {
     const onMessage = (message) => {
       if (message.collected) {
         worker.off('message', onMessage)
-        resolve()
+        resolve(message.heap)
       }
     }
     worker.on('message', onMessage)
@@ -80,11 +82,15 @@ async function main() {
   }
   const measure = async (done) => {
     sweep()
-    await collectEverywhere()
+    const workerHeaps = await collectEverywhere()
     global.gc()
     global.gc()
     const memory = process.memoryUsage()
-    quarters.push({ cycles: done, heapPlusExternal: memory.heapUsed + memory.external, rss: memory.rss, arena: surface.arenaUsage(), seconds: (Date.now() - started) / 1000 })
+    const own = v8.getHeapStatistics()
+    // Every isolate's heap: used (what its objects hold) and physical (the pages V8 keeps for it).
+    const isolates = [own, ...workerHeaps]
+    const heaps = { used: isolates.reduce((n, h) => n + h.used_heap_size, 0), physical: isolates.reduce((n, h) => n + h.total_physical_size, 0) }
+    quarters.push({ cycles: done, heapPlusExternal: memory.heapUsed + memory.external, rss: memory.rss, heaps, arena: surface.arenaUsage(), seconds: (Date.now() - started) / 1000 })
   }
   const started = Date.now()
   let groupsRemoved = 0
@@ -145,15 +151,18 @@ async function main() {
     recorded: recorded.reduce((sum, r) => sum + r.operations, 0),
     heapPlusExternalGrowthMB: mb(last.heapPlusExternal - first.heapPlusExternal),
     rssGrowthMB: mb(last.rss - first.rss),
+    everyHeapUsedGrowthMB: mb(last.heaps.used - first.heaps.used),
+    everyHeapPhysicalGrowthMB: mb(last.heaps.physical - first.heaps.physical),
     logBytes: quarters.map((q) => q.arena.logBytes),
     slotsReserved: quarters.map((q) => q.arena.slotsReserved),
-    quarters: quarters.map((q) => ({ cycles: q.cycles, heapPlusExternalMB: mb(q.heapPlusExternal), rssMB: mb(q.rss), seconds: q.seconds })),
+    quarters: quarters.map((q) => ({ cycles: q.cycles, heapPlusExternalMB: mb(q.heapPlusExternal), rssMB: mb(q.rss), everyHeapUsedMB: mb(q.heaps.used), everyHeapPhysicalMB: mb(q.heaps.physical), seconds: q.seconds })),
     faults,
     failures,
   }
   if (checked !== live) failures.push(`${checked} topics survive, ${live} expected`)
   // Memory bounded by what is alive: flat from the first quarter to the last.
   if (result.heapPlusExternalGrowthMB > 8) failures.push(`heap + external grew ${result.heapPlusExternalGrowthMB} MB (bound 8)`)
+  if (result.everyHeapUsedGrowthMB > 8) failures.push(`the heaps of every thread grew ${result.everyHeapUsedGrowthMB} MB (bound 8)`)
   const logBound = Math.max(256 * 1024, 3 * live * 512) + 65536
   if (Math.max(...result.logBytes) > logBound) failures.push(`registration log ${Math.max(...result.logBytes)} B (bound ${logBound})`)
   // Slots reserved plateau at what churn needs while the slowest thread has not yet announced (more
@@ -182,7 +191,7 @@ function worker() {
     if (message !== 'collect') return
     global.gc()
     global.gc()
-    parentPort.postMessage({ collected: true })
+    parentPort.postMessage({ collected: true, heap: v8.getHeapStatistics() })
   })
   const batch = () => {
     if (Atomics.load(stop, 0) !== 0) {

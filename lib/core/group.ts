@@ -24,16 +24,14 @@ export interface TopicOfGroup {
 const MAX_SAFE = Number.MAX_SAFE_INTEGER
 
 /**
- * design §5: the test the hot path runs inline; false ⇔ checkCount throws. Measured the same as
- * `Number.isSafeInteger(value) && value >= 0` in a delivered()-shaped loop (3.4 ns both); what
- * pays is keeping the throwing half (checkCount, with its messages) out of the inlined body.
- * This module's own (topic.ts has the same): imported, it cost delivered() 0.7–1.4 ns of 3.5
- * (bench/hot.js, interleaved).
+ * design §5: the test the hot path runs inline; false ⇔ checkCount throws. What pays is keeping
+ * the throwing half (checkCount, with its messages) out of the inlined body. This module's own
+ * (topic.ts has the same): imported, it makes delivered() measurably slower (bench/hot.js, the
+ * `group.delivered()` row).
  */
 function isCount(value: unknown): value is number {
   return typeof value === 'number' && value >= 0 && value <= MAX_SAFE && Math.floor(value) === value
 }
-
 
 /** A partition's cells for the per-message calls of one group (Group.#lane). */
 interface Lane {

@@ -9,9 +9,9 @@ import type { Recorder } from './recording'
 
 const MAX_SAFE = Number.MAX_SAFE_INTEGER
 
-// isCount and checkProduced are this module's own: produced() calls them, and an imported
-// function costs it ~5 bytes of bytecode per call, past V8's inlining budget (bench/v8-guards.js;
-// imported, produced() was 494 bytes of 460).
+// isCount and checkProduced are this module's own: produced() calls them, and each call of an
+// imported function adds bytecode that takes produced() past V8's inlining budget (the check in
+// bench/v8-guards.js fails).
 /** design §5: the test the hot path runs inline; false ⇔ checkCount throws (group.ts has the same). */
 function isCount(value: unknown): value is number {
   return typeof value === 'number' && value >= 0 && value <= MAX_SAFE && Math.floor(value) === value
@@ -33,7 +33,6 @@ export interface GroupOptions {
   /** Seqs above the floor that settle()/send() can track per partition (a multiple of 32). */
   settle_window?: number
 }
-
 
 /** Scratch for reading a last_seq hint's bits as a number (append()). */
 const bitsView = new Float64Array(1)
