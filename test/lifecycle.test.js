@@ -229,6 +229,43 @@ for (const backend of backends()) {
     t.end()
   })
 
+  t.test(`${backend}: window positions stay exact for seqs around 2^52, with a window that is not a power of two`, (t) => {
+    const s = surfaceOn(t, backend)
+    const faults = faultsOf(s)
+    const topic = s.topic('orders')
+    const start = 2 ** 52 - 100
+    t.ok(topic.produced(0, start, 1, 1), 'a resumed log starting 100 below 2^52')
+    const g = topic.group('billing', { settle_window: 96 })
+    const random = prng(11)
+    const done = new Set()
+    let floor = start - 1
+    let mismatch = 0
+    let last = start
+    while (floor < 2 ** 52 + 150) {
+      last = topic.append(0, 1, 1 + Math.floor(random() * 20))
+      const open = []
+      for (let seq = floor + 1; seq <= Math.min(last, floor + 96); seq++) if (!done.has(seq)) open.push(seq)
+      for (let i = open.length - 1; i > 0; i--) {
+        const j = Math.floor(random() * (i + 1))
+        ;[open[i], open[j]] = [open[j], open[i]]
+      }
+      for (const seq of open.slice(0, 1 + Math.floor(random() * open.length))) {
+        g.send(0, seq)
+        if (!g.isInFlight(0, seq)) mismatch++
+        g.settle(0, seq, 'delivered')
+        done.add(seq)
+        while (done.has(floor + 1)) floor++
+        if (g.floor(0) !== floor || g.isInFlight(0, seq)) mismatch++
+      }
+    }
+    t.equal(mismatch, 0, 'in flight after send, settled after settle, the floor the longest settled prefix: every time')
+    t.equal(g.inFlight(), 0)
+    t.same(codes(faults), [])
+    t.equal(g.settle(0, floor, 'delivered'), false, 'a seq at the floor is settled already')
+    t.same(codes(faults), ['ALREADY_SETTLED'])
+    t.end()
+  })
+
   t.test(`${backend}: any thread settles what another sent; windows survive compaction and leave with the group`, async (t) => {
     const s = surfaceOn(t, backend)
     const faults = faultsOf(s)

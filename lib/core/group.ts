@@ -33,6 +33,18 @@ function isCount(value: unknown): value is number {
   return typeof value === 'number' && value >= 0 && value <= MAX_SAFE && Math.floor(value) === value
 }
 
+/**
+ * `seq mod window`: where a seq's bits are in its window (0 ≤ seq ≤ 2^53 − 1, 32 ≤ window ≤ 2^20).
+ * Seqs are doubles here (they come from Float64Array cells), and V8 compiles `%` of doubles to a
+ * call into the C library; a division, a floor and one correction cost a fraction of it (the
+ * per-message row of bench/lifecycle.js). Exact below 2^52, where q·window stays below 2^53.
+ */
+function windowIndex(seq: number, window: number): number {
+  if (seq >= 4503599627370496) return seq % window
+  const r = seq - Math.floor(seq / window) * window
+  return r < 0 ? r + window : r >= window ? r - window : r
+}
+
 /** A partition's cells for the per-message calls of one group (Group.#lane). */
 interface Lane {
   readonly lastSeqSlot: number
@@ -417,7 +429,7 @@ export class Group {
     const first = lane.first
     const window = this.entity.window
     const words = window >>> 5
-    const position = seq % window
+    const position = windowIndex(seq, window)
     const word = first + (position >>> 5)
     const bit = 1 << (position & 31)
     const row = this.#row
@@ -444,8 +456,7 @@ export class Group {
           // nothing can be settled or in flight, so every seq there counts.
           let count = 0
           let above = headers[header + W_SETTLED]
-          for (let s = floor + 1; s <= seq && s <= floor + window; s++) {
-            const at = s % window
+          for (let s = floor + 1, at = windowIndex(s, window); s <= seq && s <= floor + window; s++, at = at + 1 === window ? 0 : at + 1) {
             const w = first + (at >>> 5)
             const b = 1 << (at & 31)
             if ((bits[w + words] & b) !== 0) {
@@ -462,8 +473,7 @@ export class Group {
           if (seq > floor + window) count += seq - (floor + window)
           floor = seq
           // Seqs settled above the new floor now continue it: the floor rises over them too.
-          for (;;) {
-            const next = (floor + 1) % window
+          for (let next = windowIndex(floor + 1, window); ; next = next + 1 === window ? 0 : next + 1) {
             const w = first + words + (next >>> 5)
             const b = 1 << (next & 31)
             if ((bits[w] & b) === 0 || (floor + 1 > lastSeq && floor + 1 > (lastSeq = this.#lastSeqNow(lane)))) break
@@ -505,8 +515,7 @@ export class Group {
         bits[word + words] |= bit
         let above = headers[header + W_SETTLED] + 1
         // The floor rises over every settled seq above it; their bits are cleared for reuse.
-        for (;;) {
-          const next = (floor + 1) % window
+        for (let next = windowIndex(floor + 1, window); ; next = next + 1 === window ? 0 : next + 1) {
           const w = first + words + (next >>> 5)
           const b = 1 << (next & 31)
           if ((bits[w] & b) === 0 || (floor + 1 > lastSeq && floor + 1 > (lastSeq = this.#lastSeqNow(lane)))) break

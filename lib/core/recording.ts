@@ -95,15 +95,21 @@ export class Recorder {
    * cell and every thread row's. A last_seq hint that is a NaN (owned) or −0 adds nothing.
    */
   highest(slot: number): number {
-    this.resolveChunk(slot)
-    const memory = this.registry.memory
     const c = slot >>> Chunk.Shift
     const at = slot & Chunk.Mask
+    const rows = this.allRowsOf(c) // resolves the chunk too
     const hint = this.sharedChunks[c][at]
     let max = hint > 0 ? hint : 0
-    for (let row = 1; row < memory.rowCount(); row++) {
-      const chunk = memory.rowChunk(row, c, false)
-      if (chunk !== undefined && chunk[at] > max) max = chunk[at]
+    const count = this.registry.memory.rowCount()
+    for (let row = 1; row < count; row++) {
+      let chunk = rows[row]
+      if (chunk === undefined) {
+        // That thread has not written this chunk (yet): asked again each time until it has.
+        chunk = this.registry.memory.rowChunk(row, c, false)
+        if (chunk === undefined) continue
+        rows[row] = chunk
+      }
+      if (chunk[at] > max) max = chunk[at]
     }
     return max
   }
