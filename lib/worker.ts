@@ -4,7 +4,7 @@ import { BackendName, SharedArena, attachArena } from './core/backend'
 import type { ResolvedConfig } from './core/config'
 import { ClosedError } from './core/errors'
 import { describe } from './core/labels'
-import { LatencyEstimator, LatencyWindow, latencyEstimator } from './core/latency'
+import { LATENCY_BUCKETS, LatencyEstimator, LatencyWindow, latencyEstimator } from './core/latency'
 import { C_CLOSED } from './core/layout'
 import { Memory } from './core/memory'
 import { keepAnnouncing } from './core/reclamation'
@@ -67,7 +67,10 @@ export class WorkerRecorder {
     // Between its tasks this thread is inside no recording call: it says so, and that it is
     // gone when it exits (reclamation.ts).
     keepAnnouncing(memory)
-    this.latency = { record: latencyEstimator(this.#recorder.cells(0)[0], memory.control, shared.config.e2e_latency, new LatencyWindow(() => {})).record }
+    // With latency off, nothing is recorded: no chunk of this thread's row is taken for it.
+    const enabled = shared.config.e2e_latency
+    const buckets = enabled ? this.#recorder.cells(0)[0] : new Float64Array(LATENCY_BUCKETS)
+    this.latency = { record: latencyEstimator(buckets, memory.control, enabled, new LatencyWindow(() => {})).record }
   }
 
   topic(name: string): Topic {

@@ -41,6 +41,7 @@ function setUp(backend) {
   const holder = new Memory(arena, false, liveness)
   holder.claimRow({ tid: ALIVE[1], start: 2 })
   const clock = new Int32Array(new SharedArrayBuffer(12))
+  let exited = false
   const startWaiter = () => {
     const worker = new Worker(WAITER, { eval: true, workerData: { arena: arena.share(), alive: ALIVE, clock: clock.buffer }, execArgv: [] })
     const messages = []
@@ -49,6 +50,8 @@ function setUp(backend) {
       worker.on('message', (m) => m.acquired !== undefined && resolve(m))
       worker.on('error', reject)
     })
+    acquired.catch(() => {}) // an error fails the test through at() or the await on it, not as unhandled
+    worker.on('exit', () => (exited = true))
     return { worker, waiting, acquired, messages }
   }
   /**
@@ -58,7 +61,10 @@ function setUp(backend) {
   const at = async (ms) => {
     Atomics.store(clock, 0, ms)
     const reads = Atomics.load(clock, 1)
-    while (Atomics.load(clock, 1) < reads + 2 && Atomics.load(clock, 2) === 0) await new Promise((resolve) => setImmediate(resolve))
+    while (Atomics.load(clock, 1) < reads + 2 && Atomics.load(clock, 2) === 0) {
+      if (exited) throw new Error('the waiter exited without taking the lock')
+      await new Promise((resolve) => setImmediate(resolve))
+    }
   }
   return { control: creator.control, holderTag: holder.lockTag, startWaiter, at }
 }
@@ -89,9 +95,11 @@ async function changingHolders(backend) {
   await waiter.waiting
   await at(0)
   let ms = 0
+  // The clock moves first, then the tag changes: a waiter never sees a tag at a time before it came.
   while (ms < 3_000) {
-    Atomics.store(control, C_LOCK, --tag)
     await at((ms += 100))
+    Atomics.store(control, C_LOCK, --tag)
+    await at(ms)
   }
   const early = waiter.messages.find((m) => m.acquired !== undefined)
   await at(ms + 4_990)

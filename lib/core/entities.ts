@@ -12,7 +12,7 @@ export const G_DELIVERED = 0
 export const G_DROPPED = 1
 export const G_DLQ = 2
 export const G_RETRIES = 3
-/** This thread's share of in_flight: dispatched here − settled here (may be < 0, see recording.ts). */
+/** This thread's share of in_flight: dispatched here − settled here (may be < 0, see group.ts). */
 export const G_IN_FLIGHT = 4
 export const G_LOCK = 5
 /** In the shared row: the group's liveness tag (its id while it lives, else 0). */

@@ -7,7 +7,9 @@
 import { C_QUORUM, SHARED_ROW } from './layout'
 import { GroupEntity, TopicEntity } from './entities'
 import { Registry } from './registry'
-import { Chunk, MAX_SAFE } from './checks'
+import { Chunk } from './checks'
+
+const MAX_SAFE = Number.MAX_SAFE_INTEGER
 
 export type FaultSink = (code: string, metric: string, labels: Record<string, string>, previous: number | null, attempted: number | null) => void
 

@@ -46,7 +46,7 @@ export class Registry {
   generation = 0
   /**
    * Told when this thread replays a removal (whichever thread removed it), so that the thread's
-   * recorder drops its handle: a worker that met many topics the main thread later removed would
+   * handles (handles.ts) let the removed one go: a worker that met many topics the main thread later removed would
    * otherwise keep one dead handle each.
    */
   onTopicRemoved: ((topic: TopicEntity) => void) | undefined
