@@ -134,7 +134,9 @@ export class Surface extends EventEmitter {
       authToken: this.config.metrics_auth_token,
       metricsBody: (abandoned) => this.#metricsBody(abandoned),
       metricsGzip: (abandoned) => this.#metricsGzip(abandoned),
-      metricsSent: (body) => this.#renderer.recycle(body),
+      metricsSent: (body) => {
+        if (this.#scrapeThread?.recycle(body) !== true) this.#renderer.recycle(body)
+      },
       healthz: () => {
         const body = this.#healthz()
         return { statusCode: body.quorum_state === 2 ? 503 : 200, body }

@@ -95,7 +95,7 @@ class ScrapeBudget {
   readonly #limit: number
   #held = 0
   /** Responses holding a body, oldest first: its size, the bytes still pending at the last look, and when they last went down. */
-  readonly #holders = new Map<ServerResponse, { bytes: number; pending: number; progressAt: number }>()
+  readonly #holders = new Map<ServerResponse, { bytes: number; pending: number; progressAt: number; cut: (() => void) | undefined }>()
   /** The last body's size: what a scrape about to render will most likely need. */
   #expected = 0
 
@@ -116,16 +116,18 @@ class ScrapeBudget {
       if (pending === 0 || now - holder.progressAt < STALLED_MS) continue
       this.#release(res)
       res.destroy()
+      // Closed: nothing writes from the body any more, and its memory can serve the next scrape.
+      holder.cut?.()
     }
     return this.#held + this.#expected <= this.#limit
   }
 
-  /** `res` holds a body of `bytes` until it closes (finished, or cut). */
-  hold(res: ServerResponse, bytes: number): void {
+  /** `res` holds a body of `bytes` until it closes (finished, or cut: then `cut` is called). */
+  hold(res: ServerResponse, bytes: number, cut?: () => void): void {
     this.#expected = bytes
     if (res.destroyed || typeof res.once !== 'function') return
     this.#held += bytes
-    this.#holders.set(res, { bytes, pending: Infinity, progressAt: Date.now() })
+    this.#holders.set(res, { bytes, pending: Infinity, progressAt: Date.now(), cut })
     res.once('close', () => this.#release(res))
   }
 
@@ -306,7 +308,7 @@ function serve(host: HttpHost, budget: ScrapeBudget, route: Route, query: string
       const sent = host.metricsSent === undefined ? undefined : (rendered: Buffer) => host.metricsSent!(rendered)
       const answer = (metrics: Buffer | GzipBody): void => {
         const body = Buffer.isBuffer(metrics) ? metrics : metrics.gzip ?? metrics.plain
-        if (req.method !== 'HEAD') budget.hold(res, body.length)
+        if (req.method !== 'HEAD') budget.hold(res, body.length, Buffer.isBuffer(metrics) && sent !== undefined ? () => sent(metrics) : undefined)
         if (Buffer.isBuffer(metrics)) respond(host, req, res, 200, METRICS_CONTENT_TYPE, metrics, sent)
         else if (metrics.gzip === undefined) respond(host, req, res, 200, METRICS_CONTENT_TYPE, metrics.plain, sent)
         else send(req, res, 200, { 'Content-Type': METRICS_CONTENT_TYPE, Vary: 'Accept-Encoding', 'Content-Encoding': 'gzip' }, metrics.gzip)

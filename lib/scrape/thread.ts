@@ -33,11 +33,14 @@ export interface ScrapeRequest {
   id: number
   gzip: boolean
   fields: ThreadFields
+  /** Memory this thread lends for a plain body (moved, not copied): a body sent earlier, or a new one. */
+  buffer?: ArrayBuffer
 }
 
+/** Either way the answer carries `spare`: the lent buffer, when the thread did not need it. */
 export type ScrapeReply =
-  | { id: number; ok: true; body: ArrayBuffer; faults: FaultRecord[]; suspects: Suspect[] }
-  | { id: number; ok: false; error: { name: string; message: string; code: string | undefined }; faults: FaultRecord[]; suspects: Suspect[] }
+  | { id: number; ok: true; body: ArrayBuffer; length: number; faults: FaultRecord[]; suspects: Suspect[]; spare?: ArrayBuffer }
+  | { id: number; ok: false; error: { name: string; message: string; code: string | undefined }; faults: FaultRecord[]; suspects: Suspect[]; spare?: ArrayBuffer }
 
 /** What the scrape thread needs from its surface. */
 export interface ScrapeThreadHost {
@@ -91,6 +94,17 @@ export class ScrapeThread {
   #scrapes = 0
   #failures = 0
   #lastFailure: string | undefined
+  /**
+   * Plain bodies are written into memory this thread allocates and lends to the scrape thread, and
+   * takes back once nothing reads a body any more (recycle()): the next scrape reuses it instead of
+   * allocating 10+ MB, and memory is not left for a garbage collection that a quiet main thread
+   * may not run for a long time (docs/scrape-thread.md).
+   */
+  #spare: ArrayBuffer | undefined
+  /** The plain bodies the thread sent that are still out: only these are taken back. */
+  readonly #out = new WeakSet<ArrayBuffer>()
+  /** The size to lend: the last plain body's, with room for it to grow a little. */
+  #expected = 0
 
   constructor(host: ScrapeThreadHost) {
     this.#host = host
@@ -119,6 +133,17 @@ export class ScrapeThread {
     if (worker !== undefined) await worker.terminate()
   }
 
+  /**
+   * Nothing reads `body` (a plain body this surface handed out) any more. True if it came from
+   * the thread, whose memory is then lent again; false if it is not the thread's.
+   */
+  recycle(body: Buffer): boolean {
+    const memory = body.buffer
+    if (body.byteOffset !== 0 || !(memory instanceof ArrayBuffer) || !this.#out.delete(memory)) return false
+    if (this.#spare === undefined || this.#spare.byteLength < memory.byteLength) this.#spare = memory
+    return true
+  }
+
   #available(): boolean {
     return Date.now() >= this.#retryAt
   }
@@ -145,7 +170,15 @@ export class ScrapeThread {
         continue
       }
       this.#current = { ...job, id: request.id }
-      worker.postMessage(request)
+      if (!job.gzip && this.#expected > 0) {
+        // A spare too small for this body comes back unused with the answer (the thread allocates).
+        const spare = this.#spare ?? new ArrayBuffer(this.#expected)
+        this.#spare = undefined
+        request.buffer = spare
+        worker.postMessage(request, [spare])
+      } else {
+        worker.postMessage(request)
+      }
     }
   }
 
@@ -170,6 +203,7 @@ export class ScrapeThread {
 
   #answer(worker: Worker, reply: ScrapeReply): void {
     const job = this.#current
+    if (reply.spare !== undefined && (this.#spare === undefined || this.#spare.byteLength < reply.spare.byteLength)) this.#spare = reply.spare
     if (worker !== this.#worker || job === undefined || job.id !== reply.id) return
     this.#current = undefined
     try {
@@ -184,7 +218,11 @@ export class ScrapeThread {
     if (reply.ok) {
       this.#scrapes++
       this.#backoff = FIRST_BACKOFF_MS
-      const body = Buffer.from(reply.body)
+      const body = Buffer.from(reply.body, 0, reply.length)
+      if (!job.gzip) {
+        this.#out.add(reply.body)
+        this.#expected = reply.length + (reply.length >>> 4)
+      }
       job.resolve(job.gzip ? { gzip: body } : body)
     } else {
       job.reject(reply.error.code === 'SURFACE_CLOSED' ? new ClosedError('this mq-metrics surface') : new ScrapeThreadError(reply.error.message))

@@ -38,12 +38,17 @@ const handles = new Handles(recorder)
 keepAnnouncing(memory)
 const observer = new Observer(handles, (fault) => faults.push(fault), false)
 const renderer = new Renderer()
+/** The memory the main thread lent for this scrape's plain body, until it is used or handed back. */
+let lent: ArrayBuffer | undefined
+/** Bodies whose whole ArrayBuffer is this thread's to move (owned() wrote them). */
+const movable = new WeakSet<ArrayBufferLike>()
 const scrapes = new ScrapeScheduler(new ScrapePacer(data.share, data.burstMs), SLICE_MS)
 
 port.on('message', (request: ScrapeRequest) => {
   // Test hook (test/scrape-thread.test.js): a thread that dies in the middle of a scrape.
   if (process.env.MQ_METRICS_SCRAPE_THREAD_EXIT === '1') process.exit(1)
   faults = []
+  lent = request.buffer
   let answer: Buffer | Promise<Buffer>
   try {
     answer = scrapes.run(
@@ -67,22 +72,34 @@ port.on('message', (request: ScrapeRequest) => {
 })
 
 /**
- * A buffer that owns its whole ArrayBuffer, so it can be transferred (moved, not copied, to the
- * main thread). A render's body is a view of the renderer's output buffer: copied out, and the
- * buffer handed back to take the next render.
+ * The body in memory this thread may move (transfer, not copy) to the main thread: the buffer the
+ * main thread lent if it is large enough, else a new one. A render's body is a view of the
+ * renderer's output buffer: copied out, and the buffer handed back to take the next render.
  */
 function owned(body: Buffer, recycle: boolean): Buffer {
-  const copy = Buffer.from(new ArrayBuffer(body.length))
+  const memory = lent !== undefined && lent.byteLength >= body.length ? lent : new ArrayBuffer(body.length)
+  if (memory === lent) lent = undefined
+  const copy = Buffer.from(memory, 0, body.length)
   body.copy(copy)
+  movable.add(memory)
   if (recycle) renderer.recycle(body)
   return copy
 }
 
+/** The lent buffer if it was not used, to go back with the answer (and out of this thread). */
+function unused(): ArrayBuffer | undefined {
+  const spare = lent
+  lent = undefined
+  return spare
+}
+
 function reply(request: ScrapeRequest, body: Buffer): void {
-  const whole = body.byteOffset === 0 && body.byteLength === body.buffer.byteLength && body.buffer instanceof ArrayBuffer ? body : owned(body, false)
-  const message: ScrapeReply = { id: request.id, ok: true, body: whole.buffer as ArrayBuffer, faults, suspects: observer.takeSuspects() }
+  const mine = body.byteOffset === 0 && (movable.has(body.buffer) || (body.byteLength === body.buffer.byteLength && body.buffer instanceof ArrayBuffer))
+  const whole = mine ? body : owned(body, false)
+  const spare = unused()
+  const message: ScrapeReply = { id: request.id, ok: true, body: whole.buffer as ArrayBuffer, length: whole.length, faults, suspects: observer.takeSuspects(), spare }
   faults = []
-  port.postMessage(message, [message.body])
+  port.postMessage(message, spare === undefined ? [message.body] : [message.body, spare])
 }
 
 function fail(request: ScrapeRequest, error: unknown): void {
@@ -93,7 +110,8 @@ function fail(request: ScrapeRequest, error: unknown): void {
     error: { name: String(name ?? 'Error'), message: String(message ?? error), code: typeof code === 'string' ? code : undefined },
     faults,
     suspects: observer.takeSuspects(),
+    spare: unused(),
   }
   faults = []
-  port.postMessage(answer)
+  port.postMessage(answer, answer.spare === undefined ? [] : [answer.spare])
 }
