@@ -305,7 +305,15 @@ function serve(host: HttpHost, budget: ScrapeBudget, route: Route, query: string
         sendError(req, res, 503, 'SCRAPES_IN_FLIGHT', 'too many /metrics bodies are still being sent; try again shortly', { 'Retry-After': String(RETRY_AFTER_SECONDS) })
         return
       }
-      const sent = host.metricsSent === undefined ? undefined : (rendered: Buffer) => host.metricsSent!(rendered)
+      // A body is handed back once: after 'finish', after gzip consumed it, or when its client is
+      // cut — and Node emits 'finish' on a response it destroyed too, after the cut: a second
+      // hand-back would give the memory of a body still being written to a later scrape.
+      let handedBack = false
+      const sent = host.metricsSent === undefined ? undefined : (rendered: Buffer): void => {
+        if (handedBack) return
+        handedBack = true
+        host.metricsSent!(rendered)
+      }
       const answer = (metrics: Buffer | GzipBody): void => {
         const body = Buffer.isBuffer(metrics) ? metrics : metrics.gzip ?? metrics.plain
         if (req.method !== 'HEAD') budget.hold(res, body.length, Buffer.isBuffer(metrics) && sent !== undefined ? () => sent(metrics) : undefined)
@@ -342,8 +350,9 @@ function failed(host: HttpHost, req: IncomingMessage, res: ServerResponse, error
 /**
  * Sends `body`, gzipped when the client accepts it and it is large enough. `done(body)`, when
  * given, is called once nothing reads `body` any more: after gzip consumed it, or once the
- * response was handed to the OS ('finish'). A response that never finishes (the client went
- * away mid-body) never calls it: the buffer is then left to the garbage collector.
+ * response was handed to the OS ('finish'). A response whose client the scrape budget cuts hands
+ * it back at the cut (serve(), which calls `done` once); one whose client went away otherwise
+ * leaves the buffer to the garbage collector.
  */
 function respond(
   host: HttpHost, req: IncomingMessage, res: ServerResponse, statusCode: number, contentType: string, body: Buffer,
