@@ -192,3 +192,64 @@ for (const [backend, scrapeThread] of backends().flatMap((b) => [[b, false], [b,
     t.ok(second.body.equals(kept), 'the second body is untouched by a render after the late finish')
   })
 }
+
+t.test('a client that reads a large body slowly keeps its response; one that stopped reading is cut', async (t) => {
+  // Room for one 14 MB body. The kernel takes a few MB of it at once; the rest waits in the
+  // socket's handle, where a slow reader's progress shows (the socket's writableLength does not
+  // move until the whole write is done).
+  const big = Buffer.alloc(14 << 20, 'mq_x{topic="a"} 1\n')
+  const host = {
+    enabled: true,
+    authToken: undefined,
+    limits: { maxConnections: 100, maxScrapeBytes: 20 << 20 },
+    metricsBody: () => Buffer.from(big),
+    healthz: () => ({ statusCode: 200, body: {} }),
+    stats: () => ({ statusCode: 200, body: {} }),
+  }
+  const server = await listen(host, { port: 0, host: '127.0.0.1' })
+  t.teardown(() => server.close())
+  const status = () => new Promise((resolve, reject) => {
+    http.get(`${server.url}/metrics`, { agent: false }, (res) => {
+      res.resume()
+      res.on('end', () => resolve(res.statusCode))
+    }).on('error', reject)
+  })
+  const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms))
+  /** A raw client of /metrics that reads a chunk every 10 ms (`slow`), or nothing after the status line. */
+  const client = (slow) => {
+    const socket = net.connect(server.port, '127.0.0.1')
+    const state = { socket, received: 0, closed: false }
+    socket.write('GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n')
+    socket.on('close', () => (state.closed = true))
+    socket.on('error', () => {})
+    socket.on('data', (chunk) => {
+      state.received += chunk.length
+      socket.pause()
+      if (slow) setTimeout(() => socket.resume(), 10)
+    })
+    return state
+  }
+
+  const reader = client(true)
+  await until(5000, () => reader.received > 0, 'the slow reader starts')
+  await sleep(300)
+  t.equal(await status(), 503, 'no room: the reader is looked at')
+  await sleep(300)
+  t.equal(await status(), 503, 'a reader that took bytes since the last look keeps its response')
+  t.notOk(reader.closed, 'and its connection')
+  await until(20_000, () => reader.received >= big.length, 'the slow reader gets the whole body')
+  reader.socket.destroy()
+
+  const stopped = client(false)
+  await until(5000, () => stopped.received > 0, 'the stopped client gets its status line')
+  await sleep(300)
+  t.equal(await status(), 503, 'no room: the stopped client is looked at')
+  await sleep(300)
+  t.equal(await status(), 200, 'a client that took nothing for 250 ms is cut, and the scrape answered')
+  // It reads again: what the kernel had buffered, then the end of a connection the server closed.
+  stopped.socket.removeAllListeners('data')
+  stopped.socket.on('data', (chunk) => (stopped.received += chunk.length))
+  stopped.socket.resume()
+  await until(5000, () => stopped.closed, 'the cut client is closed')
+  t.ok(stopped.received < big.length, 'the cut client did not get the whole body')
+})

@@ -85,6 +85,18 @@ const STALLED_MS = 250
 const DEFAULT_LIMITS = { maxConnections: 1024, maxScrapeBytes: 64 * 2 ** 20 }
 
 /**
+ * Bytes of a response's socket that its stream handle has not handed to the kernel yet. The
+ * socket's writableLength counts a write until all of it is written, so a client that reads a
+ * 14 MB body slowly shows no progress there until the end; the handle's writeQueueSize falls as
+ * the kernel takes each part. Infinity where the socket has no such handle (then writableLength
+ * alone tells progress).
+ */
+function queuedBytes(res: ServerResponse): number {
+  const size = (res.socket as { _handle?: { writeQueueSize?: unknown } } | null | undefined)?._handle?.writeQueueSize
+  return typeof size === 'number' ? size : Infinity
+}
+
+/**
  * Bytes of /metrics bodies that responses still being written hold, together. A client that stops
  * reading keeps its whole body referenced (Node writes it as the socket drains), so without a bound
  * a few hundred such clients pin gigabytes. Past the bound, responses whose client has taken nothing
@@ -95,7 +107,7 @@ class ScrapeBudget {
   readonly #limit: number
   #held = 0
   /** Responses holding a body, oldest first: its size, the bytes still pending at the last look, and when they last went down. */
-  readonly #holders = new Map<ServerResponse, { bytes: number; pending: number; progressAt: number; cut: (() => void) | undefined }>()
+  readonly #holders = new Map<ServerResponse, { bytes: number; pending: number; queued: number; progressAt: number; cut: (() => void) | undefined }>()
   /** The last body's size: what a scrape about to render will most likely need. */
   #expected = 0
 
@@ -109,8 +121,10 @@ class ScrapeBudget {
     for (const [res, holder] of this.#holders) {
       if (this.#held + this.#expected <= this.#limit) break
       const pending = res.socket?.writableLength ?? 0
-      if (pending < holder.pending) {
+      const queued = queuedBytes(res)
+      if (pending < holder.pending || queued < holder.queued) {
         holder.pending = pending // the client read since the last look: it keeps its response
+        holder.queued = queued
         holder.progressAt = now
       }
       if (pending === 0 || now - holder.progressAt < STALLED_MS) continue
@@ -127,7 +141,7 @@ class ScrapeBudget {
     this.#expected = bytes
     if (res.destroyed || typeof res.once !== 'function') return
     this.#held += bytes
-    this.#holders.set(res, { bytes, pending: Infinity, progressAt: Date.now(), cut })
+    this.#holders.set(res, { bytes, pending: Infinity, queued: Infinity, progressAt: Date.now(), cut })
     res.once('close', () => this.#release(res))
   }
 
