@@ -140,8 +140,13 @@ export class ScrapeThread {
   recycle(body: Buffer): boolean {
     const memory = body.buffer
     if (body.byteOffset !== 0 || !(memory instanceof ArrayBuffer) || !this.#out.delete(memory)) return false
-    if (this.#spare === undefined || this.#spare.byteLength < memory.byteLength) this.#spare = memory
+    this.#keep(memory)
     return true
+  }
+
+  /** One spare is kept to lend: the larger. */
+  #keep(memory: ArrayBuffer): void {
+    if (this.#spare === undefined || this.#spare.byteLength < memory.byteLength) this.#spare = memory
   }
 
   #available(): boolean {
@@ -172,13 +177,10 @@ export class ScrapeThread {
       this.#current = { ...job, id: request.id }
       if (!job.gzip && this.#expected > 0) {
         // A spare too small for this body comes back unused with the answer (the thread allocates).
-        const spare = this.#spare ?? new ArrayBuffer(this.#expected)
+        request.buffer = this.#spare ?? new ArrayBuffer(this.#expected)
         this.#spare = undefined
-        request.buffer = spare
-        worker.postMessage(request, [spare])
-      } else {
-        worker.postMessage(request)
       }
+      worker.postMessage(request, request.buffer === undefined ? [] : [request.buffer])
     }
   }
 
@@ -203,7 +205,7 @@ export class ScrapeThread {
 
   #answer(worker: Worker, reply: ScrapeReply): void {
     const job = this.#current
-    if (reply.spare !== undefined && (this.#spare === undefined || this.#spare.byteLength < reply.spare.byteLength)) this.#spare = reply.spare
+    if (reply.spare !== undefined) this.#keep(reply.spare)
     if (worker !== this.#worker || job === undefined || job.id !== reply.id) return
     this.#current = undefined
     try {
