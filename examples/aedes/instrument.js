@@ -7,14 +7,23 @@ const STATE = Symbol('mq-metrics')
 const GROUP = { from: 'latest', max_in_flight: 65535, settle_window: 65536 } // MQTT: ≤ 65,535 packet ids per client
 
 function instrument(broker, surface) {
-  const topics = new Map() // MQTT topic → { handle, seqs: aedes counter → seq, groups: client id → { g, start } }
+  const topics = new Map() // MQTT topic → { handle, counters, base, groups: client id → { g, start, qos } }
   const owned = new Map() // client id → the topics it has a group on
-  const topicOf = (name) => topics.get(name) ?? topics.set(name, { handle: surface.topic(name), seqs: new Map(), groups: new Map() }).get(name)
+  // counters: aedes' counters of the topic's messages not yet settled by every group, increasing;
+  // the message at index i has seq base + i (append() numbers a partition's messages one by one).
+  const topicOf = (name) => topics.get(name) ?? topics.set(name, { handle: surface.topic(name), counters: [], base: surface.topic(name).lastSeq(0) + 1, groups: new Map() }).get(name)
+  const seqOf = (t, counter) => { // binary search: usually the newest, so the last is tried first
+    const c = t.counters
+    let lo = 0, hi = c.length - 1
+    if (c[hi] === counter) return t.base + hi
+    while (lo <= hi) { const mid = (lo + hi) >> 1; if (c[mid] < counter) lo = mid + 1; else if (c[mid] > counter) hi = mid - 1; else return t.base + mid }
+    return undefined
+  }
   const counted = (name) => name.charCodeAt(0) !== 36 // '$SYS/…' is the broker's own
-  const sweep = (t) => { // forget the seqs every group has settled (a Map iterates in insertion order: seq order)
+  const sweep = (t) => { // forget the messages every group has settled
     let floor = t.handle.lastSeq(0)
     for (const { g } of t.groups.values()) floor = Math.min(floor, g.floor(0))
-    for (const [counter, seq] of t.seqs) if (seq <= floor) t.seqs.delete(counter); else break
+    if (floor >= t.base) t.counters.splice(0, floor - t.base + 1), (t.base = floor + 1)
   }
   const settle = (client, t, seq) => { const m = t?.groups.get(client.id); if (m !== undefined && seq > m.start) m.g.settle(0, seq, 'delivered') }
 
@@ -23,8 +32,8 @@ function instrument(broker, surface) {
     if (!packet.brokerCounter && counted(packet.topic)) {
       packet.brokerCounter = ++this.counter // aedes' packets keep a counter they are given
       const t = topicOf(packet.topic)
-      const seq = t.handle.append(0, packet.payload.length)
-      t.seqs.set(packet.brokerCounter, seq)
+      const seq = t.handle.append(0, packet.payload.length) // 0: refused (read_only), not counted
+      if (seq !== 0) t.counters.push(packet.brokerCounter)
       if (seq % 1024 === 0) sweep(t)
     }
     return publish.call(this, packet, client, done)
@@ -35,12 +44,12 @@ function instrument(broker, surface) {
     if (!out) return out
     const state = (client[STATE] ??= { next: client._nextId, ids: new Map() }) // a clean session's packet id → seq
     if (client.clean && packet.messageId) return (state.next = client._nextId), out // a discarded session's queue
-    const qos = Math.min(packet.qos, client.subscriptions[packet.topic]?.qos ?? packet.qos)
+    const t = packet.retain ? undefined : topics.get(packet.topic)
+    const m = t?.groups.get(client.id)
+    const qos = Math.min(packet.qos, (m ?? client.subscriptions[packet.topic])?.qos ?? packet.qos) // as aedes downgrades
     const id = client.clean && qos > 0 ? state.next : 0 // aedes numbers a clean session's copies in this order
     if (id !== 0) state.next = id === 65535 ? 1 : id + 1
-    const t = packet.retain ? undefined : topics.get(packet.topic)
-    const seq = t?.seqs.get(packet.brokerCounter)
-    const m = t?.groups.get(client.id)
+    const seq = m && seqOf(t, packet.brokerCounter)
     if (m === undefined || seq === undefined || seq <= m.start) return out // not ours, or from before the subscription
     if (qos === 0) m.g.settle(0, seq, 'delivered') // no acknowledgement will come
     else if (packet.messageId && m.g.isInFlight(0, seq)) m.g.redeliver(0, seq) // a persistent session's queue, resent
@@ -55,15 +64,19 @@ function instrument(broker, surface) {
     return clear(client, packet, done)
   }
   broker.on('ack', (packet, client) => { // a persistent session's PUBACK: aedes hands back the packet
-    if (packet?.cmd === 'publish') settle(client, topics.get(packet.topic), topics.get(packet.topic)?.seqs.get(packet.brokerCounter))
+    const t = packet?.cmd === 'publish' ? topics.get(packet.topic) : undefined
+    if (t !== undefined) settle(client, t, seqOf(t, packet.brokerCounter))
   })
   // Subscribing registers the group before aedes routes anything to it (authorizeSubscribe runs first).
   const authorize = broker.authorizeSubscribe
   broker.authorizeSubscribe = function (client, sub, done) {
     return authorize.call(this, client, sub, (err, ok) => {
-      if (!err && ok && counted(ok.topic) && !/[+#]/.test(ok.topic) && !topicOf(ok.topic).groups.has(client.id)) {
-        const g = topicOf(ok.topic).handle.group(client.id, GROUP)
-        topicOf(ok.topic).groups.set(client.id, { g, start: g.floor(0) })
+      const t = !err && ok && counted(ok.topic) && !/[+#]/.test(ok.topic) ? topicOf(ok.topic) : undefined
+      const m = t?.groups.get(client.id)
+      if (m !== undefined) m.qos = ok.qos // subscribed again: only the QoS may change
+      else if (t !== undefined) {
+        const g = t.handle.group(client.id, GROUP)
+        t.groups.set(client.id, { g, start: g.floor(0), qos: ok.qos })
         ;(owned.get(client.id) ?? owned.set(client.id, new Set()).get(client.id)).add(ok.topic)
       }
       done(err, ok)
@@ -82,7 +95,7 @@ function instrument(broker, surface) {
   // A clean session discards the one before it, and its own when it ends: subscriptions and queue.
   broker.on('clientReady', (client) => { if (client.clean) end(client.id, [...(owned.get(client.id) ?? [])]) })
   broker.on('clientDisconnect', (client) => { if (client.clean) end(client.id, [...(owned.get(client.id) ?? [])]) })
-  return { pending: () => [...topics.values()].reduce((n, t) => n + t.seqs.size, 0), sweep: () => topics.forEach(sweep) }
+  return { pending: () => [...topics.values()].reduce((n, t) => n + t.counters.length, 0), sweep: () => topics.forEach(sweep) }
 }
 
 module.exports = { instrument }

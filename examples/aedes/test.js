@@ -84,6 +84,8 @@ test('aedes + mq-metrics: exact numbers through reconnects, a discarded session 
     assert.equal(d0.dropped, auditAtDiscard - d.seen.get('audit').size, 'the discarded session dropped what it had not acknowledged')
     for (const t of b.surface.stats('conservation').topics) for (const g of t.groups) assert.equal(g.residual, 0, `${t.topic}/${g.group}: residual 0`)
     b.surface.render() // a scrape runs the conservation check too
+    b.glue.sweep()
+    assert.equal(b.glue.pending(), 0, 'the glue forgets every message once every group settled it')
     assert.deepEqual(faults.map((f) => f.code), [], 'no faults')
     await prometheusIngests(b.metricsUrl)
     await Promise.all([a, p].map((s) => s.client.endAsync()))

@@ -50,6 +50,13 @@ interface Lane {
   readonly lastSeqSlot: number
   /** The highest last_seq seen so far: a seq at or below it is appended (last_seq never decreases). */
   seen: number
+  /**
+   * This thread's own row's last_seq cell (and its index): what this thread appended. One of the
+   * cells Recorder.highest() takes the maximum of, so a seq at or below it is appended too, known
+   * without reading every thread's row — a broker that sends what it has just appended.
+   */
+  readonly own: Float64Array
+  readonly ownAt: number
   readonly floorSlot: number
   /** The shared row's chunk holding the floor's hint, and its index. */
   readonly hints: Float64Array
@@ -416,7 +423,7 @@ export class Group {
     }
     let lane = this.#lanes[partition]
     if (lane === undefined || typeof partition !== 'number') lane = this.#lane(partition)
-    if (lane === undefined || (seq > lane.seen && seq > this.#lastSeqNow(lane))) {
+    if (lane === undefined || (seq > lane.seen && seq > this.#lastSeqReaching(lane, seq))) {
       this.#alive()
       const lastSeq = lane === undefined ? 0 : lane.seen
       this.#recorder.fault('SEQ_NOT_APPENDED', 'mq_partition_last_seq', this.#partitionLabels(partition), lastSeq, seq)
@@ -476,7 +483,7 @@ export class Group {
           for (let next = windowIndex(floor + 1, window); ; next = next + 1 === window ? 0 : next + 1) {
             const w = first + words + (next >>> 5)
             const b = 1 << (next & 31)
-            if ((bits[w] & b) === 0 || (floor + 1 > lastSeq && floor + 1 > (lastSeq = this.#lastSeqNow(lane)))) break
+            if ((bits[w] & b) === 0 || (floor + 1 > lastSeq && floor + 1 > (lastSeq = this.#lastSeqReaching(lane, floor + 1)))) break
             bits[w] &= ~b
             floor++
             above--
@@ -518,7 +525,7 @@ export class Group {
         for (let next = windowIndex(floor + 1, window); ; next = next + 1 === window ? 0 : next + 1) {
           const w = first + words + (next >>> 5)
           const b = 1 << (next & 31)
-          if ((bits[w] & b) === 0 || (floor + 1 > lastSeq && floor + 1 > (lastSeq = this.#lastSeqNow(lane)))) break
+          if ((bits[w] & b) === 0 || (floor + 1 > lastSeq && floor + 1 > (lastSeq = this.#lastSeqReaching(lane, floor + 1)))) break
           bits[w] &= ~b
           floor++
           above--
@@ -558,10 +565,13 @@ export class Group {
     const windowSlot = registry.windowBlock(this.entity, partition)
     this.#recorder.resolveChunk(floorSlot)
     this.#recorder.resolveChunk(windowSlot)
+    this.#recorder.resolveChunk(lastSeqSlot)
     const header = windowSlot & Chunk.Mask
     const lane: Lane = {
       lastSeqSlot,
       seen: this.#topic.lastSeqOf(lastSeqSlot),
+      own: this.#recorder.rowChunks[lastSeqSlot >>> Chunk.Shift],
+      ownAt: lastSeqSlot & Chunk.Mask,
       floorSlot,
       hints: this.#recorder.sharedChunks[floorSlot >>> Chunk.Shift],
       hintAt: floorSlot & Chunk.Mask,
@@ -575,6 +585,15 @@ export class Group {
   }
 
   /** last_seq read across every thread (a seq above the lane's last sight of it). */
+  /**
+   * last_seq, read no further than needed to know whether it reaches `seq`: this thread's own
+   * appends first (Lane.own), every thread's row only when they fall short.
+   */
+  #lastSeqReaching(lane: Lane, seq: number): number {
+    const own = lane.own[lane.ownAt]
+    if (own > lane.seen) lane.seen = own
+    return own >= seq ? own : this.#lastSeqNow(lane)
+  }
   #lastSeqNow(lane: Lane): number {
     const now = this.#topic.lastSeqOf(lane.lastSeqSlot)
     if (now > lane.seen) lane.seen = now
