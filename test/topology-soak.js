@@ -192,6 +192,7 @@ async function main() {
   // Memory bounded by what is alive: flat from the first quarter to the last.
   if (result.heapPlusExternalGrowthMB > 8) failures.push(`heap + external grew ${result.heapPlusExternalGrowthMB} MB (bound 8)`)
   if (result.everyHeapUsedGrowthMB > 8) failures.push(`the heaps of every thread grew ${result.everyHeapUsedGrowthMB} MB (bound 8)`)
+  if (result.rssGrowthMB > 8) failures.push(`RSS grew ${result.rssGrowthMB} MB from the first quarter's median to the last's (bound 8)`)
   const logBound = Math.max(256 * 1024, 3 * live * 512) + 65536
   if (Math.max(...result.logBytes) > logBound) failures.push(`registration log ${Math.max(...result.logBytes)} B (bound ${logBound})`)
   // Slots reserved plateau at what churn needs while the slowest thread has not yet announced (more
