@@ -3,12 +3,15 @@
 // rounds: a child process runs the broker (INSTRUMENT=0|1) and reports its own CPU time; this
 // process drives it with mqtt.js (2 publishers × QoS 1 with `window` publishes each awaiting their
 // PUBACK, 4 subscribers on 4 topics).
-//   node bench.js [--rounds 5] [--messages 20000] [--window 16]
+//   node bench.js [--rounds 21] [--messages 40000] [--window 16]
+//   node bench.js --profile [--messages 40000]   one instrumented round under V8's CPU profiler: the
+//     share of the broker's busy CPU spent in mq-metrics' frames and in instrument.js' (each frame's
+//     own time), a measure taken within one run, so the machine's drift between rounds cannot move it
 const { fork } = require('node:child_process')
 const mqtt = require('mqtt')
 const arg = (name, fallback) => { const at = process.argv.indexOf(`--${name}`); return at === -1 ? fallback : Number(process.argv[at + 1]) }
-const ROUNDS = arg('rounds', 5)
-const MESSAGES = arg('messages', 20000)
+const ROUNDS = arg('rounds', 21)
+const MESSAGES = arg('messages', 40000)
 const WINDOW = arg('window', 16)
 const TOPICS = ['orders', 'billing', 'audit', 'alerts']
 
@@ -17,13 +20,15 @@ if (process.env.BENCH_CHILD) {
   const broker = require('aedes')()
   if (process.env.INSTRUMENT === '1') require('./instrument').instrument(broker, require('mq-metrics').createSurface())
   const server = net.createServer(broker.handle).listen(0, '127.0.0.1', () => process.send({ port: server.address().port }))
-  process.on('message', (m) => { if (m === 'cpu') process.send({ cpu: process.cpuUsage() }) })
+  process.on('message', (m) => { if (m === 'cpu') process.send({ cpu: process.cpuUsage() }); else if (m === 'exit') process.exit(0) })
+} else if (process.argv.includes('--profile')) {
+  profile()
 } else {
   main()
 }
 
-async function round(instrument) {
-  const child = fork(__filename, [], { env: { ...process.env, BENCH_CHILD: '1', INSTRUMENT: instrument ? '1' : '0' } })
+async function round(instrument, execArgv = []) {
+  const child = fork(__filename, [], { execArgv, env: { ...process.env, BENCH_CHILD: '1', INSTRUMENT: instrument ? '1' : '0' } })
   const { port } = await new Promise((resolve) => child.once('message', resolve))
   const connect = (id) => new Promise((resolve) => { const c = mqtt.connect(`mqtt://127.0.0.1:${port}`, { clientId: id }); c.once('connect', () => resolve(c)) })
   const subs = await Promise.all([0, 1, 2, 3].map((i) => connect(`s${i}`)))
@@ -49,7 +54,7 @@ async function round(instrument) {
   const after = await cpuNow()
   const delivered = received - before
   for (const c of [...subs, ...pubs]) c.end(true)
-  child.kill()
+  await new Promise((resolve) => { child.once('exit', resolve); child.send('exit') }) // exits cleanly: a profile is written
   const us = after.user + after.system - cpu.user - cpu.system
   return { usPerDelivery: us / delivered, deliveriesPerSecond: delivered / seconds }
 }
@@ -69,4 +74,22 @@ async function main() {
   const paired = median(rows.plain.map((x, r) => rows.instrumented[r].usPerDelivery / x.usPerDelivery))
   console.log(`  overhead           ${(((inst - plain) / plain) * 100).toFixed(1)}% of the medians; ${((paired - 1) * 100).toFixed(1)}% the median of each round's ratio (goal ≤ 5%)`)
   console.log(`  rounds (µs)        alone ${rows.plain.map((x) => x.usPerDelivery.toFixed(2)).join(' ')} | with ${rows.instrumented.map((x) => x.usPerDelivery.toFixed(2)).join(' ')}`)
+}
+
+/** Self time per frame of one instrumented round's CPU profile, by whose code the frame runs. */
+async function profile() {
+  const fs = require('node:fs')
+  const path = require('node:path')
+  const dir = fs.mkdtempSync(path.join(require('node:os').tmpdir(), 'mq-aedes-profile-'))
+  await round(true, ['--cpu-prof', '--cpu-prof-dir', dir, '--cpu-prof-interval', '200'])
+  const { nodes, samples, timeDeltas } = JSON.parse(fs.readFileSync(path.join(dir, fs.readdirSync(dir)[0]), 'utf8'))
+  fs.rmSync(dir, { recursive: true })
+  const library = path.dirname(require.resolve('mq-metrics'))
+  const whose = new Map(nodes.map((n) => [n.id, n.callFrame.functionName === '(idle)' ? 'idle' : n.callFrame.url.includes(library) ? 'library' : n.callFrame.url.endsWith('instrument.js') ? 'glue' : 'broker']))
+  const us = { idle: 0, library: 0, glue: 0, broker: 0 }
+  samples.forEach((id, i) => (us[whose.get(id)] += timeDeltas[i]))
+  const busy = us.library + us.glue + us.broker
+  const pct = (x) => `${((x / busy) * 100).toFixed(1)}%`
+  console.log(`one instrumented round of ${MESSAGES} publishes × 4 subscribers under the CPU profiler (start-up included), shares of the broker's busy CPU:`)
+  console.log(`  mq-metrics ${pct(us.library)}   instrument.js ${pct(us.glue)}   together ${pct(us.library + us.glue)}: +${(((us.library + us.glue) / us.broker) * 100).toFixed(1)}% over the rest`)
 }

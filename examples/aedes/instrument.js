@@ -7,17 +7,16 @@ const STATE = Symbol('mq-metrics')
 const GROUP = { from: 'latest', max_in_flight: 65535, settle_window: 65536 } // MQTT: ≤ 65,535 packet ids per client
 
 function instrument(broker, surface) {
-  const topics = new Map() // MQTT topic → { handle, counters, base, groups: client id → { g, start, qos } }
+  const topics = new Map() // MQTT topic → { handle, counters, base, groups: client id → { g, start, qos, gone } }
   const owned = new Map() // client id → the topics it has a group on
   // counters: aedes' counters of the topic's messages not yet settled by every group, increasing;
   // the message at index i has seq base + i (append() numbers a partition's messages one by one).
   const topicOf = (name) => topics.get(name) ?? topics.set(name, { handle: surface.topic(name), counters: [], base: surface.topic(name).lastSeq(0) + 1, groups: new Map() }).get(name)
-  const seqOf = (t, counter) => { // binary search: usually the newest, so the last is tried first
+  const seqOf = (t, counter) => { // binary search; a copy forwarded as it is published is the newest: tried first
     const c = t.counters
-    let lo = 0, hi = c.length - 1
-    if (c[hi] === counter) return t.base + hi
-    while (lo <= hi) { const mid = (lo + hi) >> 1; if (c[mid] < counter) lo = mid + 1; else if (c[mid] > counter) hi = mid - 1; else return t.base + mid }
-    return undefined
+    let lo = c[c.length - 1] === counter ? c.length - 1 : 0, hi = c.length - 1
+    while (lo < hi) { const mid = (lo + hi) >> 1; if (c[mid] < counter) lo = mid + 1; else hi = mid }
+    return c[lo] === counter ? t.base + lo : undefined
   }
   const counted = (name) => name.charCodeAt(0) !== 36 // '$SYS/…' is the broker's own
   const sweep = (t) => { // forget the messages every group has settled
@@ -42,7 +41,7 @@ function instrument(broker, surface) {
   broker.authorizeForward = function (client, packet) {
     const out = forward.call(this, client, packet)
     if (!out) return out
-    const state = (client[STATE] ??= { next: client._nextId, ids: new Map() }) // a clean session's packet id → seq
+    const state = (client[STATE] ??= { next: client._nextId, ids: new Map() }) // a clean session's packet id → { m, seq }
     if (client.clean && packet.messageId) return (state.next = client._nextId), out // a discarded session's queue
     const t = packet.retain ? undefined : topics.get(packet.topic)
     const m = t?.groups.get(client.id)
@@ -54,13 +53,13 @@ function instrument(broker, surface) {
     if (qos === 0) m.g.settle(0, seq, 'delivered') // no acknowledgement will come
     else if (packet.messageId && m.g.isInFlight(0, seq)) m.g.redeliver(0, seq) // a persistent session's queue, resent
     else m.g.send(0, seq)
-    if (id !== 0) state.ids.set(id, { t, seq })
+    if (id !== 0) state.ids.set(id, { m, seq })
     return out
   }
   const clear = broker.persistence.outgoingClearMessageId.bind(broker.persistence)
   broker.persistence.outgoingClearMessageId = function (client, packet, done) { // a clean session's PUBACK
     const sent = packet.cmd === 'puback' && client.clean ? client[STATE]?.ids.get(packet.messageId) : undefined
-    if (sent !== undefined) client[STATE].ids.delete(packet.messageId), settle(client, sent.t, sent.seq)
+    if (sent !== undefined) client[STATE].ids.delete(packet.messageId), sent.m.gone || sent.m.g.settle(0, sent.seq, 'delivered')
     return clear(client, packet, done)
   }
   broker.on('ack', (packet, client) => { // a persistent session's PUBACK: aedes hands back the packet
@@ -76,7 +75,7 @@ function instrument(broker, surface) {
       if (m !== undefined) m.qos = ok.qos // subscribed again: only the QoS may change
       else if (t !== undefined) {
         const g = t.handle.group(client.id, GROUP)
-        t.groups.set(client.id, { g, start: g.floor(0), qos: ok.qos })
+        t.groups.set(client.id, { g, start: g.floor(0), qos: ok.qos, gone: false })
         ;(owned.get(client.id) ?? owned.set(client.id, new Set()).get(client.id)).add(ok.topic)
       }
       done(err, ok)
@@ -88,7 +87,7 @@ function instrument(broker, surface) {
       const m = t?.groups.get(id)
       if (m === undefined) continue
       if (m.g.floor(0) < t.handle.lastSeq(0)) m.g.settleUpTo(0, t.handle.lastSeq(0), 'dropped')
-      t.handle.removeGroup(id), t.groups.delete(id), owned.get(id).delete(name)
+      t.handle.removeGroup(id), t.groups.delete(id), owned.get(id).delete(name), (m.gone = true)
     }
   }
   broker.on('unsubscribe', (names, client) => end(client.id, names))
