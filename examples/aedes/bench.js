@@ -4,6 +4,8 @@
 // process drives it with mqtt.js (2 publishers × QoS 1 with `window` publishes each awaiting their
 // PUBACK, 4 subscribers on 4 topics).
 //   node bench.js [--rounds 21] [--messages 40000] [--window 16]
+//   node bench.js --together [--rounds 21] [--seconds 4]   both brokers at once, each with its own
+//     clients, measured over the same wall-clock window: the machine's slow phases hit both alike
 //   node bench.js --profile [--messages 40000]   one instrumented round under V8's CPU profiler: the
 //     share of the broker's busy CPU spent in mq-metrics' frames and in instrument.js' (each frame's
 //     own time), a measure taken within one run, so the machine's drift between rounds cannot move it
@@ -23,6 +25,8 @@ if (process.env.BENCH_CHILD) {
   process.on('message', (m) => { if (m === 'cpu') process.send({ cpu: process.cpuUsage() }); else if (m === 'exit') process.exit(0) })
 } else if (process.argv.includes('--profile')) {
   profile()
+} else if (process.argv.includes('--together')) {
+  together()
 } else {
   main()
 }
@@ -92,4 +96,50 @@ async function profile() {
   const pct = (x) => `${((x / busy) * 100).toFixed(1)}%`
   console.log(`one instrumented round of ${MESSAGES} publishes × 4 subscribers under the CPU profiler (start-up included), shares of the broker's busy CPU:`)
   console.log(`  mq-metrics ${pct(us.library)}   instrument.js ${pct(us.glue)}   together ${pct(us.library + us.glue)}: +${(((us.library + us.glue) / us.broker) * 100).toFixed(1)}% over the rest`)
+}
+
+/** A broker (child process) under continuous load until stopped: its CPU and deliveries so far. */
+async function loaded(instrument) {
+  const child = fork(__filename, [], { env: { ...process.env, BENCH_CHILD: '1', INSTRUMENT: instrument ? '1' : '0' } })
+  const { port } = await new Promise((resolve) => child.once('message', resolve))
+  const connect = (id) => new Promise((resolve) => { const c = mqtt.connect(`mqtt://127.0.0.1:${port}`, { clientId: id }); c.once('connect', () => resolve(c)) })
+  const subs = await Promise.all([0, 1, 2, 3].map((i) => connect(`s${i}`)))
+  let received = 0
+  for (const s of subs) { await s.subscribeAsync(TOPICS, { qos: 1 }); s.on('message', () => received++) }
+  const pubs = await Promise.all([connect('p0'), connect('p1')])
+  let stopped = false
+  let next = 0
+  const lane = async (p) => { while (!stopped) await p.publishAsync(TOPICS[next++ % 4], 'x'.repeat(64), { qos: 1 }) }
+  const lanes = Promise.all(pubs.flatMap((p) => Array.from({ length: WINDOW }, () => lane(p))))
+  return {
+    now: () => new Promise((resolve) => { child.once('message', (m) => resolve({ us: m.cpu.user + m.cpu.system, received })); child.send('cpu') }),
+    stop: async () => {
+      stopped = true
+      await lanes
+      for (const c of [...subs, ...pubs]) c.end(true)
+      await new Promise((resolve) => { child.once('exit', resolve); child.send('exit') })
+    },
+  }
+}
+
+async function together() {
+  const SECONDS = arg('seconds', 4)
+  const ratios = []
+  const rows = { plain: [], instrumented: [] }
+  for (let r = 0; r < ROUNDS; r++) {
+    const [plain, instrumented] = await Promise.all([loaded(false), loaded(true)])
+    await new Promise((resolve) => setTimeout(resolve, 1000)) // warm-up: the JIT and the heap settle
+    const before = await Promise.all([plain.now(), instrumented.now()])
+    await new Promise((resolve) => setTimeout(resolve, SECONDS * 1000))
+    const after = await Promise.all([plain.now(), instrumented.now()])
+    await Promise.all([plain.stop(), instrumented.stop()])
+    const [p, i] = [0, 1].map((k) => (after[k].us - before[k].us) / (after[k].received - before[k].received))
+    rows.plain.push(p)
+    rows.instrumented.push(i)
+    ratios.push(i / p)
+  }
+  const median = (xs) => [...xs].sort((a, b) => a - b)[xs.length >> 1]
+  console.log(`broker CPU per delivery, ${ROUNDS} rounds of ${SECONDS} s with both brokers loaded at once (each its own clients):`)
+  console.log(`  aedes alone ${median(rows.plain).toFixed(2)} µs   aedes + mq-metrics ${median(rows.instrumented).toFixed(2)} µs`)
+  console.log(`  overhead    ${((median(ratios) - 1) * 100).toFixed(1)}% the median of each round's ratio (goal ≤ 5%); ratios ${ratios.map((x) => ((x - 1) * 100).toFixed(1)).join(' ')}`)
 }

@@ -41,7 +41,7 @@ function instrument(broker, surface) {
   broker.authorizeForward = function (client, packet) {
     const out = forward.call(this, client, packet)
     if (!out) return out
-    const state = (client[STATE] ??= { next: client._nextId, ids: new Map() }) // a clean session's packet id → { m, seq }
+    const state = (client[STATE] ??= { next: client._nextId, sent: [], head: 0 }) // a clean session's copies in flight
     if (client.clean && packet.messageId) return (state.next = client._nextId), out // a discarded session's queue
     const t = packet.retain ? undefined : topics.get(packet.topic)
     const m = t?.groups.get(client.id)
@@ -53,13 +53,19 @@ function instrument(broker, surface) {
     if (qos === 0) m.g.settle(0, seq, 'delivered') // no acknowledgement will come
     else if (packet.messageId && m.g.isInFlight(0, seq)) m.g.redeliver(0, seq) // a persistent session's queue, resent
     else m.g.send(0, seq)
-    if (id !== 0) state.ids.set(id, { m, seq })
+    if (id !== 0) state.sent.push(-id, m, seq) // −id: never equal to a seq
     return out
   }
   const clear = broker.persistence.outgoingClearMessageId.bind(broker.persistence)
   broker.persistence.outgoingClearMessageId = function (client, packet, done) { // a clean session's PUBACK
-    const sent = packet.cmd === 'puback' && client.clean ? client[STATE]?.ids.get(packet.messageId) : undefined
-    if (sent !== undefined) client[STATE].ids.delete(packet.messageId), sent.m.gone || sent.m.g.settle(0, sent.seq, 'delivered')
+    const s = packet.cmd === 'puback' && client.clean ? client[STATE] : undefined
+    const at = s === undefined ? -1 : s.sent.indexOf(-packet.messageId, s.head) // acks come in order: at the head
+    if (at >= 0) {
+      const m = s.sent[at + 1], seq = s.sent[at + 2]
+      if (at === s.head) s.head += 3; else s.sent.splice(at, 3)
+      if (s.head === s.sent.length) s.sent.length = s.head = 0 // all acknowledged: start over
+      if (!m.gone) m.g.settle(0, seq, 'delivered')
+    }
     return clear(client, packet, done)
   }
   broker.on('ack', (packet, client) => { // a persistent session's PUBACK: aedes hands back the packet
