@@ -3,7 +3,8 @@
 // persistent sessions, a subscriber killed mid-stream and reconnected, a discarded session and an
 // ended subscription. Afterwards every number must be exact: produced = publisher PUBACKs,
 // delivered = what each subscriber acknowledged, residual 0 everywhere, no fault, and a real
-// Prometheus (when installed) ingests every family /metrics shows.
+// Prometheus (when installed) ingests every family /metrics shows. A second test acknowledges each
+// pair of messages in reverse (the glue finds a PUBACK that is not the oldest it waits for).
 const test = require('node:test')
 const assert = require('node:assert')
 const mqtt = require('mqtt')
@@ -90,6 +91,39 @@ test('aedes + mq-metrics: exact numbers through reconnects, a discarded session 
     await prometheusIngests(b.metricsUrl)
     await Promise.all([a, p].map((s) => s.client.endAsync()))
     await Promise.all([...publishers, u.client].map((c) => c.endAsync()))
+  } finally {
+    await b.close()
+  }
+})
+
+test('PUBACKs out of order: a clean session acknowledging each pair of messages in reverse', async () => {
+  const b = await start({ mqttPort: 0, metricsPort: 0 })
+  const faults = []
+  b.surface.on('fault', (f) => faults.push(f))
+  try {
+    const s = await connect(b.mqttPort, { clientId: 'sub-r', clean: true })
+    // mqtt.js acknowledges in order: hold each PUBACK and send it after the next, so aedes sees 2, 1, 4, 3, …
+    const send = s._sendPacket.bind(s)
+    let held
+    s._sendPacket = (packet, done, ...rest) => {
+      if (packet.cmd !== 'puback') return send(packet, done, ...rest)
+      if (held === undefined) return void ((held = packet), done?.()) // mqtt.js reads on once its PUBACK is "sent"
+      send(packet, done, ...rest)
+      send(held)
+      held = undefined
+    }
+    let received = 0
+    s.on('message', () => received++)
+    await s.subscribeAsync('orders', { qos: 1 })
+    const pub = await connect(b.mqttPort, { clientId: 'pub-r' })
+    for (let i = 0; i < 200; i++) await pub.publishAsync('orders', `m${i}`, { qos: 1 })
+    const group = () => b.surface.stats('groups').groups.find((g) => g.group === 'sub-r')
+    await until('every message settled', () => received === 200 && group().in_flight === 0 && group().lag === 0).catch((e) => { throw new Error(`${e.message}: received ${received}, ${JSON.stringify(group())}, faults ${JSON.stringify(faults)}`) })
+    assert.equal(group().delivered, 200, 'every message delivered once')
+    b.glue.sweep()
+    assert.equal(b.glue.pending(), 0)
+    assert.deepEqual(faults.map((f) => f.code), [], 'no faults')
+    await Promise.all([s.endAsync(), pub.endAsync()])
   } finally {
     await b.close()
   }
