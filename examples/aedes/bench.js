@@ -31,34 +31,43 @@ if (process.env.BENCH_CHILD) {
   main()
 }
 
-async function round(instrument, execArgv = []) {
+/** A broker in a child process, its 4 subscribers (on every topic) and 2 publishers connected. */
+async function broker(instrument, execArgv = []) {
   const child = fork(__filename, [], { execArgv, env: { ...process.env, BENCH_CHILD: '1', INSTRUMENT: instrument ? '1' : '0' } })
   const { port } = await new Promise((resolve) => child.once('message', resolve))
   const connect = (id) => new Promise((resolve) => { const c = mqtt.connect(`mqtt://127.0.0.1:${port}`, { clientId: id }); c.once('connect', () => resolve(c)) })
-  const subs = await Promise.all([0, 1, 2, 3].map((i) => connect(`s${i}`)))
-  let received = 0
-  for (const s of subs) { await s.subscribeAsync(TOPICS, { qos: 1 }); s.on('message', () => received++) }
-  const pubs = await Promise.all([connect('p0'), connect('p1')])
-  const cpuNow = () => new Promise((resolve) => { child.once('message', (m) => resolve(m.cpu)); child.send('cpu') })
+  const b = { subs: await Promise.all([0, 1, 2, 3].map((i) => connect(`s${i}`))), received: 0 }
+  for (const s of b.subs) { await s.subscribeAsync(TOPICS, { qos: 1 }); s.on('message', () => b.received++) }
+  b.pubs = await Promise.all([connect('p0'), connect('p1')])
+  b.cpuNow = () => new Promise((resolve) => { child.once('message', (m) => resolve(m.cpu)); child.send('cpu') })
+  b.close = async () => {
+    for (const c of [...b.subs, ...b.pubs]) c.end(true)
+    await new Promise((resolve) => { child.once('exit', resolve); child.send('exit') }) // exits cleanly: a profile is written
+  }
+  return b
+}
+
+async function round(instrument, execArgv = []) {
+  const b = await broker(instrument, execArgv)
+  const { subs, pubs, cpuNow } = b
   // Each publisher keeps WINDOW publishes awaiting their PUBACK, as a busy device fleet does.
   const publishAll = async (messages) => {
     let next = 0
-    const expected = received + messages * subs.length
+    const expected = b.received + messages * subs.length
     const lane = async (p) => { for (let i; (i = next++) < messages;) await p.publishAsync(TOPICS[i % 4], 'x'.repeat(64), { qos: 1 }) }
     await Promise.all(pubs.flatMap((p) => Array.from({ length: WINDOW }, () => lane(p))))
     const end = Date.now() + 30_000
-    while (received < expected && Date.now() < end) await new Promise((r) => setTimeout(r, 5))
+    while (b.received < expected && Date.now() < end) await new Promise((r) => setTimeout(r, 5))
   }
   await publishAll(MESSAGES / 4) // warm-up: the JIT and the heap settle, groups and series exist
-  const before = received
+  const before = b.received
   const cpu = await cpuNow()
   const started = process.hrtime.bigint()
   await publishAll(MESSAGES)
   const seconds = Number(process.hrtime.bigint() - started) / 1e9
   const after = await cpuNow()
-  const delivered = received - before
-  for (const c of [...subs, ...pubs]) c.end(true)
-  await new Promise((resolve) => { child.once('exit', resolve); child.send('exit') }) // exits cleanly: a profile is written
+  const delivered = b.received - before
+  await b.close()
   const us = after.user + after.system - cpu.user - cpu.system
   return { usPerDelivery: us / delivered, deliveriesPerSecond: delivered / seconds }
 }
@@ -100,24 +109,17 @@ async function profile() {
 
 /** A broker (child process) under continuous load until stopped: its CPU and deliveries so far. */
 async function loaded(instrument) {
-  const child = fork(__filename, [], { env: { ...process.env, BENCH_CHILD: '1', INSTRUMENT: instrument ? '1' : '0' } })
-  const { port } = await new Promise((resolve) => child.once('message', resolve))
-  const connect = (id) => new Promise((resolve) => { const c = mqtt.connect(`mqtt://127.0.0.1:${port}`, { clientId: id }); c.once('connect', () => resolve(c)) })
-  const subs = await Promise.all([0, 1, 2, 3].map((i) => connect(`s${i}`)))
-  let received = 0
-  for (const s of subs) { await s.subscribeAsync(TOPICS, { qos: 1 }); s.on('message', () => received++) }
-  const pubs = await Promise.all([connect('p0'), connect('p1')])
+  const b = await broker(instrument)
   let stopped = false
   let next = 0
   const lane = async (p) => { while (!stopped) await p.publishAsync(TOPICS[next++ % 4], 'x'.repeat(64), { qos: 1 }) }
-  const lanes = Promise.all(pubs.flatMap((p) => Array.from({ length: WINDOW }, () => lane(p))))
+  const lanes = Promise.all(b.pubs.flatMap((p) => Array.from({ length: WINDOW }, () => lane(p))))
   return {
-    now: () => new Promise((resolve) => { child.once('message', (m) => resolve({ us: m.cpu.user + m.cpu.system, received })); child.send('cpu') }),
+    now: async () => { const cpu = await b.cpuNow(); return { us: cpu.user + cpu.system, received: b.received } },
     stop: async () => {
       stopped = true
       await lanes
-      for (const c of [...subs, ...pubs]) c.end(true)
-      await new Promise((resolve) => { child.once('exit', resolve); child.send('exit') })
+      await b.close()
     },
   }
 }

@@ -24,7 +24,7 @@ function instrument(broker, surface) {
     for (const { g } of t.groups.values()) floor = Math.min(floor, g.floor(0))
     if (floor >= t.base) t.counters.splice(0, floor - t.base + 1), (t.base = floor + 1)
   }
-  const settle = (client, t, seq) => { const m = t?.groups.get(client.id); if (m !== undefined && seq > m.start) m.g.settle(0, seq, 'delivered') }
+  const settle = (client, t, seq) => { const m = t.groups.get(client.id); if (m !== undefined && seq > m.start) m.g.settle(0, seq, 'delivered') }
 
   const publish = broker.publish
   broker.publish = function (packet, client, done) {

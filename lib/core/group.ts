@@ -584,7 +584,6 @@ export class Group {
     return lane
   }
 
-  /** last_seq read across every thread (a seq above the lane's last sight of it). */
   /**
    * last_seq, read no further than needed to know whether it reaches `seq`: this thread's own
    * appends first (Lane.own), every thread's row only when they fall short.
@@ -594,6 +593,8 @@ export class Group {
     if (own > lane.seen) lane.seen = own
     return own >= seq ? own : this.#lastSeqNow(lane)
   }
+
+  /** last_seq read across every thread (a seq above the lane's last sight of it). */
   #lastSeqNow(lane: Lane): number {
     const now = this.#topic.lastSeqOf(lane.lastSeqSlot)
     if (now > lane.seen) lane.seen = now
