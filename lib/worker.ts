@@ -38,6 +38,7 @@ function checkShared(shared: unknown): asserts shared is SharedSurface {
   } else {
     throw new TypeError(`${expected}: its arena backend is ${describe((arena as { backend?: unknown }).backend)}, not 'js' or 'native'`)
   }
+  if (!(arena.doorbell instanceof SharedArrayBuffer) || arena.doorbell.byteLength < 4) throw new TypeError(`${expected}: its arena's doorbell is ${describe(arena.doorbell)}, not a SharedArrayBuffer of 4 bytes`)
   if (config === null || typeof config !== 'object') throw new TypeError(`${expected}: its config is ${describe(config)}`)
 }
 

@@ -69,6 +69,9 @@ t.test('attachSurface() of anything but a share() is a TypeError saying what is 
     [{ ...shared, arena: { backend: 'js', buffer: new ArrayBuffer(8) } }, /not a SharedArrayBuffer/],
     [{ ...shared, arena: { backend: 'native', id: -1 } }, /native arena id is -1/],
     [{ ...shared, arena: { backend: 'gpu' } }, /arena backend is the string "gpu", not 'js' or 'native'/],
+    [{ ...shared, arena: { ...shared.arena, doorbell: undefined } }, /its arena's doorbell is undefined, not a SharedArrayBuffer/],
+    [{ ...shared, arena: { ...shared.arena, doorbell: new ArrayBuffer(4) } }, /doorbell is .*not a SharedArrayBuffer/],
+    [{ ...shared, arena: { ...shared.arena, doorbell: new SharedArrayBuffer(2) } }, /doorbell is .*not a SharedArrayBuffer of 4 bytes/],
     [{ ...shared, config: null }, /its config is null/],
   ]
   for (const [argument, message] of cases) t.throws(() => lib.attachSurface(argument), { name: 'TypeError', message }, JSON.stringify(argument))

@@ -11,7 +11,7 @@ const path = require('node:path')
 const { Worker } = require('node:worker_threads')
 const { backends, surfaceOn } = require('./helpers')
 const { Memory } = require('../dist/core/memory')
-const { SLOTS_PER_CHUNK } = require('../dist/core/layout')
+const { B_EPOCH, SLOTS_PER_CHUNK } = require('../dist/core/layout')
 const { acquire, release } = require('../dist/core/lock')
 const { threadProgress, threadIdentity } = require('../dist/core/threads')
 const { attachArena, createArena } = require('../dist/core/backend')
@@ -21,7 +21,7 @@ const { Recorder } = require('../dist/core/recording')
 const { Handles } = require('../dist/core/handles')
 const { SnapshotReader } = require('../dist/core/reader')
 const { resolveConfig } = require('../dist/core/config')
-const { announce, detach } = require('../dist/core/reclamation')
+const { announce, detach, passedEpoch } = require('../dist/core/reclamation')
 
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms))
 
@@ -256,3 +256,32 @@ t.test('threadProgress reads CPU time and block count from /proc', { skip: threa
   t.ok(blocked, 'waiting in the event loop shows as a block')
   t.equal(threadProgress(2 ** 22 + 5), undefined, 'no such thread: undefined')
 })
+
+for (const backend of backends()) {
+  t.test(`${backend}: a removal wakes a waiting thread, which announces at once (no timer needed)`, async (t) => {
+    // The worker's waits lose their timeout (ANNOUNCE_WAIT_MS, the backstop): only the removal's
+    // ring can wake it, so each announcement below is the ring's doing, or the test times out.
+    const surface = surfaceOn(t, backend)
+    const worker = new Worker(`
+      const { workerData, parentPort } = require('node:worker_threads')
+      const waitAsync = Atomics.waitAsync
+      Atomics.waitAsync = (cells, index, value) => waitAsync(cells, index, value)
+      const { attachSurface } = require(${JSON.stringify(path.join(__dirname, '..', 'dist'))})
+      attachSurface(workerData.shared).topic('w').produced(0, 1, 1)
+      parentPort.postMessage('idle')
+      parentPort.once('message', () => process.exit(0))
+    `, { eval: true, workerData: { shared: surface.share() }, execArgv: [] })
+    await new Promise((resolve) => worker.once('message', resolve))
+    const memory = new Memory(attachArena(surface.share().arena), false)
+    for (let i = 0; i < 3; i++) {
+      surface.topic(`gone${i}`).produced(0, 1, 1)
+      surface.removeTopic(`gone${i}`)
+      const epoch = Number(Atomics.load(memory.wide, B_EPOCH))
+      const deadline = Date.now() + 5000
+      while (passedEpoch(memory, false) < epoch && Date.now() < deadline) await sleep(2)
+      t.equal(passedEpoch(memory, false), epoch, `removal ${i + 1}: every row, the idle worker's too, has announced epoch ${epoch}`)
+    }
+    worker.postMessage('done')
+    await new Promise((resolve) => worker.once('exit', resolve))
+  })
+}

@@ -17,9 +17,17 @@ export interface Arena {
   share(): SharedArena
   /** The surface is closed: the memory goes once no thread maps it any more. */
   release(): void
+  /**
+   * One Int32 cell every removal rings and every thread of the process waits on between its tasks
+   * (reclamation.ts). Its own SharedArrayBuffer in both backends: the native core's memory is
+   * not one, and only a SharedArrayBuffer's cells can be waited on.
+   */
+  readonly doorbell: Int32Array
 }
 
-export type SharedArena = { backend: 'native'; id: number } | { backend: 'js'; buffer: SharedArrayBuffer }
+export type SharedArena =
+  | { backend: 'native'; id: number; doorbell: SharedArrayBuffer }
+  | { backend: 'js'; buffer: SharedArrayBuffer; doorbell: SharedArrayBuffer }
 
 interface NativeAddon {
   arenaCreate(chunkBytes: number): number
@@ -112,21 +120,21 @@ export function backendReason(backend: BackendName, env: NodeJS.ProcessEnv = pro
 export function createArena(backend: BackendName): Arena {
   if (backend === 'native') {
     const native = loadAddon()!
-    return new NativeArena(native, native.arenaCreate(CHUNK_BYTES))
+    return new NativeArena(native, native.arenaCreate(CHUNK_BYTES), new SharedArrayBuffer(4))
   }
   // One growable SharedArrayBuffer: growth is visible to every thread that holds it, so a worker
   // can add chunks that the main thread sees at once (Node 20 supports growable SABs). The
   // maximum is reserved address space only; pages are committed as the buffer grows.
-  return new JsArena(new SharedArrayBuffer(CHUNK_BYTES, { maxByteLength: JS_ARENA_MAX_BYTES }))
+  return new JsArena(new SharedArrayBuffer(CHUNK_BYTES, { maxByteLength: JS_ARENA_MAX_BYTES }), new SharedArrayBuffer(4))
 }
 
 export function attachArena(shared: SharedArena): Arena {
   if (shared.backend === 'native') {
     const native = loadAddon()
     if (!native) throw new Error(`mq-metrics: this surface uses the native core, which cannot load in this thread (${addonError})`)
-    return new NativeArena(native, shared.id)
+    return new NativeArena(native, shared.id, shared.doorbell)
   }
-  return new JsArena(shared.buffer)
+  return new JsArena(shared.buffer, shared.doorbell)
 }
 
 /** 4 GiB of slots (512 Mi counters) per surface for the JS backend. */
@@ -136,9 +144,11 @@ class NativeArena implements Arena {
   readonly backend = 'native' as const
   readonly #addon: NativeAddon
   readonly #id: number
-  constructor(native: NativeAddon, id: number) {
+  readonly doorbell: Int32Array
+  constructor(native: NativeAddon, id: number, doorbell: SharedArrayBuffer) {
     this.#addon = native
     this.#id = id
+    this.doorbell = new Int32Array(doorbell, 0, 1)
   }
   chunk(k: number): ArrayBuffer {
     let buffer: ArrayBuffer | undefined
@@ -154,7 +164,7 @@ class NativeArena implements Arena {
     return buffer
   }
   share(): SharedArena {
-    return { backend: 'native', id: this.#id }
+    return { backend: 'native', id: this.#id, doorbell: this.doorbell.buffer as SharedArrayBuffer }
   }
   release(): void {
     this.#addon.arenaRelease(this.#id)
@@ -164,8 +174,10 @@ class NativeArena implements Arena {
 class JsArena implements Arena {
   readonly backend = 'js' as const
   readonly #buffer: SharedArrayBuffer
-  constructor(buffer: SharedArrayBuffer) {
+  readonly doorbell: Int32Array
+  constructor(buffer: SharedArrayBuffer, doorbell: SharedArrayBuffer) {
     this.#buffer = buffer
+    this.doorbell = new Int32Array(doorbell, 0, 1)
   }
   chunk(k: number): SharedArrayBuffer {
     const need = (k + 1) * CHUNK_BYTES
@@ -182,7 +194,7 @@ class JsArena implements Arena {
     return this.#buffer
   }
   share(): SharedArena {
-    return { backend: 'js', buffer: this.#buffer }
+    return { backend: 'js', buffer: this.#buffer, doorbell: this.doorbell.buffer as SharedArrayBuffer }
   }
   release(): void {
     // Garbage collected with the last thread that holds the buffer.

@@ -7,7 +7,8 @@
 //   other than a recording call — in particular a timer callback — is inside no recording call.
 // - A removal clears the liveness tags first, then advances the epoch (Atomics: every later read
 //   of the epoch that sees the new value also sees the cleared tags). Its blocks wait for it.
-// - Each thread announces, from an unref'd timer (so between its tasks), the epoch it reads. A
+// - Each thread announces, from a callback of its event loop (so between its tasks), the epoch it
+//   reads: woken by the removal that moved it (Atomics.waitAsync / Atomics.notify). A
 //   thread that announced epoch ≥ E has finished every call it began before it read E, and every
 //   call it begins afterwards reads the cleared tag and throws instead of writing.
 // - So once every other thread with a row has announced ≥ E (or provably exited), no write into
@@ -22,19 +23,33 @@ import { isMainThread } from 'node:worker_threads'
 import { B_ANNOUNCE, B_EPOCH, B_SURFACE_ID, C_CLOSED, MAIN_ROW } from './layout'
 import { Memory } from './memory'
 
-/** How often each thread announces the epoch it has seen (an unref'd timer). */
-export const ANNOUNCE_MS = 10
+/**
+ * How long a thread waits for the doorbell before it announces anyway. A removal (or a close)
+ * rings every waiting thread of the process at once; the timeout is the backstop, and what a
+ * process mapping the same memory from outside would rely on (a notify does not cross
+ * processes). Idle, a surface so costs one wake per second instead of a timer every few
+ * milliseconds: a bare 10 ms interval costs ~16 ms of CPU per second on the 2-core machine of
+ * docs/reliability.md, 1.6% of a core, and measurably the broker's (examples/aedes/bench.js).
+ */
+export const ANNOUNCE_WAIT_MS = 1000
 
 /** What a thread announces when it will never record again (it exited). */
 const DETACHED = 2n ** 62n
 
 /**
  * Announces that this thread is between tasks: inside no recording call. Only ever called from a
- * timer callback, or at a point the caller proves quiescent (a removal by this thread).
+ * callback of watch() (or keepAnnouncing(), by a constructor or an attach), or at a point the
+ * caller proves quiescent (a removal by this thread).
  */
 export function announce(memory: Memory): void {
   const row = memory.row
   if (row >= MAIN_ROW) Atomics.store(memory.wide, B_ANNOUNCE + row, Atomics.load(memory.wide, B_EPOCH))
+}
+
+/** Wakes every thread of this process that waits in watch(): the epoch moved, or the surface closed. */
+export function ring(memory: Memory): void {
+  Atomics.add(memory.arena.doorbell, 0, 1)
+  Atomics.notify(memory.arena.doorbell, 0)
 }
 
 /** This thread is exiting: it records nothing more, so it holds no reuse back. */
@@ -51,6 +66,7 @@ export function detach(memory: Memory): void {
 export function advanceEpoch(memory: Memory): number {
   const epoch = Atomics.add(memory.wide, B_EPOCH, 1n) + 1n
   announce(memory)
+  ring(memory)
   return Number(epoch)
 }
 
@@ -78,25 +94,16 @@ export function passedEpoch(memory: Memory, askProc: boolean): number {
 
 /** The memories this thread records into, by surface (attaching again to one surface adds nothing). */
 const announcing = new Map<bigint, Memory>()
-let announcer: NodeJS.Timeout | undefined
 
 /**
- * Announces for `memory` from now on, every ANNOUNCE_MS, from one unref'd timer per thread, until
- * its surface is closed; in a worker, also detaches on the thread's exit.
+ * Announces for `memory` from now on, each time the epoch moves, until its surface is closed; in
+ * a worker, also detaches on the thread's exit.
  */
 export function keepAnnouncing(memory: Memory): void {
-  announcing.set(Atomics.load(memory.wide, B_SURFACE_ID), memory)
-  if (announcer !== undefined) return
-  announcer = setInterval(() => {
-    for (const [id, each] of announcing) {
-      if (each.control[C_CLOSED] === 1) announcing.delete(id)
-      else announce(each)
-    }
-    if (announcing.size === 0) {
-      clearInterval(announcer)
-      announcer = undefined
-    }
-  }, ANNOUNCE_MS).unref()
+  const id = Atomics.load(memory.wide, B_SURFACE_ID)
+  if (announcing.has(id)) return
+  announcing.set(id, memory)
+  watch(id, memory) // keepAnnouncing() is called by a constructor or an attach: between recording calls
   if (!isMainThread && !exitHooked) {
     exitHooked = true
     process.once('exit', () => {
@@ -105,3 +112,27 @@ export function keepAnnouncing(memory: Memory): void {
   }
 }
 let exitHooked = false
+
+/**
+ * Announces, then waits — without holding the event loop open — for the next removal to ring the
+ * arena's doorbell, and does it again from the callback the wait resolves in (a task of its own:
+ * between recording calls). The doorbell is read before the announcement: a removal that moves
+ * the epoch after the announcement read it rings after that too, so the wait ends at once and
+ * no removal goes unannounced.
+ */
+function watch(id: bigint, memory: Memory): void {
+  const doorbell = memory.arena.doorbell
+  for (;;) {
+    if (memory.control[C_CLOSED] === 1) {
+      announcing.delete(id)
+      return
+    }
+    const rung = Atomics.load(doorbell, 0)
+    announce(memory)
+    const wait = Atomics.waitAsync(doorbell, 0, rung, ANNOUNCE_WAIT_MS)
+    if (wait.async) {
+      wait.value.then(() => watch(id, memory))
+      return
+    }
+  }
+}

@@ -16,7 +16,7 @@ import { sanitizeLabelValue } from './labels'
 import { Entry, RegistrationLog, narrow, readText, wide, wideAmount } from './log'
 import { B_NEXT_ID, C_CLOSED, C_LOG_CHECKPOINT, C_LOG_END, C_LOG_GENERATION, C_NEXT_CHUNK, C_NEXT_SLOT, SHARED_ROW, SLOTS_PER_CHUNK } from './layout'
 import { Memory } from './memory'
-import { advanceEpoch, passedEpoch } from './reclamation'
+import { advanceEpoch, passedEpoch, ring } from './reclamation'
 import { Count, addCount } from './snapshot'
 
 export class Registry {
@@ -126,6 +126,7 @@ export class Registry {
     } finally {
       this.memory.unlock()
     }
+    ring(this.memory) // every thread's wait for the next removal (reclamation.ts) ends
   }
 
   /** The surface was closed (by any thread's view of the shared control block). */
