@@ -3,7 +3,7 @@
 // topic per MQTT topic (partition 0), one group per client subscribed to it by exact name. A message
 // is appended when the broker takes it, before any copy is forwarded; aedes' packet counter leads
 // every copy back to its seq until every group has settled it. QoS 0 and 1; wildcards are not counted.
-const STATE = Symbol('mq-metrics')
+const STATE = Symbol.for('mq-metrics') // on aedes' client objects
 const GROUP = { from: 'latest', max_in_flight: 65535, settle_window: 65536 } // MQTT: ≤ 65,535 packet ids per client
 
 function instrument(broker, surface) {
@@ -63,7 +63,7 @@ function instrument(broker, surface) {
     if (at >= 0) {
       const m = s.sent[at + 1], seq = s.sent[at + 2]
       if (at === s.head) s.head += 3; else s.sent.splice(at, 3)
-      if (s.head === s.sent.length) s.sent.length = s.head = 0 // all acknowledged: start over
+      if (s.head * 2 >= s.sent.length) s.sent.copyWithin(0, s.head), (s.sent.length -= s.head), (s.head = 0) // keep it small
       if (!m.gone) m.g.settle(0, seq, 'delivered')
     }
     return clear(client, packet, done)

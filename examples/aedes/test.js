@@ -96,6 +96,42 @@ test('aedes + mq-metrics: exact numbers through reconnects, a discarded session 
   }
 })
 
+test('a clean session that always has a PUBACK outstanding: the glue keeps only what is in flight', async () => {
+  const b = await start({ mqttPort: 0, metricsPort: 0 })
+  const faults = []
+  b.surface.on('fault', (f) => faults.push(f))
+  try {
+    const s = await connect(b.mqttPort, { clientId: 'sub-h', clean: true })
+    // Each PUBACK waits for the next message's: in order, but never all of them sent (the glue's
+    // FIFO of copies in flight never empties while the stream runs).
+    const send = s._sendPacket.bind(s)
+    let held
+    s._sendPacket = (packet, done, ...rest) => {
+      if (packet.cmd !== 'puback') return send(packet, done, ...rest)
+      if (held !== undefined) send(held)
+      held = packet
+      done?.()
+    }
+    let received = 0
+    s.on('message', () => received++)
+    await s.subscribeAsync('orders', { qos: 1 })
+    const pub = await connect(b.mqttPort, { clientId: 'pub-h' })
+    for (let i = 0; i < 300; i++) await pub.publishAsync('orders', `m${i}`, { qos: 1 })
+    const group = () => b.surface.stats('groups').groups.find((g) => g.group === 'sub-h')
+    await until('all but the last message settled', () => received === 300 && group().delivered === 299)
+    const fifo = b.broker.clients['sub-h'][Symbol.for('mq-metrics')].sent
+    assert.ok(fifo.length <= 3 * 4, `the FIFO holds ${fifo.length / 3} entries for 1 copy in flight after 300 (it must not grow with the stream)`)
+    send(held)
+    await until('every message settled', () => group().delivered === 300 && group().in_flight === 0 && group().lag === 0)
+    b.glue.sweep()
+    assert.equal(b.glue.pending(), 0)
+    assert.deepEqual(faults.map((f) => f.code), [], 'no faults')
+    await Promise.all([s.endAsync(), pub.endAsync()])
+  } finally {
+    await b.close()
+  }
+})
+
 test('PUBACKs out of order: a clean session acknowledging each pair of messages in reverse', async () => {
   const b = await start({ mqttPort: 0, metricsPort: 0 })
   const faults = []
