@@ -253,3 +253,38 @@ t.test('a client that reads a large body slowly keeps its response; one that sto
   await until(5000, () => stopped.closed, 'the cut client is closed')
   t.ok(stopped.received < big.length, 'the cut client did not get the whole body')
 })
+
+for (const backend of backends()) {
+  t.test(`${backend}: after a spike in series, the scrape thread stops lending the spike's memory`, async (t) => {
+    const { EventEmitter } = require('node:events')
+    const surface = surfaceOn(t, backend, {}, { scrapeThread: true })
+    for (let i = 0; i < 2000; i++) {
+      const topic = surface.topic(`spike-${i}`)
+      for (let p = 0; p < 8; p++) topic.produced(p, 1 + p, 10)
+    }
+    surface.topic('steady').produced(0, 1, 10)
+    // A scrape whose response finishes at once: its body's memory goes back to be lent again.
+    const scrape = async () => {
+      const res = new EventEmitter()
+      Object.assign(res, { statusCode: 0, headersSent: false, destroyed: false, setHeader() {}, end(chunk) { this.body = chunk; setImmediate(() => this.emit('finish')) } })
+      surface.handler({ url: '/metrics', method: 'GET', headers: {} }, res)
+      await until(5000, () => res.body !== undefined, 'the scrape')
+      t.equal(res.statusCode, 200)
+      await new Promise((resolve) => setImmediate(resolve))
+      return res.body
+    }
+    let body
+    for (let k = 0; k < 3; k++) body = await scrape()
+    const spike = body.buffer.byteLength
+    t.ok(body.length > 1 << 20 && spike >= body.length, `spike: a ${body.length}-byte body in ${spike} bytes`)
+    for (let k = 0; k < 3; k++) t.equal((await scrape()).buffer.byteLength, spike, 'the same memory is lent scrape after scrape')
+    for (let i = 0; i < 2000; i++) surface.removeTopic(`spike-${i}`)
+    const sizes = []
+    for (let k = 0; k < 4; k++) {
+      body = await scrape()
+      sizes.push([body.length, body.buffer.byteLength])
+    }
+    t.ok(body.length < 64 * 1024, `the series are few again: a ${body.length}-byte body`)
+    t.ok(body.buffer.byteLength <= 2 * body.length + 64 * 1024, `the memory lent now fits the body: ${body.buffer.byteLength} bytes (spike: ${spike}); body and memory per scrape: ${JSON.stringify(sizes)}`)
+  })
+}

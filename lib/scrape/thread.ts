@@ -144,8 +144,13 @@ export class ScrapeThread {
     return true
   }
 
-  /** One spare is kept to lend: the larger. */
+  /**
+   * One spare is kept to lend: the larger — unless it is more than twice what the next body is
+   * expected to need (the series have shrunk since a spike): that one is left to the garbage
+   * collector, and the next scrape lends memory of the expected size.
+   */
   #keep(memory: ArrayBuffer): void {
+    if (this.#expected > 0 && memory.byteLength > 2 * this.#expected) return
     if (this.#spare === undefined || this.#spare.byteLength < memory.byteLength) this.#spare = memory
   }
 
