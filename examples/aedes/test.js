@@ -96,6 +96,31 @@ test('aedes + mq-metrics: exact numbers through reconnects, a discarded session 
   }
 })
 
+test('a clean session subscribed at QoS 0 to one topic and QoS 1 to another: each copy is settled', async () => {
+  // aedes numbers every copy published at QoS 1 — also one it then downgrades to the subscription's
+  // QoS 0 — so the glue must count those ids too, or the PUBACKs of the QoS 1 copies miss their seqs.
+  const b = await start({ mqttPort: 0, metricsPort: 0 })
+  const faults = []
+  b.surface.on('fault', (f) => faults.push(f))
+  try {
+    const s = await connect(b.mqttPort, { clientId: 'sub-q', clean: true })
+    let received = 0
+    s.on('message', () => received++)
+    await s.subscribeAsync({ orders: { qos: 0 }, billing: { qos: 1 } })
+    const pub = await connect(b.mqttPort, { clientId: 'pub-q' })
+    for (let i = 0; i < 100; i++) await pub.publishAsync(i % 2 ? 'billing' : 'orders', `m${i}`, { qos: 1 })
+    const group = (topic) => b.surface.stats('groups').groups.find((g) => g.topic === topic && g.group === 'sub-q')
+    await until('every copy settled', () => received === 100 && ['orders', 'billing'].every((topic) => group(topic).delivered === 50 && group(topic).in_flight === 0 && group(topic).lag === 0))
+      .catch((e) => { throw new Error(`${e.message}: received ${received}, ${JSON.stringify([group('orders'), group('billing')])}, faults ${JSON.stringify(faults)}`) })
+    b.glue.sweep()
+    assert.equal(b.glue.pending(), 0)
+    assert.deepEqual(faults.map((f) => f.code), [], 'no faults')
+    await Promise.all([s.endAsync(), pub.endAsync()])
+  } finally {
+    await b.close()
+  }
+})
+
 test('a clean session that always has a PUBACK outstanding: the glue keeps only what is in flight', async () => {
   const b = await start({ mqttPort: 0, metricsPort: 0 })
   const faults = []
