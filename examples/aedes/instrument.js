@@ -41,24 +41,24 @@ function instrument(broker, surface) {
   broker.authorizeForward = function (client, packet) {
     const out = forward.call(this, client, packet)
     if (!out) return out
-    const state = (client[STATE] ??= { next: client._nextId, sent: [], head: 0 }) // a clean session's copies in flight
-    if (client.clean && packet.messageId) return (state.next = client._nextId), out // a discarded session's queue
+    const s = client[STATE] // a clean session's
+    if (s !== undefined && packet.messageId) return (s.next = client._nextId), out // a discarded session's queue
     const t = packet.retain ? undefined : topics.get(packet.topic)
     const m = t?.groups.get(client.id)
-    const qos = Math.min(packet.qos, (m ?? client.subscriptions[packet.topic])?.qos ?? packet.qos) // as aedes downgrades
-    const id = client.clean && qos > 0 ? state.next : 0 // aedes numbers a clean session's copies in this order
-    if (id !== 0) state.next = id === 65535 ? 1 : id + 1
+    const zero = packet.qos === 0 || s?.zero === packet // aedes sends it with no packet id (to a QoS 0 subscription)
+    const id = s !== undefined && !zero ? s.next : 0 // and numbers a clean session's other copies in this order
+    if (id !== 0) s.next = id === 65535 ? 1 : id + 1
     const seq = m && seqOf(t, packet.brokerCounter)
     if (m === undefined || seq === undefined || seq <= m.start) return out // not ours, or from before the subscription
-    if (qos === 0) m.g.settle(0, seq, 'delivered') // no acknowledgement will come
+    if (zero || m.qos === 0) m.g.settle(0, seq, 'delivered') // sent at QoS 0: no acknowledgement will come
     else if (packet.messageId && m.g.isInFlight(0, seq)) m.g.redeliver(0, seq) // a persistent session's queue, resent
     else m.g.send(0, seq)
-    if (id !== 0) state.sent.push(-id, m, seq) // −id: never equal to a seq
+    if (id !== 0) s.sent.push(-id, m, seq) // −id: never equal to a seq
     return out
   }
   const clear = broker.persistence.outgoingClearMessageId.bind(broker.persistence)
   broker.persistence.outgoingClearMessageId = function (client, packet, done) { // a clean session's PUBACK
-    const s = packet.cmd === 'puback' && client.clean ? client[STATE] : undefined
+    const s = packet.cmd === 'puback' ? client[STATE] : undefined
     const at = s === undefined ? -1 : s.sent.indexOf(-packet.messageId, s.head) // acks come in order: at the head
     if (at >= 0) {
       const m = s.sent[at + 1], seq = s.sent[at + 2]
@@ -96,6 +96,11 @@ function instrument(broker, surface) {
       t.handle.removeGroup(id), t.groups.delete(id), owned.get(id).delete(name), (m.gone = true)
     }
   }
+  broker.on('client', (client) => { // a clean session, before it can subscribe: its copies in flight, and which have no id
+    if (!client.clean) return
+    const state = (client[STATE] = { next: client._nextId, sent: [], head: 0, zero: undefined }), deliver0 = client.deliver0
+    client.deliver0 = (packet, cb) => { state.zero = packet; deliver0(packet, cb); state.zero = undefined } // QoS 0 subscriptions'
+  })
   broker.on('unsubscribe', (names, client) => end(client.id, names))
   // A clean session discards the one before it, and its own when it ends: subscriptions and queue.
   broker.on('clientReady', (client) => { if (client.clean) end(client.id, [...(owned.get(client.id) ?? [])]) })
