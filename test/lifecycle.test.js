@@ -325,7 +325,7 @@ for (const backend of backends()) {
 }
 
 for (const backend of backends()) {
-  t.test(`${backend}: settleUpTo() settles a backlog at once; isInFlight() tells a resend from a first send`, (t) => {
+  t.test(`${backend}: settleUpTo() settles a backlog at once; isInFlight() and isSettled() tell a resend from a first send`, (t) => {
     const s = surfaceOn(t, backend)
     const faults = faultsOf(s)
     const topic = s.topic('orders')
@@ -335,7 +335,9 @@ for (const backend of backends()) {
     g.send(0, 2)
     g.settle(0, 3, 'delivered')
     t.same([g.isInFlight(0, 1), g.isInFlight(0, 3), g.isInFlight(0, 4)], [true, false, false])
+    t.same([1, 3, 4, 40].map((seq) => g.isSettled(0, seq)), [false, true, false, false], 'isSettled(): only seq 3, above the floor')
     t.equal(g.settleUpTo(0, 100, 'dropped'), 99, 'everything but seq 3 (settled already), the window and beyond it')
+    t.same([1, 3, 50, 100].map((seq) => g.isSettled(0, seq)), [true, true, true, true], 'and at or below the floor, all of them')
     const numbers = group(s, 'orders', 'session')
     t.same([numbers.delivered, numbers.dropped, numbers.in_flight, numbers.lag, g.floor(0)], [1, 99, 0, 0, 100])
     t.equal(g.settleUpTo(0, 100, 'dropped'), 0)

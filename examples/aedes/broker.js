@@ -5,9 +5,9 @@ const aedes = require('aedes')
 const { createSurface } = require('mq-metrics')
 const { instrument } = require('./instrument')
 
-async function start({ mqttPort = 1883, metricsPort = 9464, host = '127.0.0.1' } = {}) {
+async function start({ mqttPort = 1883, metricsPort = 9464, host = '127.0.0.1', config } = {}) {
   const broker = aedes()
-  const surface = createSurface()
+  const surface = createSurface(config) // mq-metrics' configuration (limits: max_topics, …)
   const glue = instrument(broker, surface)
   const server = net.createServer(broker.handle)
   await new Promise((resolve) => server.listen(mqttPort, host, resolve))

@@ -109,7 +109,9 @@ test('QoS 0 subscriptions (one a wildcard) beside QoS 1 ones, clean and persiste
     for (const [id, clean] of [['sub-q', true], ['sub-qp', false]]) {
       const s = await connect(b.mqttPort, { clientId: id, clean })
       s.on('message', () => received++)
-      await s.subscribeAsync({ orders: { qos: 0 }, billing: { qos: 1 }, 'audit/#': { qos: 0 }, '+': { qos: 1 } }) // '+' matches orders too
+      // '#' matches orders too, and aedes routes it first: a copy that takes a packet id and then
+      // goes out at orders' QoS 0 (aedes downgrades it) must not wait for a PUBACK in the glue.
+      await s.subscribeAsync({ orders: { qos: 0 }, billing: { qos: 1 }, 'audit/#': { qos: 0 }, '#': { qos: 1 } })
       subs.push(s)
     }
     const pub = await connect(b.mqttPort, { clientId: 'pub-q' })
@@ -117,10 +119,131 @@ test('QoS 0 subscriptions (one a wildcard) beside QoS 1 ones, clean and persiste
     const groups = () => b.surface.stats('groups').groups.filter((g) => g.group.startsWith('sub-q'))
     await until('every copy settled', () => received === 300 && groups().length === 4 && groups().every((g) => g.delivered === 50 && g.in_flight === 0 && g.lag === 0))
       .catch((e) => { throw new Error(`${e.message}: received ${received}, ${JSON.stringify(groups())}, faults ${JSON.stringify(faults)}`) })
+    assert.equal(b.broker.clients['sub-q'][Symbol.for('mq-metrics')].sent.length, 0, 'the clean session\'s FIFO is empty')
+    // The persistent session reconnects: aedes sends again what it kept queued (the copies it sent
+    // at QoS 0 included), and the glue counts none of it twice.
+    await subs[1].endAsync()
+    const again = await connect(b.mqttPort, { clientId: 'sub-qp', clean: false })
+    again.on('message', () => received++)
+    await until('the resent copies', () => received > 300)
+    await sleep(200)
+    await until('every copy settled once', () => groups().every((g) => g.delivered === 50 && g.in_flight === 0 && g.lag === 0))
     b.glue.sweep()
     assert.equal(b.glue.pending(), 0)
     assert.deepEqual(faults.map((f) => f.code), [], 'no faults')
+    await Promise.all([subs[0], again, pub].map((c) => c.endAsync()))
+  } finally {
+    await b.close()
+  }
+})
+
+test('the broker stays up past the surface\'s limits; what does not fit is not counted', async () => {
+  const b = await start({ mqttPort: 0, metricsPort: 0, config: { max_topics: 3, max_groups_per_topic: 2 } })
+  try {
+    const subs = []
+    for (const id of ['l1', 'l2', 'l3']) {
+      const s = await connect(b.mqttPort, { clientId: id })
+      s.received = 0
+      s.on('message', () => s.received++)
+      await s.subscribeAsync('t1', { qos: 1 }) // the third is past max_groups_per_topic
+      subs.push(s)
+    }
+    const pub = await connect(b.mqttPort, { clientId: 'pub-l' })
+    for (const topic of ['t1', 't2', 't3', 't4', 't5', 't1']) await pub.publishAsync(topic, 'x', { qos: 1 }) // t4, t5: past max_topics
+    await subs[0].subscribeAsync('t6', { qos: 1 }) // a new topic past max_topics
+    await until('every copy received', () => subs.every((s) => s.received === 2))
+    const groups = () => b.surface.stats('groups').groups
+    await until('the counted copies settled', () => groups().length === 2 && groups().every((g) => g.delivered === 2 && g.in_flight === 0))
+    assert.deepEqual(b.surface.stats('topics').topics.map((t) => [t.topic, t.produced]).sort(), [['t1', 2], ['t2', 1], ['t3', 1]])
     await Promise.all([...subs, pub].map((c) => c.endAsync()))
+  } finally {
+    await b.close()
+  }
+})
+
+test('unsubscribing and subscribing again back to back keeps the subscription counted', async () => {
+  const b = await start({ mqttPort: 0, metricsPort: 0 })
+  try {
+    const pub = await connect(b.mqttPort, { clientId: 'pub-u' })
+    for (const clean of [true, false]) {
+      const id = clean ? 'again-c' : 'again-p'
+      const s = await connect(b.mqttPort, { clientId: id, clean })
+      let received = 0
+      s.on('message', () => received++)
+      await s.subscribeAsync(id, { qos: 1 })
+      for (let i = 0; i < 10; i++) await pub.publishAsync(id, `m${i}`, { qos: 1 })
+      // Both packets in one read: aedes takes the SUBSCRIBE before it reports the UNSUBSCRIBE.
+      await Promise.all([s.unsubscribeAsync(id), s.subscribeAsync(id, { qos: 1 })])
+      for (let i = 10; i < 60; i++) await pub.publishAsync(id, `m${i}`, { qos: 1 })
+      const group = () => b.surface.stats('groups').groups.find((g) => g.group === id)
+      await until(`${id}: every copy settled`, () => received === 60 && group()?.delivered === 60 && group().in_flight === 0 && group().lag === 0)
+        .catch((e) => { throw new Error(`${e.message}: received ${received}, ${JSON.stringify(group())}`) })
+      await s.endAsync()
+    }
+    await pub.endAsync()
+  } finally {
+    await b.close()
+  }
+})
+
+test('a persistent session taken over while a message is forwarded to both connections: counted once', async () => {
+  const b = await start({ mqttPort: 0, metricsPort: 0 })
+  const faults = []
+  b.surface.on('fault', (f) => faults.push(f))
+  try {
+    const first = await connect(b.mqttPort, { clientId: 'taken', clean: false })
+    await first.subscribeAsync({ orders: { qos: 1 }, billing: { qos: 0 } })
+    // The takeover's restored subscriptions are live before the first connection is closed: a
+    // message published now reaches both (aedes' duplicate check is per connection).
+    const register = b.broker.registerClient
+    b.broker.registerClient = function (client) {
+      if (this.clients[client.id]) for (const topic of ['orders', 'billing']) this.publish({ topic, payload: Buffer.from('now'), qos: 1 }, () => {})
+      return register.call(this, client)
+    }
+    const second = await connect(b.mqttPort, { clientId: 'taken', clean: false })
+    const groups = () => b.surface.stats('groups').groups.filter((g) => g.group === 'taken')
+    await until('both settled', () => groups().length === 2 && groups().every((g) => g.delivered === 1 && g.in_flight === 0 && g.lag === 0))
+      .catch((e) => { throw new Error(`${e.message}: ${JSON.stringify(groups())}, faults ${JSON.stringify(faults)}`) })
+    await sleep(200)
+    assert.deepEqual(faults.map((f) => f.code), [], 'no faults')
+    first.end(true)
+    await second.endAsync()
+  } finally {
+    await b.close()
+  }
+})
+
+test('broker.publish() from code: the same packet object twice, no payload, a string payload', async () => {
+  const b = await start({ mqttPort: 0, metricsPort: 0 })
+  try {
+    const s = await connect(b.mqttPort, { clientId: 'code-s' })
+    let received = 0
+    s.on('message', () => received++)
+    await s.subscribeAsync('code', { qos: 1 })
+    const packet = { topic: 'code', payload: Buffer.from('x'), qos: 1 }
+    await new Promise((resolve) => b.broker.publish(packet, resolve))
+    await new Promise((resolve) => b.broker.publish(packet, resolve)) // aedes sends it twice
+    await new Promise((resolve) => b.broker.publish({ topic: 'code', qos: 1 }, resolve)) // aedes sends an empty payload
+    await new Promise((resolve) => b.broker.publish({ topic: 'code', payload: '€€€€', qos: 1 }, resolve)) // 12 bytes of UTF-8
+    const topic = () => b.surface.stats('topics').topics.find((t) => t.topic === 'code')
+    await until('every copy settled', () => received === 4 && topic()?.delivered === 4)
+    assert.deepEqual([topic().produced, topic().bytes], [4, 1 + 1 + 0 + 12])
+    await s.endAsync()
+  } finally {
+    await b.close()
+  }
+})
+
+test('clean sessions that come and go leave nothing behind in the glue', async () => {
+  const b = await start({ mqttPort: 0, metricsPort: 0 })
+  try {
+    for (let i = 0; i < 20; i++) {
+      const s = await connect(b.mqttPort, { clientId: `passing-${i}` })
+      await s.subscribeAsync(['orders', 'billing'], { qos: 1 })
+      await s.endAsync()
+    }
+    await until('every session ended', () => b.surface.stats('groups').groups.length === 0)
+    assert.equal(b.glue.clients(), 0, 'no client is remembered once its groups are gone')
   } finally {
     await b.close()
   }

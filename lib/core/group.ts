@@ -77,6 +77,7 @@ const enum Op {
   DeliveredUpTo,
   DroppedUpTo,
   Query,
+  QuerySettled,
 }
 
 export class Group {
@@ -100,7 +101,7 @@ export class Group {
   readonly #lock: Int32Array
   readonly #lockIndex: number
   readonly #maxInFlight: number
-  /** What the last settleUpTo() settled, or isInFlight()'s answer (1/0): a second result of #perMessage. */
+  /** What the last settleUpTo() settled, or isInFlight()'s or isSettled()'s answer (1/0): a second result of #perMessage. */
   #settledUpTo = 0
   /** By partition: the per-message calls' cells (#lane). */
   readonly #lanes: (Lane | undefined)[] = []
@@ -402,6 +403,16 @@ export class Group {
     return this.#settledUpTo === 1
   }
 
+  /**
+   * Whether message `seq` of `partition` is settled in this group (at or below its floor, or
+   * settled above it): a broker that may send a message again — a session's queue replayed — tells
+   * one it has settled already from one it never sent.
+   */
+  isSettled(partition: number, seq: number): boolean {
+    this.#perMessage(partition, seq, Op.QuerySettled)
+    return this.#settledUpTo === 1
+  }
+
   /** design §4: this group's ack floor on `partition` (its base when higher: the partition started later). */
   floor(partition: number): number {
     checkPartition(partition)
@@ -454,6 +465,8 @@ export class Group {
       this.#settledUpTo = 0
       if (op === Op.Query) {
         this.#settledUpTo = seq > floor && seq <= floor + window && inFlight ? 1 : 0
+      } else if (op === Op.QuerySettled) {
+        this.#settledUpTo = seq <= floor || (seq <= floor + window && (bits[word + words] & bit) !== 0) ? 1 : 0
       } else if (op === Op.DeliveredUpTo || op === Op.DroppedUpTo) {
         if (seq <= floor) {
           fault = 'ALREADY_SETTLED'
