@@ -3,8 +3,11 @@
 // persistent sessions, a subscriber killed mid-stream and reconnected, a discarded session and an
 // ended subscription. Afterwards every number must be exact: produced = publisher PUBACKs,
 // delivered = what each subscriber acknowledged, residual 0 everywhere, no fault, and a real
-// Prometheus (when installed) ingests every family /metrics shows. A second test acknowledges each
-// pair of messages in reverse (the glue finds a PUBACK that is not the oldest it waits for).
+// Prometheus (when installed) ingests every family /metrics shows. The other tests take the glue
+// where an adversarial review found it wrong: QoS 0 subscriptions (wildcards too) beside QoS 1 ones,
+// the surface's limits, unsubscribing and subscribing again in one read, a persistent session taken
+// over mid-message, broker.publish() from code, sessions that come and go, a subscriber that always
+// holds a PUBACK back, and PUBACKs out of order.
 const test = require('node:test')
 const assert = require('node:assert')
 const mqtt = require('mqtt')
