@@ -11,7 +11,8 @@ function instrument(broker, surface) {
   const owned = new Map() // client id → the topics it has a group on
   // counters: aedes' counters of the topic's messages not yet settled by every group, increasing;
   // the message at index i has seq base + i (append() numbers a partition's messages one by one).
-  const topicOf = (name) => topics.get(name) ?? limited(() => { const handle = surface.topic(name); return topics.set(name, { handle, counters: [], base: handle.lastSeq(0) + 1, groups: new Map() }).get(name) })
+  const topicOf = (name) => topics.get(name) ?? (topics.size < surface.config.max_topics ? register(name) : undefined) // full: no throw per publish
+  const register = (name) => limited(() => { const handle = surface.topic(name); return topics.set(name, { handle, counters: [], base: handle.lastSeq(0) + 1, groups: new Map() }).get(name) })
   const limited = (register) => { try { return register() } catch (error) { if (error.code !== 'LIMIT_REACHED') throw error } } // past max_topics or max_groups_per_topic: not counted
   const seqOf = (t, counter) => { // binary search; a copy forwarded as it is published is the newest: tried first
     const c = t.counters
