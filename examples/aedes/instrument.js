@@ -13,7 +13,7 @@ function instrument(broker, surface) {
   // the message at index i has seq base + i (append() numbers a partition's messages one by one).
   const topicOf = (name) => topics.get(name) ?? (topics.size < surface.config.max_topics ? register(name) : undefined) // full: no throw per publish
   const register = (name) => limited(() => { const handle = surface.topic(name); return topics.set(name, { handle, counters: [], base: handle.lastSeq(0) + 1, groups: new Map() }).get(name) })
-  const limited = (register) => { try { return register() } catch (error) { if (error.code !== 'LIMIT_REACHED') throw error } } // past max_topics or max_groups_per_topic: not counted
+  const limited = (registration) => { try { return registration() } catch (error) { if (error.code !== 'LIMIT_REACHED') throw error } } // past max_topics or max_groups_per_topic: not counted
   const seqOf = (t, counter) => { // binary search; a copy forwarded as it is published is the newest: tried first
     const c = t.counters
     let lo = c[c.length - 1] === counter ? c.length - 1 : 0, hi = c.length - 1
