@@ -252,37 +252,48 @@ test('clean sessions that come and go leave nothing behind in the glue', async (
   }
 })
 
+/**
+ * A clean subscriber `id` on 'orders' whose PUBACKs go through `hold(packet, send, done)` (mqtt.js
+ * reads on once `done` says the PUBACK was "sent"), and `count` messages published to it, one at a
+ * time. Returns what the test needs to look at the glue and the group.
+ */
+async function heldAcks(b, id, count, hold) {
+  const s = await connect(b.mqttPort, { clientId: id, clean: true })
+  const send = s._sendPacket.bind(s)
+  s._sendPacket = (packet, done, ...rest) => (packet.cmd === 'puback' ? hold(packet, send, done) : send(packet, done, ...rest))
+  const seen = { received: 0 }
+  s.on('message', () => seen.received++)
+  await s.subscribeAsync('orders', { qos: 1 })
+  const pub = await connect(b.mqttPort, { clientId: `pub-${id}` })
+  for (let i = 0; i < count; i++) await pub.publishAsync('orders', `m${i}`, { qos: 1 })
+  seen.group = () => b.surface.stats('groups').groups.find((g) => g.group === id)
+  seen.end = () => Promise.all([s.endAsync(), pub.endAsync()])
+  return seen
+}
+
 test('a clean session that always has a PUBACK outstanding: the glue keeps only what is in flight', async () => {
   const b = await start({ mqttPort: 0, metricsPort: 0 })
   const faults = []
   b.surface.on('fault', (f) => faults.push(f))
   try {
-    const s = await connect(b.mqttPort, { clientId: 'sub-h', clean: true })
     // Each PUBACK waits for the next message's: in order, but never all of them sent (the glue's
     // FIFO of copies in flight never empties while the stream runs).
-    const send = s._sendPacket.bind(s)
-    let held
-    s._sendPacket = (packet, done, ...rest) => {
-      if (packet.cmd !== 'puback') return send(packet, done, ...rest)
-      if (held !== undefined) send(held)
+    let held, send
+    const h = await heldAcks(b, 'sub-h', 300, (packet, sendPacket, done) => {
+      if (held !== undefined) sendPacket(held)
       held = packet
+      send = sendPacket
       done?.()
-    }
-    let received = 0
-    s.on('message', () => received++)
-    await s.subscribeAsync('orders', { qos: 1 })
-    const pub = await connect(b.mqttPort, { clientId: 'pub-h' })
-    for (let i = 0; i < 300; i++) await pub.publishAsync('orders', `m${i}`, { qos: 1 })
-    const group = () => b.surface.stats('groups').groups.find((g) => g.group === 'sub-h')
-    await until('all but the last message settled', () => received === 300 && group().delivered === 299)
+    })
+    await until('all but the last message settled', () => h.received === 300 && h.group().delivered === 299)
     const fifo = b.broker.clients['sub-h'][Symbol.for('mq-metrics')].sent
     assert.ok(fifo.length <= 3 * 4, `the FIFO holds ${fifo.length / 3} entries for 1 copy in flight after 300 (it must not grow with the stream)`)
     send(held)
-    await until('every message settled', () => group().delivered === 300 && group().in_flight === 0 && group().lag === 0)
+    await until('every message settled', () => h.group().delivered === 300 && h.group().in_flight === 0 && h.group().lag === 0)
     b.glue.sweep()
     assert.equal(b.glue.pending(), 0)
     assert.deepEqual(faults.map((f) => f.code), [], 'no faults')
-    await Promise.all([s.endAsync(), pub.endAsync()])
+    await h.end()
   } finally {
     await b.close()
   }
@@ -293,29 +304,20 @@ test('PUBACKs out of order: a clean session acknowledging each pair of messages 
   const faults = []
   b.surface.on('fault', (f) => faults.push(f))
   try {
-    const s = await connect(b.mqttPort, { clientId: 'sub-r', clean: true })
     // mqtt.js acknowledges in order: hold each PUBACK and send it after the next, so aedes sees 2, 1, 4, 3, …
-    const send = s._sendPacket.bind(s)
     let held
-    s._sendPacket = (packet, done, ...rest) => {
-      if (packet.cmd !== 'puback') return send(packet, done, ...rest)
-      if (held === undefined) return void ((held = packet), done?.()) // mqtt.js reads on once its PUBACK is "sent"
-      send(packet, done, ...rest)
+    const r = await heldAcks(b, 'sub-r', 200, (packet, send, done) => {
+      if (held === undefined) return void ((held = packet), done?.())
+      send(packet, done)
       send(held)
       held = undefined
-    }
-    let received = 0
-    s.on('message', () => received++)
-    await s.subscribeAsync('orders', { qos: 1 })
-    const pub = await connect(b.mqttPort, { clientId: 'pub-r' })
-    for (let i = 0; i < 200; i++) await pub.publishAsync('orders', `m${i}`, { qos: 1 })
-    const group = () => b.surface.stats('groups').groups.find((g) => g.group === 'sub-r')
-    await until('every message settled', () => received === 200 && group().in_flight === 0 && group().lag === 0).catch((e) => { throw new Error(`${e.message}: received ${received}, ${JSON.stringify(group())}, faults ${JSON.stringify(faults)}`) })
-    assert.equal(group().delivered, 200, 'every message delivered once')
+    })
+    await until('every message settled', () => r.received === 200 && r.group().in_flight === 0 && r.group().lag === 0).catch((e) => { throw new Error(`${e.message}: received ${r.received}, ${JSON.stringify(r.group())}, faults ${JSON.stringify(faults)}`) })
+    assert.equal(r.group().delivered, 200, 'every message delivered once')
     b.glue.sweep()
     assert.equal(b.glue.pending(), 0)
     assert.deepEqual(faults.map((f) => f.code), [], 'no faults')
-    await Promise.all([s.endAsync(), pub.endAsync()])
+    await r.end()
   } finally {
     await b.close()
   }
