@@ -28,6 +28,18 @@ function connect(port, options) {
   const client = mqtt.connect(`mqtt://127.0.0.1:${port}`, { reconnectPeriod: 0, protocolVersion: 4, ...options })
   return new Promise((resolve, reject) => { client.once('connect', () => resolve(client)); client.once('error', reject) })
 }
+/** A broker with the glue (its surface configured by `config`) for one test: `fn(b, faults)`, then closed. */
+async function withBroker(fn, config) {
+  const b = await start({ mqttPort: 0, metricsPort: 0, config })
+  const faults = []
+  b.surface.on('fault', (f) => faults.push(f))
+  try {
+    await fn(b, faults)
+  } finally {
+    await b.close()
+  }
+}
+
 function subscriber(port, id, clean, topics) {
   const seen = new Map(topics.map((t) => [t, new Set()]))
   const s = { id, seen, client: null }
@@ -40,217 +52,176 @@ function subscriber(port, id, clean, topics) {
   return s
 }
 
-test('aedes + mq-metrics: exact numbers through reconnects, a discarded session and an ended subscription', async () => {
-  const b = await start({ mqttPort: 0, metricsPort: 0 })
-  const faults = []
-  b.surface.on('fault', (f) => faults.push(f))
-  try {
-    const a = await subscriber(b.mqttPort, 'sub-a', true, TOPICS).open()
-    const p = await subscriber(b.mqttPort, 'sub-p', false, TOPICS).open() // persistent
-    const u = await subscriber(b.mqttPort, 'sub-u', true, ['billing']).open() // will unsubscribe
-    const d = await subscriber(b.mqttPort, 'sub-d', false, ['audit']).open() // will be discarded
-    const publishers = await Promise.all([connect(b.mqttPort, { clientId: 'pub-1' }), connect(b.mqttPort, { clientId: 'pub-2' })])
-    let pubacks = 0
-    const publish = (n) => Promise.all(publishers.map((pub, k) => (async () => {
-      for (let i = 0; i < n; i++) {
-        await pub.publishAsync(TOPICS[i % TOPICS.length], `${pub.options.clientId}-${pubacks}-${i}-${k}`, { qos: 1 })
-        pubacks++
-      }
-    })()))
-
-    await publish(PER_PUBLISHER / 4)
-    p.client.stream.destroy() // killed mid-stream: its in-flight and queued messages wait for it
-    await d.client.endAsync() // offline, persistent: its messages queue up
-    await publish(PER_PUBLISHER / 4)
-    await p.open(false) // back: resent and queued messages arrive (resends count as retries)
-    await publish(PER_PUBLISHER / 4)
-    await until('sub-u to receive billing', () => u.seen.get('billing').size === b.surface.topic('billing').lastSeq(0))
-    await u.client.unsubscribeAsync('billing') // an ended subscription
-    const auditAtDiscard = b.surface.topic('audit').lastSeq(0)
-    await (await subscriber(b.mqttPort, 'sub-d', true, ['audit']).open()).client.endAsync() // the old session discarded
-    await publish(PER_PUBLISHER / 4)
-
-    const groups = () => b.surface.stats('groups').groups
-    await until('every group to settle everything', () => groups().every((g) => g.in_flight === 0 && g.lag === 0)).catch((e) => { throw new Error(`${e.message}: ${JSON.stringify(groups().filter((g) => g.in_flight !== 0 || g.lag !== 0).map(({ topic, group, in_flight, lag, delivered, retries }) => ({ topic, group, in_flight, lag, delivered, retries })))}`) })
-    const topics = b.surface.stats('topics')
-    assert.equal(topics.totals.produced, pubacks, 'produced = PUBACKs the publishers received')
-    for (const s of [a, p]) {
-      for (const topic of TOPICS) {
-        const g = groups().find((x) => x.topic === topic && x.group === s.id)
-        assert.ok(g, `${s.id} has a group on ${topic}: ${JSON.stringify(groups().map((x) => [x.topic, x.group]))}`)
-        assert.equal(g.delivered, s.seen.get(topic).size, `${s.id} on ${topic}: delivered = messages it acknowledged`)
-        assert.equal(g.dropped, 0)
-      }
+test('aedes + mq-metrics: exact numbers through reconnects, a discarded session and an ended subscription', () => withBroker(async (b, faults) => {
+  const a = await subscriber(b.mqttPort, 'sub-a', true, TOPICS).open()
+  const p = await subscriber(b.mqttPort, 'sub-p', false, TOPICS).open() // persistent
+  const u = await subscriber(b.mqttPort, 'sub-u', true, ['billing']).open() // will unsubscribe
+  const d = await subscriber(b.mqttPort, 'sub-d', false, ['audit']).open() // will be discarded
+  const publishers = await Promise.all([connect(b.mqttPort, { clientId: 'pub-1' }), connect(b.mqttPort, { clientId: 'pub-2' })])
+  let pubacks = 0
+  const publish = (n) => Promise.all(publishers.map((pub, k) => (async () => {
+    for (let i = 0; i < n; i++) {
+      await pub.publishAsync(TOPICS[i % TOPICS.length], `${pub.options.clientId}-${pubacks}-${i}-${k}`, { qos: 1 })
+      pubacks++
     }
-    assert.deepEqual(groups().filter((g) => g.group === 'sub-u' || g.group === 'sub-d'), [], 'the ended and discarded groups left')
-    assert.equal(topics.topics.find((t) => t.topic === 'billing').delivered >= u.seen.get('billing').size, true, 'what they delivered stays counted')
-    const d0 = topics.topics.find((t) => t.topic === 'audit')
-    assert.equal(d0.dropped, auditAtDiscard - d.seen.get('audit').size, 'the discarded session dropped what it had not acknowledged')
-    for (const t of b.surface.stats('conservation').topics) for (const g of t.groups) assert.equal(g.residual, 0, `${t.topic}/${g.group}: residual 0`)
-    b.surface.render() // a scrape runs the conservation check too
-    b.glue.sweep()
-    assert.equal(b.glue.pending(), 0, 'the glue forgets every message once every group settled it')
-    assert.deepEqual(faults.map((f) => f.code), [], 'no faults')
-    await prometheusIngests(b.metricsUrl)
-    await Promise.all([a, p].map((s) => s.client.endAsync()))
-    await Promise.all([...publishers, u.client].map((c) => c.endAsync()))
-  } finally {
-    await b.close()
-  }
-})
+  })()))
 
-test('QoS 0 subscriptions (one a wildcard) beside QoS 1 ones, clean and persistent sessions: each copy is settled', async () => {
+  await publish(PER_PUBLISHER / 4)
+  p.client.stream.destroy() // killed mid-stream: its in-flight and queued messages wait for it
+  await d.client.endAsync() // offline, persistent: its messages queue up
+  await publish(PER_PUBLISHER / 4)
+  await p.open(false) // back: resent and queued messages arrive (resends count as retries)
+  await publish(PER_PUBLISHER / 4)
+  await until('sub-u to receive billing', () => u.seen.get('billing').size === b.surface.topic('billing').lastSeq(0))
+  await u.client.unsubscribeAsync('billing') // an ended subscription
+  const auditAtDiscard = b.surface.topic('audit').lastSeq(0)
+  await (await subscriber(b.mqttPort, 'sub-d', true, ['audit']).open()).client.endAsync() // the old session discarded
+  await publish(PER_PUBLISHER / 4)
+
+  const groups = () => b.surface.stats('groups').groups
+  await until('every group to settle everything', () => groups().every((g) => g.in_flight === 0 && g.lag === 0)).catch((e) => { throw new Error(`${e.message}: ${JSON.stringify(groups().filter((g) => g.in_flight !== 0 || g.lag !== 0).map(({ topic, group, in_flight, lag, delivered, retries }) => ({ topic, group, in_flight, lag, delivered, retries })))}`) })
+  const topics = b.surface.stats('topics')
+  assert.equal(topics.totals.produced, pubacks, 'produced = PUBACKs the publishers received')
+  for (const s of [a, p]) {
+    for (const topic of TOPICS) {
+      const g = groups().find((x) => x.topic === topic && x.group === s.id)
+      assert.ok(g, `${s.id} has a group on ${topic}: ${JSON.stringify(groups().map((x) => [x.topic, x.group]))}`)
+      assert.equal(g.delivered, s.seen.get(topic).size, `${s.id} on ${topic}: delivered = messages it acknowledged`)
+      assert.equal(g.dropped, 0)
+    }
+  }
+  assert.deepEqual(groups().filter((g) => g.group === 'sub-u' || g.group === 'sub-d'), [], 'the ended and discarded groups left')
+  assert.equal(topics.topics.find((t) => t.topic === 'billing').delivered >= u.seen.get('billing').size, true, 'what they delivered stays counted')
+  const d0 = topics.topics.find((t) => t.topic === 'audit')
+  assert.equal(d0.dropped, auditAtDiscard - d.seen.get('audit').size, 'the discarded session dropped what it had not acknowledged')
+  for (const t of b.surface.stats('conservation').topics) for (const g of t.groups) assert.equal(g.residual, 0, `${t.topic}/${g.group}: residual 0`)
+  b.surface.render() // a scrape runs the conservation check too
+  b.glue.sweep()
+  assert.equal(b.glue.pending(), 0, 'the glue forgets every message once every group settled it')
+  assert.deepEqual(faults.map((f) => f.code), [], 'no faults')
+  await prometheusIngests(b.metricsUrl)
+  await Promise.all([a, p].map((s) => s.client.endAsync()))
+  await Promise.all([...publishers, u.client].map((c) => c.endAsync()))
+}))
+
+test('QoS 0 subscriptions (one a wildcard) beside QoS 1 ones, clean and persistent sessions: each copy is settled', () => withBroker(async (b, faults) => {
   // aedes numbers the copies it sends at QoS 1 but not those to a QoS 0 subscription: the glue must
   // tell them apart, also for a wildcard subscription it does not count, or the PUBACKs of a clean
   // session's QoS 1 copies miss their seqs (they did: half of them stayed in flight).
-  const b = await start({ mqttPort: 0, metricsPort: 0 })
-  const faults = []
-  b.surface.on('fault', (f) => faults.push(f))
-  try {
-    let received = 0
-    const subs = []
-    for (const [id, clean] of [['sub-q', true], ['sub-qp', false]]) {
-      const s = await connect(b.mqttPort, { clientId: id, clean })
-      s.on('message', () => received++)
-      // '#' matches orders too, and aedes routes it first: a copy that takes a packet id and then
-      // goes out at orders' QoS 0 (aedes downgrades it) must not wait for a PUBACK in the glue.
-      await s.subscribeAsync({ orders: { qos: 0 }, billing: { qos: 1 }, 'audit/#': { qos: 0 }, '#': { qos: 1 } })
-      subs.push(s)
-    }
-    const pub = await connect(b.mqttPort, { clientId: 'pub-q' })
-    for (let i = 0; i < 150; i++) await pub.publishAsync(['orders', 'billing', 'audit/eu'][i % 3], `m${i}`, { qos: 1 })
-    const groups = () => b.surface.stats('groups').groups.filter((g) => g.group.startsWith('sub-q'))
-    await until('every copy settled', () => received === 300 && groups().length === 4 && groups().every((g) => g.delivered === 50 && g.in_flight === 0 && g.lag === 0))
-      .catch((e) => { throw new Error(`${e.message}: received ${received}, ${JSON.stringify(groups())}, faults ${JSON.stringify(faults)}`) })
-    assert.equal(b.broker.clients['sub-q'][Symbol.for('mq-metrics')].sent.length, 0, 'the clean session\'s FIFO is empty')
-    // The persistent session reconnects: aedes sends again what it kept queued (the copies it sent
-    // at QoS 0 included), and the glue counts none of it twice.
-    await subs[1].endAsync()
-    const again = await connect(b.mqttPort, { clientId: 'sub-qp', clean: false })
-    again.on('message', () => received++)
-    await until('the resent copies', () => received > 300)
-    await sleep(200)
-    await until('every copy settled once', () => groups().every((g) => g.delivered === 50 && g.in_flight === 0 && g.lag === 0))
-    b.glue.sweep()
-    assert.equal(b.glue.pending(), 0)
-    assert.deepEqual(faults.map((f) => f.code), [], 'no faults')
-    await Promise.all([subs[0], again, pub].map((c) => c.endAsync()))
-  } finally {
-    await b.close()
+  let received = 0
+  const subs = []
+  for (const [id, clean] of [['sub-q', true], ['sub-qp', false]]) {
+    const s = await connect(b.mqttPort, { clientId: id, clean })
+    s.on('message', () => received++)
+    // '#' matches orders too, and aedes routes it first: a copy that takes a packet id and then
+    // goes out at orders' QoS 0 (aedes downgrades it) must not wait for a PUBACK in the glue.
+    await s.subscribeAsync({ orders: { qos: 0 }, billing: { qos: 1 }, 'audit/#': { qos: 0 }, '#': { qos: 1 } })
+    subs.push(s)
   }
-})
+  const pub = await connect(b.mqttPort, { clientId: 'pub-q' })
+  for (let i = 0; i < 150; i++) await pub.publishAsync(['orders', 'billing', 'audit/eu'][i % 3], `m${i}`, { qos: 1 })
+  const groups = () => b.surface.stats('groups').groups.filter((g) => g.group.startsWith('sub-q'))
+  await until('every copy settled', () => received === 300 && groups().length === 4 && groups().every((g) => g.delivered === 50 && g.in_flight === 0 && g.lag === 0))
+    .catch((e) => { throw new Error(`${e.message}: received ${received}, ${JSON.stringify(groups())}, faults ${JSON.stringify(faults)}`) })
+  assert.equal(b.broker.clients['sub-q'][Symbol.for('mq-metrics')].sent.length, 0, 'the clean session\'s FIFO is empty')
+  // The persistent session reconnects: aedes sends again what it kept queued (the copies it sent
+  // at QoS 0 included), and the glue counts none of it twice.
+  await subs[1].endAsync()
+  const again = await connect(b.mqttPort, { clientId: 'sub-qp', clean: false })
+  again.on('message', () => received++)
+  await until('the resent copies', () => received > 300)
+  await sleep(200)
+  await until('every copy settled once', () => groups().every((g) => g.delivered === 50 && g.in_flight === 0 && g.lag === 0))
+  b.glue.sweep()
+  assert.equal(b.glue.pending(), 0)
+  assert.deepEqual(faults.map((f) => f.code), [], 'no faults')
+  await Promise.all([subs[0], again, pub].map((c) => c.endAsync()))
+}))
 
-test('the broker stays up past the surface\'s limits; what does not fit is not counted', async () => {
-  const b = await start({ mqttPort: 0, metricsPort: 0, config: { max_topics: 3, max_groups_per_topic: 2 } })
-  try {
-    const subs = []
-    for (const id of ['l1', 'l2', 'l3']) {
-      const s = await connect(b.mqttPort, { clientId: id })
-      s.received = 0
-      s.on('message', () => s.received++)
-      await s.subscribeAsync('t1', { qos: 1 }) // the third is past max_groups_per_topic
-      subs.push(s)
-    }
-    const pub = await connect(b.mqttPort, { clientId: 'pub-l' })
-    for (const topic of ['t1', 't2', 't3', 't4', 't5', 't1']) await pub.publishAsync(topic, 'x', { qos: 1 }) // t4, t5: past max_topics
-    await subs[0].subscribeAsync('t6', { qos: 1 }) // a new topic past max_topics
-    await until('every copy received', () => subs.every((s) => s.received === 2))
-    const groups = () => b.surface.stats('groups').groups
-    await until('the counted copies settled', () => groups().length === 2 && groups().every((g) => g.delivered === 2 && g.in_flight === 0))
-    assert.deepEqual(b.surface.stats('topics').topics.map((t) => [t.topic, t.produced]).sort(), [['t1', 2], ['t2', 1], ['t3', 1]])
-    await Promise.all([...subs, pub].map((c) => c.endAsync()))
-  } finally {
-    await b.close()
+test('the broker stays up past the surface\'s limits; what does not fit is not counted', () => withBroker(async (b) => {
+  const subs = []
+  for (const id of ['l1', 'l2', 'l3']) {
+    const s = await connect(b.mqttPort, { clientId: id })
+    s.received = 0
+    s.on('message', () => s.received++)
+    await s.subscribeAsync('t1', { qos: 1 }) // the third is past max_groups_per_topic
+    subs.push(s)
   }
-})
+  const pub = await connect(b.mqttPort, { clientId: 'pub-l' })
+  for (const topic of ['t1', 't2', 't3', 't4', 't5', 't1']) await pub.publishAsync(topic, 'x', { qos: 1 }) // t4, t5: past max_topics
+  await subs[0].subscribeAsync('t6', { qos: 1 }) // a new topic past max_topics
+  await until('every copy received', () => subs.every((s) => s.received === 2))
+  const groups = () => b.surface.stats('groups').groups
+  await until('the counted copies settled', () => groups().length === 2 && groups().every((g) => g.delivered === 2 && g.in_flight === 0))
+  assert.deepEqual(b.surface.stats('topics').topics.map((t) => [t.topic, t.produced]).sort(), [['t1', 2], ['t2', 1], ['t3', 1]])
+  await Promise.all([...subs, pub].map((c) => c.endAsync()))
+}, { max_topics: 3, max_groups_per_topic: 2 }))
 
-test('unsubscribing and subscribing again back to back keeps the subscription counted', async () => {
-  const b = await start({ mqttPort: 0, metricsPort: 0 })
-  try {
-    const pub = await connect(b.mqttPort, { clientId: 'pub-u' })
-    for (const clean of [true, false]) {
-      const id = clean ? 'again-c' : 'again-p'
-      const s = await connect(b.mqttPort, { clientId: id, clean })
-      let received = 0
-      s.on('message', () => received++)
-      await s.subscribeAsync(id, { qos: 1 })
-      for (let i = 0; i < 10; i++) await pub.publishAsync(id, `m${i}`, { qos: 1 })
-      // Both packets in one read: aedes takes the SUBSCRIBE before it reports the UNSUBSCRIBE.
-      await Promise.all([s.unsubscribeAsync(id), s.subscribeAsync(id, { qos: 1 })])
-      for (let i = 10; i < 60; i++) await pub.publishAsync(id, `m${i}`, { qos: 1 })
-      const group = () => b.surface.stats('groups').groups.find((g) => g.group === id)
-      await until(`${id}: every copy settled`, () => received === 60 && group()?.delivered === 60 && group().in_flight === 0 && group().lag === 0)
-        .catch((e) => { throw new Error(`${e.message}: received ${received}, ${JSON.stringify(group())}`) })
-      await s.endAsync()
-    }
-    await pub.endAsync()
-  } finally {
-    await b.close()
-  }
-})
-
-test('a persistent session taken over while a message is forwarded to both connections: counted once', async () => {
-  const b = await start({ mqttPort: 0, metricsPort: 0 })
-  const faults = []
-  b.surface.on('fault', (f) => faults.push(f))
-  try {
-    const first = await connect(b.mqttPort, { clientId: 'taken', clean: false })
-    await first.subscribeAsync({ orders: { qos: 1 }, billing: { qos: 0 } })
-    // The takeover's restored subscriptions are live before the first connection is closed: a
-    // message published now reaches both (aedes' duplicate check is per connection).
-    const register = b.broker.registerClient
-    b.broker.registerClient = function (client) {
-      if (this.clients[client.id]) for (const topic of ['orders', 'billing']) this.publish({ topic, payload: Buffer.from('now'), qos: 1 }, () => {})
-      return register.call(this, client)
-    }
-    const second = await connect(b.mqttPort, { clientId: 'taken', clean: false })
-    const groups = () => b.surface.stats('groups').groups.filter((g) => g.group === 'taken')
-    await until('both settled', () => groups().length === 2 && groups().every((g) => g.delivered === 1 && g.in_flight === 0 && g.lag === 0))
-      .catch((e) => { throw new Error(`${e.message}: ${JSON.stringify(groups())}, faults ${JSON.stringify(faults)}`) })
-    await sleep(200)
-    assert.deepEqual(faults.map((f) => f.code), [], 'no faults')
-    first.end(true)
-    await second.endAsync()
-  } finally {
-    await b.close()
-  }
-})
-
-test('broker.publish() from code: the same packet object twice, no payload, a string payload', async () => {
-  const b = await start({ mqttPort: 0, metricsPort: 0 })
-  try {
-    const s = await connect(b.mqttPort, { clientId: 'code-s' })
+test('unsubscribing and subscribing again back to back keeps the subscription counted', () => withBroker(async (b) => {
+  const pub = await connect(b.mqttPort, { clientId: 'pub-u' })
+  for (const clean of [true, false]) {
+    const id = clean ? 'again-c' : 'again-p'
+    const s = await connect(b.mqttPort, { clientId: id, clean })
     let received = 0
     s.on('message', () => received++)
-    await s.subscribeAsync('code', { qos: 1 })
-    const packet = { topic: 'code', payload: Buffer.from('x'), qos: 1 }
-    await new Promise((resolve) => b.broker.publish(packet, resolve))
-    await new Promise((resolve) => b.broker.publish(packet, resolve)) // aedes sends it twice
-    await new Promise((resolve) => b.broker.publish({ topic: 'code', qos: 1 }, resolve)) // aedes sends an empty payload
-    await new Promise((resolve) => b.broker.publish({ topic: 'code', payload: '€€€€', qos: 1 }, resolve)) // 12 bytes of UTF-8
-    const topic = () => b.surface.stats('topics').topics.find((t) => t.topic === 'code')
-    await until('every copy settled', () => received === 4 && topic()?.delivered === 4)
-    assert.deepEqual([topic().produced, topic().bytes], [4, 1 + 1 + 0 + 12])
+    await s.subscribeAsync(id, { qos: 1 })
+    for (let i = 0; i < 10; i++) await pub.publishAsync(id, `m${i}`, { qos: 1 })
+    // Both packets in one read: aedes takes the SUBSCRIBE before it reports the UNSUBSCRIBE.
+    await Promise.all([s.unsubscribeAsync(id), s.subscribeAsync(id, { qos: 1 })])
+    for (let i = 10; i < 60; i++) await pub.publishAsync(id, `m${i}`, { qos: 1 })
+    const group = () => b.surface.stats('groups').groups.find((g) => g.group === id)
+    await until(`${id}: every copy settled`, () => received === 60 && group()?.delivered === 60 && group().in_flight === 0 && group().lag === 0)
+      .catch((e) => { throw new Error(`${e.message}: received ${received}, ${JSON.stringify(group())}`) })
     await s.endAsync()
-  } finally {
-    await b.close()
   }
-})
+  await pub.endAsync()
+}))
 
-test('clean sessions that come and go leave nothing behind in the glue', async () => {
-  const b = await start({ mqttPort: 0, metricsPort: 0 })
-  try {
-    for (let i = 0; i < 20; i++) {
-      const s = await connect(b.mqttPort, { clientId: `passing-${i}` })
-      await s.subscribeAsync(['orders', 'billing'], { qos: 1 })
-      await s.endAsync()
-    }
-    await until('every session ended', () => b.surface.stats('groups').groups.length === 0)
-    assert.equal(b.glue.clients(), 0, 'no client is remembered once its groups are gone')
-  } finally {
-    await b.close()
+test('a persistent session taken over while a message is forwarded to both connections: counted once', () => withBroker(async (b, faults) => {
+  const first = await connect(b.mqttPort, { clientId: 'taken', clean: false })
+  await first.subscribeAsync({ orders: { qos: 1 }, billing: { qos: 0 } })
+  // The takeover's restored subscriptions are live before the first connection is closed: a
+  // message published now reaches both (aedes' duplicate check is per connection).
+  const register = b.broker.registerClient
+  b.broker.registerClient = function (client) {
+    if (this.clients[client.id]) for (const topic of ['orders', 'billing']) this.publish({ topic, payload: Buffer.from('now'), qos: 1 }, () => {})
+    return register.call(this, client)
   }
-})
+  const second = await connect(b.mqttPort, { clientId: 'taken', clean: false })
+  const groups = () => b.surface.stats('groups').groups.filter((g) => g.group === 'taken')
+  await until('both settled', () => groups().length === 2 && groups().every((g) => g.delivered === 1 && g.in_flight === 0 && g.lag === 0))
+    .catch((e) => { throw new Error(`${e.message}: ${JSON.stringify(groups())}, faults ${JSON.stringify(faults)}`) })
+  await sleep(200)
+  assert.deepEqual(faults.map((f) => f.code), [], 'no faults')
+  first.end(true)
+  await second.endAsync()
+}))
+
+test('broker.publish() from code: the same packet object twice, no payload, a string payload', () => withBroker(async (b) => {
+  const s = await connect(b.mqttPort, { clientId: 'code-s' })
+  let received = 0
+  s.on('message', () => received++)
+  await s.subscribeAsync('code', { qos: 1 })
+  const packet = { topic: 'code', payload: Buffer.from('x'), qos: 1 }
+  await new Promise((resolve) => b.broker.publish(packet, resolve))
+  await new Promise((resolve) => b.broker.publish(packet, resolve)) // aedes sends it twice
+  await new Promise((resolve) => b.broker.publish({ topic: 'code', qos: 1 }, resolve)) // aedes sends an empty payload
+  await new Promise((resolve) => b.broker.publish({ topic: 'code', payload: '€€€€', qos: 1 }, resolve)) // 12 bytes of UTF-8
+  const topic = () => b.surface.stats('topics').topics.find((t) => t.topic === 'code')
+  await until('every copy settled', () => received === 4 && topic()?.delivered === 4)
+  assert.deepEqual([topic().produced, topic().bytes], [4, 1 + 1 + 0 + 12])
+  await s.endAsync()
+}))
+
+test('clean sessions that come and go leave nothing behind in the glue', () => withBroker(async (b) => {
+  for (let i = 0; i < 20; i++) {
+    const s = await connect(b.mqttPort, { clientId: `passing-${i}` })
+    await s.subscribeAsync(['orders', 'billing'], { qos: 1 })
+    await s.endAsync()
+  }
+  await until('every session ended', () => b.surface.stats('groups').groups.length === 0)
+  assert.equal(b.glue.clients(), 0, 'no client is remembered once its groups are gone')
+}))
 
 /**
  * A clean subscriber `id` on 'orders' whose PUBACKs go through `hold(packet, send, done)` (mqtt.js
@@ -271,54 +242,40 @@ async function heldAcks(b, id, count, hold) {
   return seen
 }
 
-test('a clean session that always has a PUBACK outstanding: the glue keeps only what is in flight', async () => {
-  const b = await start({ mqttPort: 0, metricsPort: 0 })
-  const faults = []
-  b.surface.on('fault', (f) => faults.push(f))
-  try {
-    // Each PUBACK waits for the next message's: in order, but never all of them sent (the glue's
-    // FIFO of copies in flight never empties while the stream runs).
-    let held, send
-    const h = await heldAcks(b, 'sub-h', 300, (packet, sendPacket, done) => {
-      if (held !== undefined) sendPacket(held)
-      held = packet
-      send = sendPacket
-      done?.()
-    })
-    await until('all but the last message settled', () => h.received === 300 && h.group().delivered === 299)
-    const fifo = b.broker.clients['sub-h'][Symbol.for('mq-metrics')].sent
-    assert.ok(fifo.length <= 3 * 4, `the FIFO holds ${fifo.length / 3} entries for 1 copy in flight after 300 (it must not grow with the stream)`)
-    send(held)
-    await until('every message settled', () => h.group().delivered === 300 && h.group().in_flight === 0 && h.group().lag === 0)
-    b.glue.sweep()
-    assert.equal(b.glue.pending(), 0)
-    assert.deepEqual(faults.map((f) => f.code), [], 'no faults')
-    await h.end()
-  } finally {
-    await b.close()
-  }
-})
+test('a clean session that always has a PUBACK outstanding: the glue keeps only what is in flight', () => withBroker(async (b, faults) => {
+  // Each PUBACK waits for the next message's: in order, but never all of them sent (the glue's
+  // FIFO of copies in flight never empties while the stream runs).
+  let held, send
+  const h = await heldAcks(b, 'sub-h', 300, (packet, sendPacket, done) => {
+    if (held !== undefined) sendPacket(held)
+    held = packet
+    send = sendPacket
+    done?.()
+  })
+  await until('all but the last message settled', () => h.received === 300 && h.group().delivered === 299)
+  const fifo = b.broker.clients['sub-h'][Symbol.for('mq-metrics')].sent
+  assert.ok(fifo.length <= 3 * 4, `the FIFO holds ${fifo.length / 3} entries for 1 copy in flight after 300 (it must not grow with the stream)`)
+  send(held)
+  await until('every message settled', () => h.group().delivered === 300 && h.group().in_flight === 0 && h.group().lag === 0)
+  b.glue.sweep()
+  assert.equal(b.glue.pending(), 0)
+  assert.deepEqual(faults.map((f) => f.code), [], 'no faults')
+  await h.end()
+}))
 
-test('PUBACKs out of order: a clean session acknowledging each pair of messages in reverse', async () => {
-  const b = await start({ mqttPort: 0, metricsPort: 0 })
-  const faults = []
-  b.surface.on('fault', (f) => faults.push(f))
-  try {
-    // mqtt.js acknowledges in order: hold each PUBACK and send it after the next, so aedes sees 2, 1, 4, 3, …
-    let held
-    const r = await heldAcks(b, 'sub-r', 200, (packet, send, done) => {
-      if (held === undefined) return void ((held = packet), done?.())
-      send(packet, done)
-      send(held)
-      held = undefined
-    })
-    await until('every message settled', () => r.received === 200 && r.group().in_flight === 0 && r.group().lag === 0).catch((e) => { throw new Error(`${e.message}: received ${r.received}, ${JSON.stringify(r.group())}, faults ${JSON.stringify(faults)}`) })
-    assert.equal(r.group().delivered, 200, 'every message delivered once')
-    b.glue.sweep()
-    assert.equal(b.glue.pending(), 0)
-    assert.deepEqual(faults.map((f) => f.code), [], 'no faults')
-    await r.end()
-  } finally {
-    await b.close()
-  }
-})
+test('PUBACKs out of order: a clean session acknowledging each pair of messages in reverse', () => withBroker(async (b, faults) => {
+  // mqtt.js acknowledges in order: hold each PUBACK and send it after the next, so aedes sees 2, 1, 4, 3, …
+  let held
+  const r = await heldAcks(b, 'sub-r', 200, (packet, send, done) => {
+    if (held === undefined) return void ((held = packet), done?.())
+    send(packet, done)
+    send(held)
+    held = undefined
+  })
+  await until('every message settled', () => r.received === 200 && r.group().in_flight === 0 && r.group().lag === 0).catch((e) => { throw new Error(`${e.message}: received ${r.received}, ${JSON.stringify(r.group())}, faults ${JSON.stringify(faults)}`) })
+  assert.equal(r.group().delivered, 200, 'every message delivered once')
+  b.glue.sweep()
+  assert.equal(b.glue.pending(), 0)
+  assert.deepEqual(faults.map((f) => f.code), [], 'no faults')
+  await r.end()
+}))
