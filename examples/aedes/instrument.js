@@ -82,9 +82,10 @@ function instrument(broker, surface) {
     return authorize.call(this, client, sub, (err, ok) => {
       const t = !err && ok && counted(ok.topic) && !/[+#]/.test(ok.topic) ? topicOf(ok.topic) : undefined
       const m = t?.groups.get(client.id)
+      const g = m === undefined && t !== undefined ? limited(() => t.handle.group(client.id, GROUP)) : undefined
       if (m !== undefined) m.qos = ok.qos // subscribed again: only the QoS may change
-      else if (t !== undefined && limited(() => t.groups.set(client.id, { g: t.handle.group(client.id, GROUP), start: 0, qos: ok.qos, gone: false, last: 0 }))) {
-        t.groups.get(client.id).start = t.groups.get(client.id).g.floor(0)
+      else if (g !== undefined) {
+        t.groups.set(client.id, { g, start: g.floor(0), qos: ok.qos, gone: false, last: 0 })
         ;(owned.get(client.id) ?? owned.set(client.id, new Set()).get(client.id)).add(ok.topic)
       }
       done(err, ok)
