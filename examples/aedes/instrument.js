@@ -61,21 +61,22 @@ function instrument(broker, surface) {
     return out
   }
   const clear = broker.persistence.outgoingClearMessageId.bind(broker.persistence)
-  broker.persistence.outgoingClearMessageId = function (client, packet, done) { // a clean session's PUBACK
-    const s = packet.cmd === 'puback' ? client[STATE] : undefined
-    const at = s === undefined ? -1 : s.sent.indexOf(-packet.messageId, s.head) // acks come in order: at the head
+  broker.persistence.outgoingClearMessageId = function (client, packet, done) { // a PUBACK
+    const s = packet.cmd === 'puback' ? client[STATE] : undefined // a clean session's: aedes keeps no packet for it
+    if (s === undefined) return clear(client, packet, packet.cmd === 'puback' ? (err, stored) => (acked(client, stored), done(err, stored)) : done)
+    const at = s.sent.indexOf(-packet.messageId, s.head) // acks come in order: at the head
     if (at >= 0) {
       const m = s.sent[at + 1], seq = s.sent[at + 2]
       if (at === s.head) s.head += 3; else s.sent.splice(at, 3)
-      if (s.head * 2 >= s.sent.length) s.sent.copyWithin(0, s.head), (s.sent.length -= s.head), (s.head = 0) // keep it small
+      if (s.head >= 192 && s.head * 2 >= s.sent.length) (s.sent = s.sent.slice(s.head)), (s.head = 0) // keep it small (slice: copyWithin is slow)
       if (!m.gone) m.g.settle(0, seq, 'delivered')
     }
     return clear(client, packet, done)
   }
-  broker.on('ack', (packet, client) => { // a persistent session's PUBACK: aedes hands back the packet
+  const acked = (client, packet) => { // a persistent session's PUBACK: aedes hands back the stored packet
     const t = packet?.cmd === 'publish' ? topics.get(packet.topic) : undefined
     if (t !== undefined) settle(client, t, seqOf(t, packet.brokerCounter))
-  })
+  }
   // Subscribing registers the group before aedes routes anything to it (authorizeSubscribe runs first).
   const authorize = broker.authorizeSubscribe
   broker.authorizeSubscribe = function (client, sub, done) {
