@@ -26,7 +26,6 @@ function instrument(broker, surface) {
     for (const { g } of t.groups.values()) floor = Math.min(floor, g.floor(0))
     if (floor >= t.base) t.counters.splice(0, floor - t.base + 1), (t.base = floor + 1)
   }
-  const settle = (client, t, seq) => { const m = t.groups.get(client.id); if (m !== undefined && seq > m.start && m.g.isInFlight(0, seq)) m.g.settle(0, seq, 'delivered') } // once
 
   const publish = broker.publish
   broker.publish = function (packet, client, done) {
@@ -75,7 +74,8 @@ function instrument(broker, surface) {
   }
   const acked = (client, packet) => { // a persistent session's PUBACK: aedes hands back the stored packet
     const t = packet?.cmd === 'publish' ? topics.get(packet.topic) : undefined
-    if (t !== undefined) settle(client, t, seqOf(t, packet.brokerCounter))
+    const m = t?.groups.get(client.id), seq = m && seqOf(t, packet.brokerCounter)
+    if (seq > m?.start && m.g.isInFlight(0, seq)) m.g.settle(0, seq, 'delivered') // once
   }
   // Subscribing registers the group before aedes routes anything to it (authorizeSubscribe runs first).
   const authorize = broker.authorizeSubscribe
