@@ -9,8 +9,7 @@ const path = require('node:path')
 const { Worker } = require('node:worker_threads')
 const { createSurface } = require(path.join(__dirname, '..', 'dist'))
 
-const argv = process.argv.slice(2)
-const flag = (name, fallback) => { const i = argv.indexOf(name); return i < 0 ? fallback : Number(argv[i + 1]) }
+const { flag } = require('./harness')
 const REGISTRATIONS = flag('--registrations', 1_000_000)
 const LIVE = flag('--live', 1000)
 const ROUNDS = flag('--rounds', 9)

@@ -59,6 +59,8 @@ function context(options) {
 }
 
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms))
+/** A numeric option of a standalone script (`--rounds 5`): the number after `name` on the command line, or `fallback`. */
+const flag = (name, fallback) => { const argv = process.argv; const i = argv.indexOf(name, 2); return i < 0 ? fallback : Number(argv[i + 1]) }
 
 function log(text) {
   process.stderr.write(`[bench ${(performance.now() / 1000).toFixed(1)} s] ${text}\n`)
@@ -151,6 +153,6 @@ function standalone(module, name, run) {
 }
 
 module.exports = {
-  DIST, SECTIONS, SAMPLE_MS, parseOptions, context, sleep, log, summarise, machine, row, tableLines, standalone,
+  DIST, SECTIONS, SAMPLE_MS, parseOptions, context, sleep, flag, log, summarise, machine, row, tableLines, standalone,
   formatNs, formatCores, formatChange, formatMs, formatRatio, formatRate, formatCount, pass,
 }

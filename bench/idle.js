@@ -10,8 +10,8 @@
 const path = require('node:path')
 const { fork } = require('node:child_process')
 
+const { flag } = require('./harness')
 const argv = process.argv.slice(2)
-const flag = (name, fallback) => { const i = argv.indexOf(name); return i < 0 ? fallback : Number(argv[i + 1]) }
 const ROUNDS = flag('--rounds', 5)
 const SECONDS = flag('--seconds', 3)
 const TOPICS = 1000

@@ -14,8 +14,8 @@ const path = require('node:path')
 const client = require('prom-client')
 const { createSurface } = require(path.join(__dirname, '..', 'dist'))
 
+const { flag } = require('./harness')
 const argv = process.argv.slice(2)
-const flag = (name, fallback) => { const i = argv.indexOf(name); return i < 0 ? fallback : Number(argv[i + 1]) }
 const MESSAGES = flag('--messages', 1_000_000)
 const ROUNDS = flag('--rounds', 7)
 const TOPICS = 8
