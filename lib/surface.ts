@@ -142,6 +142,11 @@ export class Surface extends EventEmitter {
         return { statusCode: body.quorum_state === 2 ? 503 : 200, body }
       },
       stats: (query) => statsFromQuery(query, () => this.#statsContext()),
+      // A request answered 500 INTERNAL: a bug of ours. Told to 'error' listeners if there are
+      // any; never thrown (an 'error' event without a listener would end the broker).
+      reportError: (error) => {
+        if (this.listenerCount('error') > 0) this.emit('error', error instanceof Error ? error : new Error(`internal error: ${describe(error)}`))
+      },
       limits: { maxConnections: this.options.maxConnections, maxScrapeBytes: this.options.maxScrapeBytes },
     }
   }
@@ -406,34 +411,39 @@ export class Surface extends EventEmitter {
     }
   }
 
-  // ---- events: 'fault' and 'quorum'; a listener for any other name would never be called ----
+  // ---- events: 'fault', 'quorum' and 'error' (a request answered 500); a listener for any other name would never be called ----
 
   override on(event: 'fault', listener: (fault: FaultRecord) => void): this
   override on(event: 'quorum', listener: (change: QuorumEvent) => void): this
+  override on(event: 'error', listener: (error: Error) => void): this
   override on(event: string | symbol, listener: (...args: any[]) => void): this {
     return super.on(knownEvent(event), listener)
   }
 
   override once(event: 'fault', listener: (fault: FaultRecord) => void): this
   override once(event: 'quorum', listener: (change: QuorumEvent) => void): this
+  override once(event: 'error', listener: (error: Error) => void): this
   override once(event: string | symbol, listener: (...args: any[]) => void): this {
     return super.once(knownEvent(event), listener)
   }
 
   override addListener(event: 'fault', listener: (fault: FaultRecord) => void): this
   override addListener(event: 'quorum', listener: (change: QuorumEvent) => void): this
+  override addListener(event: 'error', listener: (error: Error) => void): this
   override addListener(event: string | symbol, listener: (...args: any[]) => void): this {
     return super.addListener(knownEvent(event), listener)
   }
 
   override prependListener(event: 'fault', listener: (fault: FaultRecord) => void): this
   override prependListener(event: 'quorum', listener: (change: QuorumEvent) => void): this
+  override prependListener(event: 'error', listener: (error: Error) => void): this
   override prependListener(event: string | symbol, listener: (...args: any[]) => void): this {
     return super.prependListener(knownEvent(event), listener)
   }
 
   override prependOnceListener(event: 'fault', listener: (fault: FaultRecord) => void): this
   override prependOnceListener(event: 'quorum', listener: (change: QuorumEvent) => void): this
+  override prependOnceListener(event: 'error', listener: (error: Error) => void): this
   override prependOnceListener(event: string | symbol, listener: (...args: any[]) => void): this {
     return super.prependOnceListener(knownEvent(event), listener)
   }
@@ -473,15 +483,15 @@ export class Surface extends EventEmitter {
 }
 
 /**
- * The events a surface emits, and EventEmitter's own. 'error' is accepted for generic emitter
- * code, though a surface never emits it (a bad call throws; a broken invariant is a 'fault').
- * Symbols (events.errorMonitor) pass.
+ * The events a surface emits, and EventEmitter's own. 'error' only when one of the surface's own
+ * HTTP answers failed (500 INTERNAL), and only to listeners: a bad call throws, a broken invariant
+ * is a 'fault'. Symbols (events.errorMonitor) pass.
  */
 const EVENTS: ReadonlySet<string> = new Set(['fault', 'quorum', 'newListener', 'removeListener', 'error'])
 
 function knownEvent(event: string | symbol): string | symbol {
   if (typeof event === 'string' && !EVENTS.has(event)) {
-    throw new TypeError(`unknown event ${JSON.stringify(event)}: a surface emits 'fault' and 'quorum'`)
+    throw new TypeError(`unknown event ${JSON.stringify(event)}: a surface emits 'fault', 'quorum' and 'error'`)
   }
   return event
 }

@@ -32,6 +32,29 @@ for (const backend of backends()) {
     }
     t.equal((await get(port, '/other')).body, 'broker 404', 'the broker\'s own routes are untouched')
   })
+
+  t.test(`${backend}: a request the surface fails to answer is a 500 INTERNAL, told to 'error' listeners only`, async (t) => {
+    // Before: the 500 went out and the error was seen nowhere else (the host had no reporter).
+    const stats = require(require('node:path').join(require('./helpers').dist, 'exposition', 'stats.js'))
+    const real = stats.statsFromQuery
+    stats.statsFromQuery = () => {
+      throw new Error('a bug in a view')
+    }
+    t.teardown(() => (stats.statsFromQuery = real))
+    const surface = surfaceOn(t, backend)
+    const server = await surface.listen({ port: 0 })
+    const quiet = await get(server.port, '/stats?filter=topics')
+    t.equal(quiet.status, 500, 'no listener: answered 500, and the process goes on')
+    t.same(JSON.parse(quiet.body).error, { code: 'INTERNAL', message: 'internal error: a bug in a view' })
+    const errors = []
+    surface.on('error', (error) => errors.push(error))
+    const told = await get(server.port, '/stats?filter=topics')
+    t.equal(told.status, 500)
+    t.equal(errors.length, 1, 'the listener heard of it once')
+    t.equal(errors[0].message, 'a bug in a view', 'the error itself')
+    t.equal((await get(server.port, '/healthz')).status, 200, 'the other paths still answer')
+    t.equal(errors.length, 1)
+  })
 }
 
 t.test('an Expect header other than 100-continue gets a JSON 417', async (t) => {

@@ -155,7 +155,7 @@ t.test('a listener for an event a surface never emits is an error, not a silent 
   const noop = () => {}
   for (const method of ['on', 'once', 'addListener', 'prependListener', 'prependOnceListener']) {
     for (const event of ['faults', 'Fault', 'quorumChange', 'change', '']) {
-      t.throws(() => surface[method](event, noop), { name: 'TypeError', message: `unknown event ${JSON.stringify(event)}: a surface emits 'fault' and 'quorum'` }, `${method}(${JSON.stringify(event)})`)
+      t.throws(() => surface[method](event, noop), { name: 'TypeError', message: `unknown event ${JSON.stringify(event)}: a surface emits 'fault', 'quorum' and 'error'` }, `${method}(${JSON.stringify(event)})`)
     }
   }
   t.equal(surface.eventNames().length, 0, 'a refused listener is not registered')
