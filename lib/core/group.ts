@@ -508,12 +508,13 @@ export class Group {
           if (floor > lane.hints[lane.hintAt]) lane.hints[lane.hintAt] = floor
           this.#settledUpTo = count
         }
+      } else if (seq > floor + window) {
+        // First: beyond the window, the seq's bits are another seq's (seq − window…).
+        fault = 'SETTLE_WINDOW_EXCEEDED'
+        previous = floor + window
       } else if (seq <= floor || (bits[word + words] & bit) !== 0) {
         fault = 'ALREADY_SETTLED'
         previous = floor
-      } else if (seq > floor + window) {
-        fault = 'SETTLE_WINDOW_EXCEEDED'
-        previous = floor + window
       } else if (op === Op.Send) {
         if (inFlight) {
           fault = 'ALREADY_IN_FLIGHT'
