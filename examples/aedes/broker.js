@@ -5,10 +5,10 @@ const aedes = require('aedes')
 const { createSurface } = require('mq-metrics')
 const { instrument } = require('./instrument')
 
-async function start({ mqttPort = 1883, metricsPort = 9464, host = '127.0.0.1', config } = {}) {
-  const broker = aedes()
+async function start({ mqttPort = 1883, metricsPort = 9464, host = '127.0.0.1', config, glue: options, aedes: aedesOptions } = {}) {
+  const broker = aedes(aedesOptions)
   const surface = createSurface(config) // mq-metrics' configuration (limits: max_topics, …)
-  const glue = instrument(broker, surface)
+  const glue = instrument(broker, surface, options) // options: { window } (instrument.js)
   const server = net.createServer(broker.handle)
   await new Promise((resolve) => server.listen(mqttPort, host, resolve))
   const metrics = await surface.listen({ port: metricsPort, host })

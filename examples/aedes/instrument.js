@@ -4,15 +4,23 @@
 // is appended when the broker takes it, before any copy is forwarded; aedes' packet counter leads
 // every copy back to its seq until every group has settled it. QoS 0 and 1; wildcards are not counted.
 const STATE = Symbol.for('mq-metrics') // on aedes' client objects of clean sessions
-const GROUP = { from: 'latest', max_in_flight: 65535, settle_window: 65536 } // MQTT: ≤ 65,535 packet ids per client
+const ZERO = Symbol('mq-metrics QoS 0') // on every client: the packet its deliver0 sends now (no packet id)
+const NAME_MAX = 1024 // the library's longest name; longer MQTT topics and client ids are not counted
 
-function instrument(broker, surface) {
-  const topics = new Map() // MQTT topic → { handle, counters, base, groups: client id → { g, start, qos, gone, last } }
+// window: seqs a group tracks above its floor (2 bits each: 16 KiB per group by default). A copy
+// still not acknowledged once its topic is ¾ window messages further on is given up (dropped).
+function instrument(broker, surface, { window: WINDOW = 65536 } = {}) {
+  if (!Number.isInteger(WINDOW / 32) || WINDOW < 64) throw new RangeError(`window must be a multiple of 32 from 64, got ${WINDOW}`)
+  const KEEP = WINDOW * 0.75
+  const GROUP = { from: 'latest', max_in_flight: 65535, settle_window: WINDOW } // MQTT: ≤ 65,535 packet ids per client
+  const topics = new Map() // MQTT topic → { name, handle, counters, base, groups: client id → group state, dark }
   const owned = new Map() // client id → the topics it has a group on
+  const idle = new Set() // topics without a group, oldest first: one leaves for a subscription's topic at max_topics
   // counters: aedes' counters of the topic's messages not yet settled by every group, increasing;
   // the message at index i has seq base + i (append() numbers a partition's messages one by one).
-  const topicOf = (name) => topics.get(name) ?? (topics.size < surface.config.max_topics ? register(name) : undefined) // full: no throw per publish
-  const register = (name) => limited(() => { const handle = surface.topic(name); return topics.set(name, { handle, counters: [], base: handle.lastSeq(0) + 1, groups: new Map() }).get(name) })
+  const topicOf = (name, subscribing) => topics.get(name) ?? (name.length <= NAME_MAX && (topics.size < surface.config.max_topics || (subscribing && evict())) ? register(name) : undefined) // full: no throw per publish
+  const register = (name) => limited(() => { const handle = surface.topic(name); idle.add(name); return topics.set(name, { name, handle, counters: [], base: handle.lastSeq(0) + 1, groups: new Map(), dark: new Set() }).get(name) })
+  const evict = () => { for (const name of idle) return idle.delete(name), topics.delete(name), surface.removeTopic(name); return false }
   const limited = (registration) => { try { return registration() } catch (error) { if (error.code !== 'LIMIT_REACHED') throw error } } // past max_topics or max_groups_per_topic: not counted
   const seqOf = (t, counter) => { // binary search; a copy forwarded as it is published is the newest: tried first
     const c = t.counters
@@ -20,11 +28,21 @@ function instrument(broker, surface) {
     while (lo < hi) { const mid = (lo + hi) >> 1; if (c[mid] < counter) lo = mid + 1; else hi = mid }
     return c[lo] === counter ? t.base + lo : undefined
   }
-  const counted = (name) => name.charCodeAt(0) !== 36 // '$SYS/…' is the broker's own
+  const counted = (name) => name.charCodeAt(0) !== 36 // '$…' topics are the broker's own ($SYS/…; MQTT 3.1.1 §4.7.2)
   const sweep = (t) => { // forget the messages every group has settled
     let floor = t.handle.lastSeq(0)
     for (const { g } of t.groups.values()) floor = Math.min(floor, g.floor(0))
     if (floor >= t.base) t.counters.splice(0, floor - t.base + 1), (t.base = floor + 1)
+  }
+  // A group's seqs up to m.lost are not its to count any more: before its subscription, given up, or all once it ended.
+  const room = (m, seq) => { // keeps seq within the group's window (checked every WINDOW − KEEP seqs)
+    if (seq < m.check) return
+    if (m.g.floor(0) < seq - KEEP) m.g.settleUpTo(0, seq - KEEP, 'dropped'), (m.lost = Math.max(m.lost, seq - KEEP))
+    m.check = seq + WINDOW - KEEP
+  }
+  const acked = (m, seq, outcome) => { // a copy in flight is acknowledged (or can no longer be)
+    if (seq > m.lost) m.g.settle(0, seq, outcome)
+    if (m.ending && m.g.inFlight() === 0) leave(m)
   }
 
   const publish = broker.publish
@@ -34,6 +52,7 @@ function instrument(broker, surface) {
       const p = packet.payload
       const seq = t.handle.append(0, typeof p === 'string' ? Buffer.byteLength(p) : p?.length ?? 0) // 0: refused (read_only), not counted
       if (seq !== 0) t.counters.push(this.counter + 1) // the counter aedes gives its copy of the packet, next
+      if (seq !== 0 && t.dark.size !== 0) for (const m of t.dark) if (m.ending || !(packet.qos > 0) || m.qos === 0) room(m, seq), m.g.settle(0, seq, 'dropped') // aedes keeps no copy for it
       if (seq % 1024 === 0) sweep(t)
     }
     return publish.call(this, packet, client, done)
@@ -44,13 +63,14 @@ function instrument(broker, surface) {
     if (!out) return out
     const s = client[STATE] // a clean session's
     if (s !== undefined && packet.messageId) return (s.next = client._nextId), out // a discarded session's queue
-    const t = packet.retain ? undefined : topics.get(packet.topic)
-    const m = t?.groups.get(client.id)
-    const zero = packet.qos === 0 || s?.zero === packet // aedes sends it with no packet id (to a QoS 0 subscription)
+    const zero = packet.qos === 0 || client[ZERO] === packet // aedes sends it with no packet id (to a QoS 0 subscription)
     const id = s !== undefined && !zero ? s.next : 0 // and numbers a clean session's other copies in this order
-    if (id !== 0) s.next = id === 65535 ? 1 : id + 1
+    if (id !== 0) (s.next = id === 65535 ? 1 : id + 1), s.sent[s.head] === -id && reused(s) // its id taken again: that copy cannot be acknowledged now
+    const t = packet.brokerId === this.id ? topics.get(packet.topic) : undefined // another node's message (a cluster): counted there
+    const m = t?.groups.get(client.id)
     const seq = m && seqOf(t, packet.brokerCounter)
-    if (m === undefined || seq === undefined || seq <= m.start) return out // not ours, or from before the subscription
+    if (m === undefined || seq === undefined || seq <= m.lost) return out // not ours, from before the subscription, or given up
+    room(m, seq)
     const again = packet.messageId || m.last === seq // perhaps sent before: a persistent session's queue, or a taken-over connection's twin
     if (again && m.g.isInFlight(0, seq)) m.g.redeliver(0, seq), id !== 0 && s.sent.push(-id, m, seq)
     else if (again && m.g.isSettled(0, seq)) return out // settled already (a QoS 0 copy aedes kept queued, a twin's): counted once
@@ -59,58 +79,80 @@ function instrument(broker, surface) {
     m.last = seq
     return out
   }
+  const reused = (s) => { const m = s.sent[s.head + 1], seq = s.sent[s.head + 2]; s.head += 3; acked(m, seq, 'dropped') }
   const clear = broker.persistence.outgoingClearMessageId.bind(broker.persistence)
   broker.persistence.outgoingClearMessageId = function (client, packet, done) { // a PUBACK
     const s = packet.cmd === 'puback' ? client[STATE] : undefined // a clean session's: aedes keeps no packet for it
-    if (s === undefined) return clear(client, packet, packet.cmd === 'puback' ? (err, stored) => (acked(client, stored), done(err, stored)) : done)
+    if (s === undefined) return clear(client, packet, packet.cmd === 'puback' ? (err, stored) => (stored?.cmd === 'publish' && persistent(client, stored), done(err, stored)) : done)
     const at = s.sent.indexOf(-packet.messageId, s.head) // acks come in order: at the head
     if (at >= 0) {
       const m = s.sent[at + 1], seq = s.sent[at + 2]
       if (at === s.head) s.head += 3; else s.sent.splice(at, 3)
       if (s.head >= 192 && s.head * 2 >= s.sent.length) (s.sent = s.sent.slice(s.head)), (s.head = 0) // keep it small (slice: copyWithin is slow)
-      if (!m.gone) m.g.settle(0, seq, 'delivered')
+      acked(m, seq, 'delivered')
     }
     return clear(client, packet, done)
   }
-  const acked = (client, packet) => { // a persistent session's PUBACK: aedes hands back the stored packet
-    const t = packet?.cmd === 'publish' ? topics.get(packet.topic) : undefined
+  const persistent = (client, packet) => { // a persistent session's PUBACK: aedes hands back the stored packet
+    const t = packet.brokerId === broker.id ? topics.get(packet.topic) : undefined
     const m = t?.groups.get(client.id), seq = m && seqOf(t, packet.brokerCounter)
-    if (seq > m?.start && m.g.isInFlight(0, seq)) m.g.settle(0, seq, 'delivered') // once
+    if (seq > m?.lost && m.g.isInFlight(0, seq)) acked(m, seq, 'delivered') // once
   }
-  // Subscribing registers the group before aedes routes anything to it (authorizeSubscribe runs first).
+  const preConnect = broker.preConnect
+  broker.preConnect = function (client, packet, callback) { // before a persistent session's restored subscriptions take deliver0
+    const deliver0 = client.deliver0
+    client[ZERO] = undefined
+    client.deliver0 = (p, cb) => { client[ZERO] = p; deliver0(p, cb); client[ZERO] = undefined } // QoS 0 subscriptions'
+    return preConnect.call(this, client, packet, callback)
+  }
+  // Subscribing registers the group before aedes routes anything to it (authorizeSubscribe runs
+  // first); a persistent session's subscriptions restored on reconnect come through here too.
   const authorize = broker.authorizeSubscribe
   broker.authorizeSubscribe = function (client, sub, done) {
     return authorize.call(this, client, sub, (err, ok) => {
-      const t = !err && ok && counted(ok.topic) && !/[+#]/.test(ok.topic) ? topicOf(ok.topic) : undefined
-      const m = t?.groups.get(client.id)
-      const g = m === undefined && t !== undefined ? limited(() => t.handle.group(client.id, GROUP)) : undefined
-      if (m !== undefined) m.qos = ok.qos // subscribed again: only the QoS may change
-      else if (g !== undefined) {
-        t.groups.set(client.id, { g, start: g.floor(0), qos: ok.qos, gone: false, last: 0 })
-        ;(owned.get(client.id) ?? owned.set(client.id, new Set()).get(client.id)).add(ok.topic)
-      }
+      const dead = broker.closed || (client.closed && client.clean) // aedes drops the subscription of a client gone meanwhile
+      const t = !err && ok && !dead && client.id.length <= NAME_MAX && counted(ok.topic) && !/[+#]/.test(ok.topic) ? topicOf(ok.topic, true) : undefined
+      const m = t?.groups.get(client.id) ?? (t !== undefined ? group(t, client) : undefined)
+      if (m !== undefined) (m.qos = ok.qos), (m.client = client), (m.ending = false), dark(t, m, client.closed) // (subscribed again: only the QoS may change)
       done(err, ok)
     })
   }
-  const end = (id, names) => { // the subscription ends: what it still owed is given up on, its group leaves
-    for (const name of names) {
-      const t = topics.get(name)
-      const m = t?.groups.get(id)
-      if (m === undefined) continue
-      if (m.g.floor(0) < t.handle.lastSeq(0)) m.g.settleUpTo(0, t.handle.lastSeq(0), 'dropped')
-      t.handle.removeGroup(id), t.groups.delete(id), owned.get(id).delete(name), (m.gone = true)
-    }
-    if (owned.get(id)?.size === 0) owned.delete(id)
+  const group = (t, client) => {
+    const g = limited(() => t.handle.group(client.id, GROUP))
+    if (g === undefined) return undefined
+    const m = { g, t, id: client.id, lost: g.floor(0), check: 0, qos: 0, client, last: 0, offline: false, ending: false }
+    t.groups.set(client.id, m), idle.delete(t.name)
+    ;(owned.get(client.id) ?? owned.set(client.id, new Set()).get(client.id)).add(t.name)
+    return m
   }
-  broker.on('client', (client) => { // a clean session, before it can subscribe: its copies in flight, and which have no id
-    if (!client.clean) return
-    const state = (client[STATE] = { next: client._nextId, sent: [], head: 0, zero: undefined }), deliver0 = client.deliver0
-    client.deliver0 = (packet, cb) => { state.zero = packet; deliver0(packet, cb); state.zero = undefined } // QoS 0 subscriptions'
-  })
-  broker.on('unsubscribe', (names, client) => end(client.id, names.filter((name) => !client.subscriptions[name]))) // not subscribed again meanwhile
+  const dark = (t, m, offline) => { // a group that is sent nothing now: offline, or its subscription ending
+    m.offline = offline
+    if (offline || m.ending) t.dark.add(m); else t.dark.delete(m)
+  }
+  const leave = (m) => { // the group leaves: what it still owes is given up on
+    const t = m.t, last = t.handle.lastSeq(0)
+    if (m.g.floor(0) < last) m.g.settleUpTo(0, last, 'dropped')
+    t.handle.removeGroup(m.id), t.groups.delete(m.id), t.dark.delete(m), (m.lost = Infinity), (m.ending = false)
+    if (t.groups.size === 0) idle.add(t.name)
+    if (owned.get(m.id)?.delete(t.name) && owned.get(m.id).size === 0) owned.delete(m.id)
+  }
+  // An unsubscription: the copies in flight may still be acknowledged (MQTT 3.1.1 §3.10.4), the group leaves after them.
+  const unsubscribe = (m) => {
+    const last = m.t.handle.lastSeq(0)
+    room(m, last)
+    for (let seq = Math.max(m.g.floor(0), m.lost) + 1; seq <= last; seq++) if (!m.g.isInFlight(0, seq) && !m.g.isSettled(0, seq)) m.g.settle(0, seq, 'dropped')
+    if (m.g.inFlight() === 0) return leave(m)
+    m.ending = true, dark(m.t, m, m.offline)
+  }
+  const session = (client) => [...(owned.get(client.id) ?? [])].map((name) => topics.get(name).groups.get(client.id))
+  broker.on('client', (client) => { if (client.clean) client[STATE] = { next: client._nextId, sent: [], head: 0 } }) // a clean session's copies in flight
+  broker.on('unsubscribe', (names, client) => names.forEach((name) => { const m = topics.get(name)?.groups.get(client.id); if (m !== undefined && !client.subscriptions[name]) unsubscribe(m) })) // not subscribed again meanwhile
   // A clean session discards the one before it, and its own when it ends: subscriptions and queue.
-  broker.on('clientReady', (client) => { if (client.clean) end(client.id, [...(owned.get(client.id) ?? [])]) })
-  broker.on('clientDisconnect', (client) => { if (client.clean) end(client.id, [...(owned.get(client.id) ?? [])]) })
+  broker.on('clientReady', (client) => { if (client.clean) session(client).forEach(leave) })
+  broker.on('clientDisconnect', (client) => { // a persistent session goes offline (unless a takeover has restored it already)
+    if (client.clean) session(client).forEach(leave)
+    else session(client).forEach((m) => m.client === client && dark(m.t, m, true))
+  })
   return { pending: () => [...topics.values()].reduce((n, t) => n + t.counters.length, 0), sweep: () => topics.forEach(sweep), clients: () => owned.size }
 }
 

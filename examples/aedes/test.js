@@ -34,8 +34,8 @@ function connect(port, options) {
   return new Promise((resolve, reject) => { client.once('connect', () => resolve(client)); client.once('error', reject) })
 }
 /** A broker with the glue (its surface configured by `config`) for one test: `fn(b, faults)`, then closed. */
-async function withBroker(fn, config) {
-  const b = await start({ mqttPort: 0, metricsPort: 0, config })
+async function withBroker(fn, config, glue, aedes) {
+  const b = await start({ mqttPort: 0, metricsPort: 0, config, glue, aedes })
   const faults = []
   b.surface.on('fault', (f) => faults.push(f))
   try {
@@ -143,7 +143,7 @@ test('QoS 0 subscriptions (one a wildcard) beside QoS 1 ones, clean and persiste
   await Promise.all([subs[0], again, pub].map((c) => c.endAsync()))
 }))
 
-test('the broker stays up past the surface\'s limits; what does not fit is not counted', () => withBroker(async (b) => {
+test('the broker stays up past the surface\'s limits; what does not fit is not counted, but a subscription takes the place of a topic nobody subscribes to', () => withBroker(async (b) => {
   const subs = []
   for (const id of ['l1', 'l2', 'l3']) {
     const s = await connect(b.mqttPort, { clientId: id })
@@ -154,11 +154,16 @@ test('the broker stays up past the surface\'s limits; what does not fit is not c
   }
   const pub = await connect(b.mqttPort, { clientId: 'pub-l' })
   for (const topic of ['t1', 't2', 't3', 't4', 't5', 't1']) await pub.publishAsync(topic, 'x', { qos: 1 }) // t4, t5: past max_topics
-  await subs[0].subscribeAsync('t6', { qos: 1 }) // a new topic past max_topics
   await until('every copy received', () => subs.every((s) => s.received === 2))
   const groups = () => b.surface.stats('groups').groups
   await until('the counted copies settled', () => groups().length === 2 && groups().every((g) => g.delivered === 2 && g.in_flight === 0))
-  assert.deepEqual(b.surface.stats('topics').topics.map((t) => [t.topic, t.produced]).sort(), [['t1', 2], ['t2', 1], ['t3', 1]])
+  const produced = () => b.surface.stats('topics').topics.map((t) => [t.topic, t.produced]).sort()
+  assert.deepEqual(produced(), [['t1', 2], ['t2', 1], ['t3', 1]])
+  // A subscription to a new topic at max_topics: the oldest topic without a group (t2) leaves.
+  await subs[0].subscribeAsync('t6', { qos: 1 })
+  for (const topic of ['t6', 't2', 't6']) await pub.publishAsync(topic, 'x', { qos: 1 })
+  await until('t6 counted', () => subs[0].received === 4 && groups().find((g) => g.topic === 't6')?.delivered === 2)
+  assert.deepEqual(produced(), [['t1', 2], ['t3', 1], ['t6', 2]], 't2 left for t6, and is not counted again while the surface is full')
   await Promise.all([...subs, pub].map((c) => c.endAsync()))
 }, { max_topics: 3, max_groups_per_topic: 2 }))
 
@@ -285,3 +290,152 @@ test('PUBACKs out of order: a clean session acknowledging each pair of messages 
   assert.deepEqual(faults.map((f) => f.code), [], 'no faults')
   await r.end()
 }))
+
+// A second review's cases: what aedes does for a session that is offline, or leaving, and what the
+// glue must not hold or count past its window; names the library does not take; a cluster.
+
+test('a persistent session offline: retained messages aedes queues are counted, what it does not queue (QoS 0 either side) is dropped', () => withBroker(async (b, faults) => {
+  for (const [id, qos] of [['off-1', 1], ['off-0', 0]]) {
+    const s = await connect(b.mqttPort, { clientId: id, clean: false })
+    await s.subscribeAsync('orders', { qos })
+    await s.endAsync() // offline: aedes keeps its subscription and queues for it
+  }
+  const pub = await connect(b.mqttPort, { clientId: 'pub-off' })
+  await pub.publishAsync('orders', 'kept', { qos: 1, retain: true }) // queued for off-1 (retain flag and all), not for off-0
+  await pub.publishAsync('orders', 'qos0', { qos: 0 }) // queued for neither
+  const got = { 'off-1': 0, 'off-0': 0 }
+  const subs = []
+  for (const id of ['off-1', 'off-0']) {
+    const s = await connect(b.mqttPort, { clientId: id, clean: false })
+    s.on('message', () => got[id]++)
+    subs.push(s)
+  }
+  for (let i = 0; i < 20; i++) await pub.publishAsync('orders', `m${i}`, { qos: 1 })
+  const group = (id) => b.surface.stats('groups').groups.find((g) => g.group === id)
+  await until('both settled', () => got['off-1'] === 21 && got['off-0'] === 20 && ['off-1', 'off-0'].every((id) => group(id).lag === 0 && group(id).in_flight === 0))
+    .catch((e) => { throw new Error(`${e.message}: ${JSON.stringify(got)} ${JSON.stringify(['off-1', 'off-0'].map(group))}`) })
+  assert.deepEqual([group('off-1').delivered, group('off-1').dropped], [21, 1], 'off-1: every message it acknowledged, and the QoS 0 one dropped')
+  assert.deepEqual([group('off-0').delivered, group('off-0').dropped], [20, 2], 'off-0: both messages published while it was away dropped')
+  b.glue.sweep()
+  assert.equal(b.glue.pending(), 0)
+  assert.deepEqual(faults.map((f) => f.code), [], 'no faults')
+  await Promise.all([...subs, pub].map((c) => c.endAsync()))
+}))
+
+test('a persistent session with an exact QoS 1 subscription and a wildcard QoS 0 one: aedes sends at QoS 0, settled at once', () => withBroker(async (b, faults) => {
+  const s = await connect(b.mqttPort, { clientId: 'wild-p', clean: false })
+  await s.subscribeAsync({ orders: { qos: 1 }, '#': { qos: 0 } })
+  await s.endAsync()
+  const again = await connect(b.mqttPort, { clientId: 'wild-p', clean: false }) // restored subscriptions this time
+  let received = 0
+  again.on('message', () => received++)
+  const pub = await connect(b.mqttPort, { clientId: 'pub-wild' })
+  for (let i = 0; i < 30; i++) await pub.publishAsync('orders', `m${i}`, { qos: 1 })
+  const group = () => b.surface.stats('groups').groups.find((g) => g.group === 'wild-p')
+  await until('every copy settled', () => received === 30 && group().delivered === 30 && group().in_flight === 0 && group().lag === 0)
+    .catch((e) => { throw new Error(`${e.message}: received ${received}, ${JSON.stringify(group())}`) })
+  assert.deepEqual(faults.map((f) => f.code), [], 'no faults')
+  await Promise.all([again, pub].map((c) => c.endAsync()))
+}))
+
+test('a topic or client id longer than the library takes: the broker stays up, it is not counted', () => withBroker(async (b) => {
+  const long = 'x'.repeat(1025)
+  const s = await connect(b.mqttPort, { clientId: long })
+  let received = 0
+  s.on('message', () => received++)
+  await s.subscribeAsync(['orders', long], { qos: 1 })
+  const pub = await connect(b.mqttPort, { clientId: 'pub-long' })
+  await pub.publishAsync(long, 'x', { qos: 1 })
+  await pub.publishAsync('orders', 'x', { qos: 1 })
+  await until('both received', () => received === 2)
+  assert.deepEqual(b.surface.stats('topics').topics.map((t) => [t.topic, t.produced]), [['orders', 1]])
+  assert.deepEqual(b.surface.stats('groups').groups, [])
+  await Promise.all([s, pub].map((c) => c.endAsync()))
+}))
+
+test('an authorizer that answers after the client has gone: no group is left behind', () => withBroker(async (b) => {
+  for (let i = 0; i < 3; i++) {
+    const s = await connect(b.mqttPort, { clientId: `gone-${i}` })
+    s.subscribe('orders', { qos: 1 })
+    await sleep(10)
+    s.end(true) // before the authorizer answers
+  }
+  await sleep(200)
+  const pub = await connect(b.mqttPort, { clientId: 'pub-gone' })
+  await pub.publishAsync('orders', 'x', { qos: 1 })
+  assert.deepEqual(b.surface.stats('groups').groups, [])
+  assert.equal(b.glue.clients(), 0)
+  await pub.endAsync()
+}, undefined, undefined, { authorizeSubscribe: (client, sub, done) => setTimeout(() => done(null, sub), 100) }))
+
+test('unsubscribing with copies in flight: they count as delivered when acknowledged (MQTT 3.1.1 §3.10.4), then the group leaves', () => withBroker(async (b, faults) => {
+  const pub = await connect(b.mqttPort, { clientId: 'pub-slow' })
+  for (const clean of [true, false]) {
+    const id = clean ? 'slow-c' : 'slow-p'
+    const s = await connect(b.mqttPort, { clientId: id, clean })
+    const held = [] // its PUBACKs, sent once the gate opens
+    const send = s._sendPacket.bind(s)
+    s._sendPacket = (packet, done, ...rest) => (packet.cmd === 'puback' ? (held.push(packet), done?.()) : send(packet, done, ...rest))
+    const open = () => held.splice(0).forEach((packet) => send(packet))
+    await s.subscribeAsync(id, { qos: 1 })
+    for (let i = 0; i < 10; i++) await pub.publishAsync(id, `m${i}`, { qos: 1 })
+    const group = () => b.surface.stats('groups').groups.find((g) => g.group === id)
+    await until('10 copies in flight', () => group()?.in_flight === 10)
+    await s.unsubscribeAsync(id)
+    await pub.publishAsync(id, 'after', { qos: 1 }) // not sent to it: dropped
+    assert.deepEqual([group().in_flight, group().dropped], [10, 1], `${id}: the group waits for its copies in flight; what is published meanwhile is dropped`)
+    assert.equal(held.length, 10)
+    open()
+    const topic = () => b.surface.stats('topics').topics.find((t) => t.topic === id)
+    await until(`${id}'s group to leave`, () => b.surface.stats('groups').groups.every((g) => g.group !== id))
+    assert.deepEqual([topic().delivered, topic().dropped], [10, 1], `${id}: delivered = its PUBACKs: ${JSON.stringify(topic())}, faults ${JSON.stringify(faults)}`)
+    await s.endAsync()
+  }
+  assert.deepEqual(faults.map((f) => f.code), [], 'no faults')
+  await pub.endAsync()
+}))
+
+test('a copy never acknowledged: its packet id taken again drops it; far behind its topic it is given up; no faults', () => withBroker(async (b, faults) => {
+  // Window 64 (given up 48 messages behind) stands for the default 65,536; aedes taking a clean
+  // session's packet id again (after 65,535 others) is forced by setting the next id back.
+  let first
+  const h = await heldAcks(b, 'sub-never', 100, (packet, send, done) => (first === undefined || first === packet.messageId ? ((first = packet.messageId), done?.()) : send(packet, done)))
+  await until('all but one delivered', () => h.received === 100 && h.group().delivered === 99 && h.group().lag === 0 && h.group().in_flight === 0)
+    .catch((e) => { throw new Error(`${e.message}: ${JSON.stringify(h.group())}`) })
+  assert.equal(h.group().dropped, 1, 'the copy without a PUBACK, given up')
+  await h.end()
+  let held
+  const r = await heldAcks(b, 'sub-reuse', 3, (packet, send, done) => (held === undefined ? ((held = packet.messageId), done?.()) : send(packet, done)))
+  await until('two delivered', () => r.received === 3 && r.group().delivered === 2)
+  const client = b.broker.clients['sub-reuse']
+  client._nextId = held
+  client[Symbol.for('mq-metrics')].next = held // as aedes' id counter will have wrapped around to it
+  await b.broker.publish({ topic: 'orders', payload: Buffer.from('again'), qos: 1 }, () => {})
+  await until('the new copy delivered, the old one dropped', () => r.received === 4 && r.group().delivered === 3 && r.group().dropped === 1 && r.group().lag === 0)
+    .catch((e) => { throw new Error(`${e.message}: ${JSON.stringify(r.group())}`) })
+  assert.equal(fifo(client).entries, 0, 'nothing left in flight in the glue')
+  assert.deepEqual(faults.map((f) => f.code), [], 'no faults')
+  await r.end()
+}, undefined, { window: 64 }))
+
+test('two brokers sharing one message bus (aedes\' cluster mode): each counts its own publishes, no faults', async () => {
+  const mq = require('mqemitter')()
+  const nodes = await Promise.all([0, 1].map(() => start({ mqttPort: 0, metricsPort: 0, aedes: { mq } })))
+  try {
+    const faults = []
+    for (const n of nodes) n.surface.on('fault', (f) => faults.push(f.code))
+    const s = await connect(nodes[1].mqttPort, { clientId: 'sub-b' })
+    let received = 0
+    s.on('message', () => received++)
+    await s.subscribeAsync('orders', { qos: 1 })
+    const pubs = await Promise.all(nodes.map((n, i) => connect(n.mqttPort, { clientId: `pub-${i}` })))
+    for (let i = 0; i < 40; i++) await pubs[i % 2].publishAsync('orders', `m${i}`, { qos: 1 })
+    const group = () => nodes[1].surface.stats('groups').groups[0]
+    await until('every copy received', () => received === 40 && group().delivered === 20 && group().lag === 0)
+    assert.deepEqual(nodes.map((n) => n.surface.stats('topics').totals.produced), [20, 20])
+    assert.deepEqual(faults, [], 'no faults')
+    await Promise.all([s, ...pubs].map((c) => c.endAsync()))
+  } finally {
+    for (const n of nodes) await n.close()
+  }
+})
