@@ -73,11 +73,13 @@ port.on('message', (request: ScrapeRequest) => {
 
 /**
  * The body in memory this thread may move (transfer, not copy) to the main thread: the buffer the
- * main thread lent if it is large enough, else a new one. A render's body is a view of the
- * renderer's output buffer: copied out, and the buffer handed back to take the next render.
+ * main thread lent if it is large enough, else a new one with room to grow by 1/16, as the main
+ * thread's own (a body a few bytes longer next time, a counter with one more digit, still fits it
+ * when it is lent again). A render's body is a view of the renderer's output buffer: copied out,
+ * and the buffer handed back to take the next render.
  */
 function owned(body: Buffer, recycle: boolean): Buffer {
-  const memory = lent !== undefined && lent.byteLength >= body.length ? lent : new ArrayBuffer(body.length)
+  const memory = lent !== undefined && lent.byteLength >= body.length ? lent : new ArrayBuffer(body.length + (body.length >>> 4))
   if (memory === lent) lent = undefined
   const copy = Buffer.from(memory, 0, body.length)
   body.copy(copy)
