@@ -13,13 +13,13 @@ function instrument(broker, surface, { window: WINDOW = 65536 } = {}) {
   if (!Number.isInteger(WINDOW / 32) || WINDOW < 64) throw new RangeError(`window must be a multiple of 32 from 64, got ${WINDOW}`)
   const KEEP = WINDOW * 0.75
   const GROUP = { from: 'latest', max_in_flight: 65535, settle_window: WINDOW } // MQTT: ≤ 65,535 packet ids per client
-  const topics = new Map() // MQTT topic → { name, handle, counters, base, groups: client id → group state, dark }
+  const topics = new Map() // MQTT topic → { name, handle, counters, base, groups: client id → group state, dark, routing }
   const owned = new Map() // client id → the topics it has a group on
   const idle = new Set() // topics without a group, oldest first: one leaves for a subscription's topic at max_topics
   // counters: aedes' counters of the topic's messages not yet settled by every group, increasing;
   // the message at index i has seq base + i (append() numbers a partition's messages one by one).
   const topicOf = (name, subscribing) => topics.get(name) ?? (name.length <= NAME_MAX && (topics.size < surface.config.max_topics || (subscribing && evict())) ? register(name) : undefined) // full: no throw per publish
-  const register = (name) => limited(() => { const handle = surface.topic(name); idle.add(name); return topics.set(name, { name, handle, counters: [], base: handle.lastSeq(0) + 1, groups: new Map(), dark: new Set() }).get(name) })
+  const register = (name) => limited(() => { const handle = surface.topic(name); idle.add(name); return topics.set(name, { name, handle, counters: [], base: handle.lastSeq(0) + 1, groups: new Map(), dark: new Set(), routing: new Map() }).get(name) })
   const evict = () => { for (const name of idle) return idle.delete(name), topics.delete(name), surface.removeTopic(name); return false }
   const limited = (registration) => { try { return registration() } catch (error) { if (error.code !== 'LIMIT_REACHED') throw error } } // past max_topics or max_groups_per_topic: not counted
   const seqOf = (t, counter) => { // binary search; a copy forwarded as it is published is the newest: tried first
@@ -35,11 +35,13 @@ function instrument(broker, surface, { window: WINDOW = 65536 } = {}) {
     if (floor >= t.base) t.counters.splice(0, floor - t.base + 1), (t.base = floor + 1)
   }
   // A group's seqs up to m.lost are not its to count any more: before its subscription, given up, or all once it ended.
-  const room = (m, seq) => { // keeps seq within the group's window (checked every WINDOW − KEEP seqs)
-    if (seq < m.check) return
+  const room = (m, seq) => { // keeps seq within the group's window (checked every WINDOW − KEEP seqs); true: the group left
+    if (seq < m.check) return false
     if (m.g.floor(0) < seq - KEEP) m.g.settleUpTo(0, seq - KEEP, 'dropped'), (m.lost = Math.max(m.lost, seq - KEEP))
     m.check = seq + WINDOW - KEEP
+    return m.ending && m.g.inFlight() === 0 && (leave(m), true) // its last copy in flight given up
   }
+  const drop = (m, seq) => room(m, seq) || m.g.settle(0, seq, 'dropped') // a copy the group will never be sent
   const acked = (m, seq, outcome) => { // a copy in flight is acknowledged (or can no longer be)
     if (seq > m.lost) m.g.settle(0, seq, outcome)
     if (m.ending && m.g.inFlight() === 0) leave(m)
@@ -47,20 +49,38 @@ function instrument(broker, surface, { window: WINDOW = 65536 } = {}) {
 
   const publish = broker.publish
   broker.publish = function (packet, client, done) {
+    if (typeof client === 'function') (done = client), (client = null)
     const t = !packet.brokerCounter && counted(packet.topic) ? topicOf(packet.topic) : undefined
     if (t !== undefined) {
       const p = packet.payload
       const seq = t.handle.append(0, typeof p === 'string' ? Buffer.byteLength(p) : p?.length ?? 0) // 0: refused (read_only), not counted
       if (seq !== 0) t.counters.push(this.counter + 1) // the counter aedes gives its copy of the packet, next
-      if (seq !== 0 && t.dark.size !== 0) for (const m of t.dark) if (m.ending || !(packet.qos > 0) || m.qos === 0) room(m, seq), m.g.settle(0, seq, 'dropped') // aedes keeps no copy for it
+      if (client?.closed && !client.clean) away(client) // its will: aedes publishes it before 'clientDisconnect'
+      if (seq !== 0 && t.dark.size !== 0) done = routed(t, seq, done)
       if (seq % 1024 === 0) sweep(t)
     }
     return publish.call(this, packet, client, done)
   }
+  const routed = (t, seq, done) => { // once aedes has routed the message, a group away that got no copy, sent or stored, never will
+    const stored = []
+    t.routing.set(seq, stored)
+    return (err) => {
+      t.routing.delete(seq)
+      for (const m of t.dark) if (m.last !== seq && !stored.includes(m.id) && seq > m.lost && !m.g.isInFlight(0, seq) && !m.g.isSettled(0, seq)) drop(m, seq)
+      done?.(err)
+    }
+  }
+  const enqueue = broker.persistence.outgoingEnqueueCombi.bind(broker.persistence)
+  broker.persistence.outgoingEnqueueCombi = function (subs, packet, done) { // a QoS 1 message stored for the persistent sessions that get a copy
+    const t = packet.brokerId === broker.id ? topics.get(packet.topic) : undefined
+    const stored = t?.routing.size ? t.routing.get(seqOf(t, packet.brokerCounter)) : undefined // routed() is waiting for it
+    if (stored !== undefined) for (const sub of subs) stored.push(sub.clientId) // an offline session's copy is sent when it is back
+    return enqueue(subs, packet, done)
+  }
   const forward = broker.authorizeForward
   broker.authorizeForward = function (client, packet) {
     const out = forward.call(this, client, packet)
-    if (!out) return out
+    if (!out) return refused(client, packet), out
     const s = client[STATE] // a clean session's
     if (s !== undefined && packet.messageId) return (s.next = client._nextId), out // a discarded session's queue
     const zero = packet.qos === 0 || client[ZERO] === packet // aedes sends it with no packet id (to a QoS 0 subscription)
@@ -69,17 +89,25 @@ function instrument(broker, surface, { window: WINDOW = 65536 } = {}) {
     const t = packet.brokerId === this.id ? topics.get(packet.topic) : undefined // another node's message (a cluster): counted there
     const m = t?.groups.get(client.id)
     const seq = m && seqOf(t, packet.brokerCounter)
-    if (m === undefined || seq === undefined || seq <= m.lost) return out // not ours, from before the subscription, or given up
-    room(m, seq)
+    if (m === undefined || seq === undefined || seq <= m.lost || room(m, seq)) return out // not ours, from before the subscription, or given up
     const again = packet.messageId || m.last === seq // perhaps sent before: a persistent session's queue, or a taken-over connection's twin
     if (again && m.g.isInFlight(0, seq)) m.g.redeliver(0, seq), id !== 0 && s.sent.push(-id, m, seq)
-    else if (again && m.g.isSettled(0, seq)) return out // settled already (a QoS 0 copy aedes kept queued, a twin's): counted once
-    else if (zero || m.qos === 0) m.g.settle(0, seq, 'delivered') // sent at QoS 0: no acknowledgement will come
+    else if (m.ending || (again && m.g.isSettled(0, seq))) return out // settled already (a QoS 0 copy aedes kept queued, a twin's; or, its subscription ending, a wildcard's copy): counted once
+    else if (zero || m.qos === 0) m.g.settle(0, seq, 'delivered') // sent at QoS 0 (aedes sends at most at the subscription's QoS): no acknowledgement will come
     else m.g.send(0, seq), id !== 0 && s.sent.push(-id, m, seq) // −id: never equal to a seq
     m.last = seq
     return out
   }
-  const reused = (s) => { const m = s.sent[s.head + 1], seq = s.sent[s.head + 2]; s.head += 3; acked(m, seq, 'dropped') }
+  const refused = (client, packet) => { // the broker's own authorizeForward keeps this copy back: never sent
+    const t = packet.brokerId === broker.id ? topics.get(packet.topic) : undefined
+    const m = t?.groups.get(client.id), seq = m && seqOf(t, packet.brokerCounter)
+    if (seq > m?.lost && !m.ending && !m.g.isInFlight(0, seq) && !m.g.isSettled(0, seq)) drop(m, seq)
+  }
+  const reused = (s) => { const m = s.sent[s.head + 1], seq = s.sent[s.head + 2]; shift(s); acked(m, seq, 'dropped') }
+  const shift = (s) => { // the FIFO's head is done with; the done part is sliced away once large (copyWithin is slow)
+    s.head += 3
+    if (s.head >= 192 && s.head * 2 >= s.sent.length) (s.sent = s.sent.slice(s.head)), (s.head = 0)
+  }
   const clear = broker.persistence.outgoingClearMessageId.bind(broker.persistence)
   broker.persistence.outgoingClearMessageId = function (client, packet, done) { // a PUBACK
     const s = packet.cmd === 'puback' ? client[STATE] : undefined // a clean session's: aedes keeps no packet for it
@@ -87,8 +115,7 @@ function instrument(broker, surface, { window: WINDOW = 65536 } = {}) {
     const at = s.sent.indexOf(-packet.messageId, s.head) // acks come in order: at the head
     if (at >= 0) {
       const m = s.sent[at + 1], seq = s.sent[at + 2]
-      if (at === s.head) s.head += 3; else s.sent.splice(at, 3)
-      if (s.head >= 192 && s.head * 2 >= s.sent.length) (s.sent = s.sent.slice(s.head)), (s.head = 0) // keep it small (slice: copyWithin is slow)
+      if (at === s.head) shift(s); else s.sent.splice(at, 3)
       acked(m, seq, 'delivered')
     }
     return clear(client, packet, done)
@@ -113,14 +140,14 @@ function instrument(broker, surface, { window: WINDOW = 65536 } = {}) {
       const dead = broker.closed || (client.closed && client.clean) // aedes drops the subscription of a client gone meanwhile
       const t = !err && ok && !dead && client.id.length <= NAME_MAX && counted(ok.topic) && !/[+#]/.test(ok.topic) ? topicOf(ok.topic, true) : undefined
       const m = t?.groups.get(client.id) ?? (t !== undefined ? group(t, client) : undefined)
-      if (m !== undefined) (m.qos = ok.qos), (m.client = client), (m.ending = false), dark(t, m, client.closed) // (subscribed again: only the QoS may change)
+      if (m !== undefined) (m.qos = ok.qos), (m.client = client), (m.ending = m.unsubscribing = false), dark(t, m, client.closed) // (subscribed again: only the QoS may change; or restored)
       done(err, ok)
     })
   }
   const group = (t, client) => {
     const g = limited(() => t.handle.group(client.id, GROUP))
     if (g === undefined) return undefined
-    const m = { g, t, id: client.id, lost: g.floor(0), check: 0, qos: 0, client, last: 0, offline: false, ending: false }
+    const m = { g, t, id: client.id, lost: g.floor(0), check: 0, qos: 0, client, last: 0, offline: false, ending: false, unsubscribing: false }
     t.groups.set(client.id, m), idle.delete(t.name)
     ;(owned.get(client.id) ?? owned.set(client.id, new Set()).get(client.id)).add(t.name)
     return m
@@ -138,20 +165,28 @@ function instrument(broker, surface, { window: WINDOW = 65536 } = {}) {
   }
   // An unsubscription: the copies in flight may still be acknowledged (MQTT 3.1.1 §3.10.4), the group leaves after them.
   const unsubscribe = (m) => {
+    if (m.client.connected === false && !m.client.closed) return void (m.unsubscribing = true) // aedes replays its queue still, this topic's too: after it
     const last = m.t.handle.lastSeq(0)
-    room(m, last)
+    m.unsubscribing = false
+    if (room(m, last)) return
     for (let seq = Math.max(m.g.floor(0), m.lost) + 1; seq <= last; seq++) if (!m.g.isInFlight(0, seq) && !m.g.isSettled(0, seq)) m.g.settle(0, seq, 'dropped')
     if (m.g.inFlight() === 0) return leave(m)
     m.ending = true, dark(m.t, m, m.offline)
   }
   const session = (client) => [...(owned.get(client.id) ?? [])].map((name) => topics.get(name).groups.get(client.id))
   broker.on('client', (client) => { if (client.clean) client[STATE] = { next: client._nextId, sent: [], head: 0 } }) // a clean session's copies in flight
-  broker.on('unsubscribe', (names, client) => names.forEach((name) => { const m = topics.get(name)?.groups.get(client.id); if (m !== undefined && !client.subscriptions[name]) unsubscribe(m) })) // not subscribed again meanwhile
+  const ended = (client, names) => names.forEach((name) => { const m = topics.get(name)?.groups.get(client.id); if (m !== undefined && !m.ending) unsubscribe(m) })
+  broker.on('unsubscribe', (names, client) => ended(client, names.filter((name) => !client.subscriptions[name]))) // not subscribed again meanwhile
+  const remove = broker.persistence.removeSubscriptions.bind(broker.persistence)
+  broker.persistence.removeSubscriptions = function (client, names, done) { // a persistent session's UNSUBSCRIBE
+    return remove(client, names, (err) => { if (!err && client.closed) ended(client, names); done(err) }) // closed meanwhile: aedes emits no 'unsubscribe'
+  }
   // A clean session discards the one before it, and its own when it ends: subscriptions and queue.
-  broker.on('clientReady', (client) => { if (client.clean) session(client).forEach(leave) })
-  broker.on('clientDisconnect', (client) => { // a persistent session goes offline (unless a takeover has restored it already)
-    if (client.clean) session(client).forEach(leave)
-    else session(client).forEach((m) => m.client === client && dark(m.t, m, true))
+  // A persistent session back: aedes has restored its subscriptions (authorizeSubscribe) and replayed its queue; a group still offline was unsubscribed meanwhile.
+  broker.on('clientReady', (client) => session(client).forEach((m) => (client.clean ? leave(m) : (m.unsubscribing || (m.offline && !m.ending)) && unsubscribe(m))))
+  broker.on('clientDisconnect', (client) => (client.clean ? session(client).forEach(leave) : away(client)))
+  const away = (client) => session(client).forEach((m) => { // a persistent session goes offline (unless a takeover has restored it already)
+    if (m.client === client) dark(m.t, m, true)
   })
   return { pending: () => [...topics.values()].reduce((n, t) => n + t.counters.length, 0), sweep: () => topics.forEach(sweep), clients: () => owned.size }
 }

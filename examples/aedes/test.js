@@ -439,3 +439,117 @@ test('two brokers sharing one message bus (aedes\' cluster mode): each counts it
     for (const n of nodes) await n.close()
   }
 })
+
+// A third review's cases: what aedes does around a session's end, a refused copy, and a
+// subscription ending while a wildcard one goes on.
+
+test('a persistent session subscribed to its own QoS 0 will topic: the will aedes publishes as it goes is dropped for it', () => withBroker(async (b, faults) => {
+  const pub = await connect(b.mqttPort, { clientId: 'pub-will' })
+  const s = await connect(b.mqttPort, { clientId: 'dev', clean: false, will: { topic: 'presence', payload: Buffer.from('gone'), qos: 0 } })
+  await s.subscribeAsync('presence', { qos: 1 })
+  await pub.publishAsync('presence', 'hello', { qos: 1 })
+  const group = () => b.surface.stats('groups').groups.find((g) => g.group === 'dev')
+  await until('hello delivered', () => group().delivered === 1)
+  s.stream.destroy() // the connection is lost: aedes publishes the will before 'clientDisconnect'
+  await until('the will published', () => b.surface.stats('topics').topics[0].produced === 2)
+  const back = await connect(b.mqttPort, { clientId: 'dev', clean: false })
+  let received = 0
+  back.on('message', () => received++)
+  for (let i = 0; i < 10; i++) await pub.publishAsync('presence', `m${i}`, { qos: 1 })
+  await until('every message settled', () => received === 10 && group().delivered === 11 && group().lag === 0)
+    .catch((e) => { throw new Error(`${e.message}: received ${received}, ${JSON.stringify(group())}`) })
+  assert.equal(group().dropped, 1, 'the will: no copy for it')
+  assert.deepEqual(faults.map((f) => f.code), [], 'no faults')
+  await Promise.all([back, pub].map((c) => c.endAsync()))
+}))
+
+test('a copy the broker\'s own authorizeForward keeps back is dropped', () => withBroker(async (b, faults) => {
+  const pub = await connect(b.mqttPort, { clientId: 'pub-refused' })
+  const subs = []
+  for (const [id, clean] of [['refused-c', true], ['refused-p', false]]) {
+    const s = await connect(b.mqttPort, { clientId: id, clean })
+    s.received = 0
+    s.on('message', () => s.received++)
+    await s.subscribeAsync('t', { qos: 1 })
+    subs.push(s)
+  }
+  for (let i = 0; i < 10; i++) await pub.publishAsync('t', i === 4 ? 'private' : `m${i}`, { qos: 1 })
+  const groups = () => b.surface.stats('groups').groups
+  await until('every copy settled', () => subs.every((s) => s.received === 9) && groups().every((g) => g.delivered === 9 && g.dropped === 1 && g.lag === 0 && g.in_flight === 0))
+    .catch((e) => { throw new Error(`${e.message}: ${JSON.stringify(groups())}`) })
+  assert.deepEqual(faults.map((f) => f.code), [], 'no faults')
+  await Promise.all([...subs, pub].map((c) => c.endAsync()))
+}, undefined, undefined, { authorizeForward: (client, packet) => (String(packet.payload) === 'private' ? null : packet) }))
+
+test('offline with an exact QoS 0 subscription and a wildcard QoS 1 one: aedes keeps the copies through the wildcard, and they count', () => withBroker(async (b, faults) => {
+  const s = await connect(b.mqttPort, { clientId: 'mix', clean: false })
+  await s.subscribeAsync({ orders: { qos: 0 }, '#': { qos: 1 } })
+  await s.endAsync()
+  const pub = await connect(b.mqttPort, { clientId: 'pub-mix' })
+  for (let i = 0; i < 5; i++) await pub.publishAsync('orders', `m${i}`, { qos: 1 })
+  const back = await connect(b.mqttPort, { clientId: 'mix', clean: false })
+  let received = 0
+  back.on('message', () => received++)
+  const group = () => b.surface.stats('groups').groups.find((g) => g.group === 'mix')
+  await until('the queue replayed', () => received === 5 && group().lag === 0)
+  assert.deepEqual([group().delivered, group().dropped], [5, 0])
+  assert.deepEqual(faults.map((f) => f.code), [], 'no faults')
+  await Promise.all([back, pub].map((c) => c.endAsync()))
+}))
+
+test('unsubscribing from a topic a wildcard subscription still matches, with copies in flight: the wildcard\'s copies do not count, no faults', () => withBroker(async (b, faults) => {
+  const pub = await connect(b.mqttPort, { clientId: 'pub-keep' })
+  for (const [id, clean, wildcard] of [['keep-c1', true, 1], ['keep-c0', true, 0], ['keep-p1', false, 1]]) {
+    const s = await connect(b.mqttPort, { clientId: id, clean })
+    const send = s._sendPacket.bind(s)
+    const held = []
+    s._sendPacket = (packet, done, ...rest) => (packet.cmd === 'puback' && held.length < 3 ? (held.push(packet), done?.()) : send(packet, done, ...rest))
+    await s.subscribeAsync({ orders: { qos: 1 }, '#': { qos: wildcard } })
+    for (let i = 0; i < 3; i++) await pub.publishAsync('orders', `m${i}`, { qos: 1 })
+    const group = () => b.surface.stats('groups').groups.find((g) => g.group === id)
+    await until('3 sent', () => group() !== undefined && group().in_flight + group().delivered === 3) // at QoS 0 through '#' for keep-c0: delivered at once
+    await s.unsubscribeAsync('orders')
+    for (let i = 0; i < 3; i++) await pub.publishAsync('orders', `after${i}`, { qos: 1 }) // sent through '#'
+    held.forEach((packet) => send(packet))
+    await until(`${id}'s group to leave`, () => group() === undefined)
+    const topic = b.surface.stats('topics').topics.find((t) => t.topic === 'orders')
+    assert.ok(topic.delivered >= 3, `${id}: its 3 copies delivered`)
+    await s.endAsync()
+  }
+  assert.deepEqual(b.surface.stats('topics').topics.map((t) => [t.delivered, t.dropped]), [[9, 6]], '3 delivered per subscriber; 3 dropped for those that waited for PUBACKs (keep-c0 had none in flight: it left at once)')
+  assert.deepEqual(faults.map((f) => f.code), [], 'no faults')
+  await pub.endAsync()
+}))
+
+test('an ending subscription whose last copy in flight is given up leaves; a FIFO past packet id reuse stays small', () => withBroker(async (b, faults) => {
+  const pub = await connect(b.mqttPort, { clientId: 'pub-end' })
+  const s = await connect(b.mqttPort, { clientId: 'end-p', clean: false })
+  const send = s._sendPacket.bind(s)
+  s._sendPacket = (packet, done, ...rest) => (packet.cmd === 'puback' ? done?.() : send(packet, done, ...rest)) // never acknowledges
+  await s.subscribeAsync({ a: { qos: 1 }, b: { qos: 1 } })
+  await pub.publishAsync('a', 'one', { qos: 1 })
+  const group = () => b.surface.stats('groups').groups.find((g) => g.topic === 'a' && g.group === 'end-p')
+  await until('in flight', () => group()?.in_flight === 1)
+  await s.unsubscribeAsync('a')
+  for (let i = 0; i < 64; i++) await pub.publishAsync('a', `m${i}`, { qos: 1 }) // past ¾ of the window: the copy is given up
+  await until('the group left', () => group() === undefined).catch((e) => { throw new Error(`${e.message}: ${JSON.stringify(group())}`) })
+  // aedes numbering a copy with a packet id an older copy still holds, over and over (its id counter set back each time)
+  const client = b.broker.clients['end-p']
+  const c = await connect(b.mqttPort, { clientId: 'end-c' })
+  const sendC = c._sendPacket.bind(c)
+  c._sendPacket = (packet, done, ...rest) => (packet.cmd === 'puback' ? done?.() : sendC(packet, done, ...rest))
+  await c.subscribeAsync('b', { qos: 1 })
+  const clean = b.broker.clients['end-c']
+  const state = clean[Symbol.for('mq-metrics')]
+  let first
+  for (let i = 0; i < 600; i++) {
+    if (i === 5) first = -state.sent[state.head] // the oldest copy's id
+    if (i >= 5 && i % 5 === 0) clean._nextId = state.next = first // as if 65,535 ids had gone by: each copy takes the id of the oldest
+    await new Promise((resolve) => b.broker.publish({ topic: 'b', payload: Buffer.from('x'), qos: 1 }, resolve))
+  }
+  const { entries, cells } = fifo(clean)
+  assert.ok(entries <= 5 && cells <= 3 * 65 * 2, `the FIFO holds ${entries} entries in ${cells} cells after 600 copies`)
+  assert.ok(client !== undefined)
+  assert.deepEqual(faults.map((f) => f.code), [], 'no faults')
+  await Promise.all([s, c, pub].map((x) => x.endAsync()))
+}, undefined, { window: 64 }))
