@@ -553,3 +553,43 @@ test('an ending subscription whose last copy in flight is given up leaves; a FIF
   assert.deepEqual(faults.map((f) => f.code), [], 'no faults')
   await Promise.all([s, c, pub].map((x) => x.endAsync()))
 }, undefined, { window: 64 }))
+
+test('a persistent session\'s UNSUBSCRIBE read together with its connection\'s reset: the group ends all the same (aedes emits no event)', () => withBroker(async (b, faults) => {
+  const pub = await connect(b.mqttPort, { clientId: 'pub-rst' })
+  const s = await connect(b.mqttPort, { clientId: 'rst', clean: false })
+  await s.subscribeAsync('a', { qos: 1 })
+  let received = 0
+  s.on('message', () => received++)
+  for (let i = 0; i < 5; i++) await pub.publishAsync('a', `m${i}`, { qos: 1 })
+  const group = () => b.surface.stats('groups').groups.find((g) => g.group === 'rst')
+  await until('5 delivered', () => received === 5 && group().delivered === 5)
+  s.stream.write(require('mqtt-packet').generate({ cmd: 'unsubscribe', messageId: 99, unsubscriptions: ['a'] }))
+  s.stream.resetAndDestroy() // the packet and the reset reach aedes in one read
+  for (let i = 0; i < 20; i++) await pub.publishAsync('a', `n${i}`, { qos: 1 })
+  const back = await connect(b.mqttPort, { clientId: 'rst', clean: false })
+  await until('the group left', () => group() === undefined).catch((e) => { throw new Error(`${e.message}: ${JSON.stringify(group())}`) })
+  const topic = b.surface.stats('topics').topics.find((t) => t.topic === 'a')
+  assert.equal(topic.delivered, 5)
+  assert.equal(!!b.broker.clients.rst.subscriptions.a, false, 'aedes has no subscription left either')
+  assert.deepEqual(faults.map((f) => f.code), [], 'no faults')
+  await Promise.all([back, pub].map((c) => c.endAsync()))
+}))
+
+test('a persistent session that unsubscribes while aedes replays its queue: the queued copies aedes still sends count as delivered', () => withBroker(async (b, faults) => {
+  const pub = await connect(b.mqttPort, { clientId: 'pub-replay' })
+  const s = await connect(b.mqttPort, { clientId: 'replay', clean: false })
+  await s.subscribeAsync('a', { qos: 1 })
+  await s.endAsync()
+  for (let i = 0; i < 300; i++) await pub.publishAsync('a', `m${i}`, { qos: 1 })
+  const back = mqtt.connect(`mqtt://127.0.0.1:${b.mqttPort}`, { clientId: 'replay', clean: false, reconnectPeriod: 0, protocolVersion: 4 })
+  let received = 0
+  back.on('message', () => received++)
+  await new Promise((resolve) => back.once('connect', resolve))
+  await back.unsubscribeAsync('a') // aedes sends the queue one packet per turn: most of it is still to come
+  await until('the whole queue received', () => received === 300)
+  const topic = () => b.surface.stats('topics').topics.find((t) => t.topic === 'a')
+  await until('the group left', () => b.surface.stats('groups').groups.length === 0)
+  assert.deepEqual([topic().delivered, topic().dropped], [300, 0], 'delivered = the PUBACKs it sent')
+  assert.deepEqual(faults.map((f) => f.code), [], 'no faults')
+  await Promise.all([back, pub].map((c) => c.endAsync()))
+}))
