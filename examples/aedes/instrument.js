@@ -77,6 +77,15 @@ function instrument(broker, surface, { window: WINDOW = 65536 } = {}) {
     if (stored !== undefined) for (const sub of subs) stored.push(sub.clientId) // an offline session's copy is sent when it is back
     return enqueue(subs, packet, done)
   }
+  const update = broker.persistence.outgoingUpdate.bind(broker.persistence)
+  broker.persistence.outgoingUpdate = function (client, packet, done) { // a persistent session's copy numbered before it is sent
+    return update(client, packet, (err, c, p) => (err && p?.cmd === 'publish' && lost(client, p), done(err, c, p)))
+  }
+  const lost = (client, packet) => { // aedes no longer holds the copy it was about to send (it cleared another's by mistake): never sent
+    const t = packet.brokerId === broker.id ? topics.get(packet.topic) : undefined
+    const m = t?.groups.get(client.id), seq = m && seqOf(t, packet.brokerCounter)
+    if (seq > m?.lost && m.g.isInFlight(0, seq)) acked(m, seq, 'dropped')
+  }
   const forward = broker.authorizeForward
   broker.authorizeForward = function (client, packet) {
     const out = forward.call(this, client, packet)
