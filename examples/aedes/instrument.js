@@ -42,6 +42,7 @@ function instrument(broker, surface, { window: WINDOW = 65536 } = {}) {
     return m.ending && m.g.inFlight() === 0 && (leave(m), true) // its last copy in flight given up
   }
   const drop = (m, seq) => room(m, seq) || m.g.settle(0, seq, 'dropped') // a copy the group will never be sent
+  const groupOf = (client, packet) => (packet.brokerId === broker.id ? topics.get(packet.topic)?.groups.get(client.id) : undefined) // another node's message (a cluster): counted there
   const acked = (m, seq, outcome) => { // a copy in flight is acknowledged (or can no longer be)
     if (seq > m.lost) m.g.settle(0, seq, outcome)
     if (m.ending && m.g.inFlight() === 0) leave(m)
@@ -79,12 +80,11 @@ function instrument(broker, surface, { window: WINDOW = 65536 } = {}) {
   }
   const update = broker.persistence.outgoingUpdate.bind(broker.persistence)
   broker.persistence.outgoingUpdate = function (client, packet, done) { // a persistent session's copy numbered before it is sent
-    return update(client, packet, (err, c, p) => (err && p?.cmd === 'publish' && lost(client, p), done(err, c, p)))
+    return update(client, packet, (err, c, p) => (err && p?.cmd === 'publish' && settleStored(client, p, 'dropped'), done(err, c, p))) // aedes lost the copy (it cleared another's by mistake): never sent
   }
-  const lost = (client, packet) => { // aedes no longer holds the copy it was about to send (it cleared another's by mistake): never sent
-    const t = packet.brokerId === broker.id ? topics.get(packet.topic) : undefined
-    const m = t?.groups.get(client.id), seq = m && seqOf(t, packet.brokerCounter)
-    if (seq > m?.lost && m.g.isInFlight(0, seq)) acked(m, seq, 'dropped')
+  const settleStored = (client, packet, outcome) => { // a persistent session's copy, as aedes stored it, in flight: settled once
+    const m = groupOf(client, packet), seq = m && seqOf(m.t, packet.brokerCounter)
+    if (seq > m?.lost && m.g.isInFlight(0, seq)) acked(m, seq, outcome)
   }
   const forward = broker.authorizeForward
   broker.authorizeForward = function (client, packet) {
@@ -95,9 +95,8 @@ function instrument(broker, surface, { window: WINDOW = 65536 } = {}) {
     const zero = packet.qos === 0 || client[ZERO] === packet // aedes sends it with no packet id (to a QoS 0 subscription)
     const id = s !== undefined && !zero ? s.next : 0 // and numbers a clean session's other copies in this order
     if (id !== 0) (s.next = id === 65535 ? 1 : id + 1), s.sent[s.head] === -id && reused(s) // its id taken again: that copy cannot be acknowledged now
-    const t = packet.brokerId === this.id ? topics.get(packet.topic) : undefined // another node's message (a cluster): counted there
-    const m = t?.groups.get(client.id)
-    const seq = m && seqOf(t, packet.brokerCounter)
+    const m = groupOf(client, packet)
+    const seq = m && seqOf(m.t, packet.brokerCounter)
     if (m === undefined || seq === undefined || seq <= m.lost || room(m, seq)) return out // not ours, from before the subscription, or given up
     const again = packet.messageId || m.last === seq // perhaps sent before: a persistent session's queue, or a taken-over connection's twin
     if (again && m.g.isInFlight(0, seq)) m.g.redeliver(0, seq), id !== 0 && s.sent.push(-id, m, seq)
@@ -108,8 +107,7 @@ function instrument(broker, surface, { window: WINDOW = 65536 } = {}) {
     return out
   }
   const refused = (client, packet) => { // the broker's own authorizeForward keeps this copy back: never sent
-    const t = packet.brokerId === broker.id ? topics.get(packet.topic) : undefined
-    const m = t?.groups.get(client.id), seq = m && seqOf(t, packet.brokerCounter)
+    const m = groupOf(client, packet), seq = m && seqOf(m.t, packet.brokerCounter)
     if (seq > m?.lost && !m.ending && !m.g.isInFlight(0, seq) && !m.g.isSettled(0, seq)) drop(m, seq)
   }
   const reused = (s) => { const m = s.sent[s.head + 1], seq = s.sent[s.head + 2]; shift(s); acked(m, seq, 'dropped') }
@@ -120,7 +118,7 @@ function instrument(broker, surface, { window: WINDOW = 65536 } = {}) {
   const clear = broker.persistence.outgoingClearMessageId.bind(broker.persistence)
   broker.persistence.outgoingClearMessageId = function (client, packet, done) { // a PUBACK
     const s = packet.cmd === 'puback' ? client[STATE] : undefined // a clean session's: aedes keeps no packet for it
-    if (s === undefined) return clear(client, packet, packet.cmd === 'puback' ? (err, stored) => (stored?.cmd === 'publish' && persistent(client, stored), done(err, stored)) : done)
+    if (s === undefined) return clear(client, packet, packet.cmd === 'puback' ? (err, copy) => (copy?.cmd === 'publish' && settleStored(client, copy, 'delivered'), done(err, copy)) : done) // a persistent session's: aedes hands back the stored copy
     const at = s.sent.indexOf(-packet.messageId, s.head) // acks come in order: at the head
     if (at >= 0) {
       const m = s.sent[at + 1], seq = s.sent[at + 2]
@@ -128,11 +126,6 @@ function instrument(broker, surface, { window: WINDOW = 65536 } = {}) {
       acked(m, seq, 'delivered')
     }
     return clear(client, packet, done)
-  }
-  const persistent = (client, packet) => { // a persistent session's PUBACK: aedes hands back the stored packet
-    const t = packet.brokerId === broker.id ? topics.get(packet.topic) : undefined
-    const m = t?.groups.get(client.id), seq = m && seqOf(t, packet.brokerCounter)
-    if (seq > m?.lost && m.g.isInFlight(0, seq)) acked(m, seq, 'delivered') // once
   }
   const preConnect = broker.preConnect
   broker.preConnect = function (client, packet, callback) { // before a persistent session's restored subscriptions take deliver0
@@ -149,7 +142,7 @@ function instrument(broker, surface, { window: WINDOW = 65536 } = {}) {
       const dead = broker.closed || (client.closed && client.clean) // aedes drops the subscription of a client gone meanwhile
       const t = !err && ok && !dead && client.id.length <= NAME_MAX && counted(ok.topic) && !/[+#]/.test(ok.topic) ? topicOf(ok.topic, true) : undefined
       const m = t?.groups.get(client.id) ?? (t !== undefined ? group(t, client) : undefined)
-      if (m !== undefined) (m.qos = ok.qos), (m.client = client), (m.ending = m.unsubscribing = false), dark(t, m, client.closed) // (subscribed again: only the QoS may change; or restored)
+      if (m !== undefined) (m.qos = ok.qos), (m.client = client), (m.ending = m.unsubscribing = false), dark(m, client.closed) // (subscribed again: only the QoS may change; or restored)
       done(err, ok)
     })
   }
@@ -161,9 +154,9 @@ function instrument(broker, surface, { window: WINDOW = 65536 } = {}) {
     ;(owned.get(client.id) ?? owned.set(client.id, new Set()).get(client.id)).add(t.name)
     return m
   }
-  const dark = (t, m, offline) => { // a group that is sent nothing now: offline, or its subscription ending
+  const dark = (m, offline) => { // a group that is sent nothing now: offline, or its subscription ending
     m.offline = offline
-    if (offline || m.ending) t.dark.add(m); else t.dark.delete(m)
+    if (offline || m.ending) m.t.dark.add(m); else m.t.dark.delete(m)
   }
   const leave = (m) => { // the group leaves: what it still owes is given up on
     const t = m.t, last = t.handle.lastSeq(0)
@@ -180,7 +173,7 @@ function instrument(broker, surface, { window: WINDOW = 65536 } = {}) {
     if (room(m, last)) return
     for (let seq = Math.max(m.g.floor(0), m.lost) + 1; seq <= last; seq++) if (!m.g.isInFlight(0, seq) && !m.g.isSettled(0, seq)) m.g.settle(0, seq, 'dropped')
     if (m.g.inFlight() === 0) return leave(m)
-    m.ending = true, dark(m.t, m, m.offline)
+    m.ending = true, dark(m, m.offline)
   }
   const session = (client) => [...(owned.get(client.id) ?? [])].map((name) => topics.get(name).groups.get(client.id))
   broker.on('client', (client) => { if (client.clean) client[STATE] = { next: client._nextId, sent: [], head: 0 } }) // a clean session's copies in flight
@@ -195,7 +188,7 @@ function instrument(broker, surface, { window: WINDOW = 65536 } = {}) {
   broker.on('clientReady', (client) => session(client).forEach((m) => (client.clean ? leave(m) : (m.unsubscribing || (m.offline && !m.ending)) && unsubscribe(m))))
   broker.on('clientDisconnect', (client) => (client.clean ? session(client).forEach(leave) : away(client)))
   const away = (client) => session(client).forEach((m) => { // a persistent session goes offline (unless a takeover has restored it already)
-    if (m.client === client) dark(m.t, m, true)
+    if (m.client === client) dark(m, true)
   })
   return { pending: () => [...topics.values()].reduce((n, t) => n + t.counters.length, 0), sweep: () => topics.forEach(sweep), clients: () => owned.size }
 }
