@@ -55,6 +55,40 @@ for (const backend of backends()) {
     t.end()
   })
 
+  t.test(`${backend}: a thread stopped inside a group's locked call is not taken for a broken identity; once it is out, a real one shows`, (t) => {
+    // A worker descheduled half-way through settle() leaves torn numbers (delivered counted, its
+    // floor not yet) that two reads can both see. Forced here: the release of the group's lock after
+    // a settle() is held back, as if the thread had stopped before its last writes.
+    const s = surfaceOn(t, backend)
+    const faults = faultsOf(s)
+    const topic = s.topic('orders')
+    const g = topic.group('g')
+    const h = topic.group('h')
+    topic.append(0, 1)
+    t.ok(g.send(0, 1))
+    const cas = Atomics.compareExchange
+    let held
+    Atomics.compareExchange = function (cells, index, expected, replacement) {
+      if (held === undefined && replacement === 0 && expected !== 0) return (held = [cells, index, expected]), expected // the release, skipped
+      return cas(cells, index, expected, replacement)
+    }
+    try {
+      t.ok(g.settle(0, 1, 'delivered'))
+    } finally {
+      Atomics.compareExchange = cas
+    }
+    t.ok(held !== undefined && Atomics.load(held[0], held[1]) !== 0, "g's lock is still held")
+    t.ok(h.dispatch(1))
+    h.delivered(1) // counted, but h's floor never moves: a real break, quiet (nothing in flight)
+    const hOf = () => s.stats('conservation').topics[0].groups.find((x) => x.group === 'h')
+    t.same([hOf().residual, hOf().quiet], [-1, false], "while g's lock is held, no group of the topic is quiet")
+    t.same(codes(faults), [])
+    cas(held[0], held[1], held[2], 0) // the thread goes on and releases it
+    t.same([hOf().residual, hOf().quiet], [-1, true])
+    t.same(codes(faults), ['CONSERVATION_BROKEN'], 'then the break is reported')
+    t.end()
+  })
+
   t.test(`${backend}: a second settlement, one above last_seq, or outside the window counts nothing`, (t) => {
     const s = surfaceOn(t, backend)
     const faults = faultsOf(s)

@@ -234,8 +234,9 @@ function isSmall(value: Count): value is number {
 
 /** The re-read shows the same numbers for this group, still with nothing in flight. */
 function sameNumbers(topic: TopicSnapshot, group: GroupSnapshot, fresh: TopicSnapshot): boolean {
-  // A producer stopped between its counter and last_seq writes leaves the same torn numbers for
-  // both reads: its writing marker (`producing`) tells such a moment from a quiet one.
+  // A producer stopped between its counter and last_seq writes, or a thread stopped inside a
+  // group's locked send/settle, leaves the same torn numbers for both reads: the writing marker
+  // (`producing`; a group's lock held, on the re-read) tells such a moment from a quiet one.
   if (fresh.key !== topic.key || topic.producing === true || fresh.producing === true || !countEquals(fresh.produced, topic.produced)) return false
   const again = fresh.groups.find((g) => g.key === group.key)
   return (

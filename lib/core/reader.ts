@@ -4,7 +4,7 @@
 // floors and groups as sorted arrays, so a read needs no per-topic layout of its own.
 import { SHARED_ROW, SLOTS_PER_CHUNK } from './layout'
 import { Memory } from './memory'
-import { G_DELIVERED, G_DLQ, G_DROPPED, G_IN_FLIGHT, G_RETRIES, G_START, P_BASE, W_SETTLED, GroupEntity, TopicEntity } from './entities'
+import { G_DELIVERED, G_DLQ, G_DROPPED, G_IN_FLIGHT, G_LOCK, G_RETRIES, G_START, P_BASE, W_SETTLED, GroupEntity, TopicEntity } from './entities'
 import { Registry } from './registry'
 import { Count, GroupSnapshot, Layout, MAX_SAFE, TopicSnapshot, addCount, hasNoCollisions } from './snapshot'
 
@@ -62,10 +62,19 @@ export class SnapshotReader {
     return this.#layout
   }
 
-  /** One topic again (the conservation checker's confirming re-read). */
+  /**
+   * One topic again (the conservation checker's confirming re-read). A thread that holds one of
+   * its groups' locks is inside a send, settle or dispatch, whose writes may be half made: the topic
+   * is marked as being written, as a producer between its two writes marks it (snapshot.ts
+   * `producing`), so a thread stopped there across both reads is not taken for a broken identity.
+   */
   topic(entity: TopicEntity): TopicSnapshot {
     this.#beginRead()
-    return this.#topic(entity, false)
+    const snapshot = this.#topic(entity, false)
+    for (const group of entity.groups) {
+      if (Atomics.load(this.#memory.sharedI32(group.slot >>> Chunk.Shift), ((group.slot & Chunk.Mask) + G_LOCK) * 2) !== 0) snapshot.producing = true
+    }
+    return snapshot
   }
 
   #beginRead(): void {

@@ -70,7 +70,8 @@ export interface TopicSnapshot {
   bytes: Count
   /**
    * A thread was inside `produced()` at the moment of the read (between its counter and last_seq
-   * writes): the topic's numbers may be torn, so it is not a quiet moment. Absent means false.
+   * writes), or (on a confirming re-read, Reader.topic) held one of the topic's groups' locks:
+   * the topic's numbers may be torn, so it is not a quiet moment. Absent means false.
    */
   producing?: boolean
   /** Topic totals: the sum over the topic's groups (design §4). */
