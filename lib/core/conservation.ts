@@ -236,7 +236,8 @@ function isSmall(value: Count): value is number {
 function sameNumbers(topic: TopicSnapshot, group: GroupSnapshot, fresh: TopicSnapshot): boolean {
   // A producer stopped between its counter and last_seq writes, or a thread stopped inside a
   // group's locked send/settle, leaves the same torn numbers for both reads: the writing marker
-  // (`producing`; a group's lock held, on the re-read) tells such a moment from a quiet one.
+  // (`producing`: a producer's marker, or a group's lock held, after either read) tells such a
+  // moment from a quiet one.
   if (fresh.key !== topic.key || topic.producing === true || fresh.producing === true || !countEquals(fresh.produced, topic.produced)) return false
   const again = fresh.groups.find((g) => g.key === group.key)
   return (

@@ -4,8 +4,9 @@ import { Count } from './snapshot'
 
 // Slot block sizes. Thread rows use the counter cells; the shared row uses the rest.
 export const TOPIC_SLOTS = 3 // rows: produced, bytes, writing marker · shared: +0 liveness tag (the topic id)
-export const PARTITION_SLOTS = 2 // rows: last_seq · shared: last_seq hint (max seen by any thread), +1 base (the seq before the partition's first message)
+export const PARTITION_SLOTS = 3 // rows: last_seq · shared: last_seq hint (max seen by any thread), +1 base (the seq before the partition's first message), +2 append() lock (Int32)
 export const P_BASE = 1
+export const P_LOCK = 2
 export const GROUP_SLOTS = 6 // rows: delivered, dropped, dlq, retries, in_flight share · shared: +0 liveness tag (the group id), +1 start balance, +2 conservation episode (Int32), +5 dispatch lock (Int32)
 export const FLOOR_SLOTS = 1 // rows: ack_floor · shared: ack_floor hint
 export const G_DELIVERED = 0
@@ -29,7 +30,13 @@ export const G_EPISODE = 2
 export const W_BASE = 0
 /** …and how many seqs above the floor are settled (the group no longer owes them: design §4). */
 export const W_SETTLED = 1
-export const W_HEADER = 2
+/**
+ * …and, while a call moves the floor over settled seqs, the new floor + 1 (0 otherwise): it is
+ * written before the bits of the seqs passed over are cleared, so a thread stopped in between
+ * (a worker terminated) leaves a move the lock's next holder finishes (window.ts).
+ */
+export const W_PENDING = 2
+export const W_HEADER = 3
 /** A settlement window spans this many seqs above the floor unless the group says otherwise. */
 export const DEFAULT_SETTLE_WINDOW = 1024
 /** Slots of a settlement window of `seqs` seqs: the header, then two bits per seq (in flight, settled). */

@@ -5,7 +5,8 @@ import { describe } from './labels'
 import { C_CLOSED, C_NEXT_ROW, MAX_ROWS, SLOTS_PER_CHUNK } from './layout'
 import { acquire, release } from './lock'
 import { Memory } from './memory'
-import { G_LOCK, GroupEntity, TopicEntity, W_BASE, W_HEADER, W_SETTLED } from './entities'
+import { G_LOCK, GroupEntity, TopicEntity, W_BASE, W_HEADER, W_PENDING, W_SETTLED } from './entities'
+import { finishFloorMove } from './window'
 import { Chunk, GroupCell, checkCount, checkPartition, goneError } from './checks'
 import type { Recorder } from './recording'
 
@@ -34,7 +35,7 @@ function isCount(value: unknown): value is number {
 }
 
 /**
- * `seq mod window`: where a seq's bits are in its window (0 ≤ seq ≤ 2^53 − 1, 32 ≤ window ≤ 2^20).
+ * `seq mod window`: where a seq's bits are in its window (0 ≤ seq ≤ 2^53 − 1, 32 ≤ window ≤ 2^17).
  * Seqs are doubles here (they come from Float64Array cells), and V8 compiles `%` of doubles to a
  * call into the C library; a division, a floor and one correction cost a fraction of it (the
  * per-message row of bench/lifecycle.js). Exact below 2^52, where q·window stays below 2^53.
@@ -101,8 +102,6 @@ export class Group {
   readonly #lock: Int32Array
   readonly #lockIndex: number
   readonly #maxInFlight: number
-  /** What the last settleUpTo() settled, or isInFlight()'s or isSettled()'s answer (1/0): a second result of #perMessage. */
-  #settledUpTo = 0
   /** By partition: the per-message calls' cells (#lane). */
   readonly #lanes: (Lane | undefined)[] = []
 
@@ -366,12 +365,12 @@ export class Group {
    * redeliver()), or beyond the settlement window.
    */
   send(partition: number, seq: number): boolean {
-    return this.#perMessage(partition, seq, Op.Send)
+    return this.#perMessage(partition, seq, Op.Send) === 1
   }
 
   /** Message `seq`, in flight, was sent again: retries += 1, in_flight unchanged (fault NOT_IN_FLIGHT otherwise). */
   redeliver(partition: number, seq: number): boolean {
-    return this.#perMessage(partition, seq, Op.Redeliver)
+    return this.#perMessage(partition, seq, Op.Redeliver) === 1
   }
 
   /**
@@ -383,7 +382,7 @@ export class Group {
    */
   settle(partition: number, seq: number, outcome: Outcome): boolean {
     if (outcome !== 'delivered' && outcome !== 'dropped') throw new TypeError(`outcome must be 'delivered' or 'dropped', got ${describe(outcome)}`)
-    return this.#perMessage(partition, seq, outcome === 'delivered' ? Op.Delivered : Op.Dropped)
+    return this.#perMessage(partition, seq, outcome === 'delivered' ? Op.Delivered : Op.Dropped) === 1
   }
 
   /**
@@ -393,14 +392,12 @@ export class Group {
    */
   settleUpTo(partition: number, seq: number, outcome: Outcome): number {
     if (outcome !== 'delivered' && outcome !== 'dropped') throw new TypeError(`outcome must be 'delivered' or 'dropped', got ${describe(outcome)}`)
-    this.#perMessage(partition, seq, outcome === 'delivered' ? Op.DeliveredUpTo : Op.DroppedUpTo)
-    return this.#settledUpTo
+    return this.#perMessage(partition, seq, outcome === 'delivered' ? Op.DeliveredUpTo : Op.DroppedUpTo)
   }
 
   /** Whether message `seq` of `partition` is in flight in this group (sent, not settled). */
   isInFlight(partition: number, seq: number): boolean {
-    this.#perMessage(partition, seq, Op.Query)
-    return this.#settledUpTo === 1
+    return this.#perMessage(partition, seq, Op.Query) === 1
   }
 
   /**
@@ -409,8 +406,7 @@ export class Group {
    * one it has settled already from one it never sent.
    */
   isSettled(partition: number, seq: number): boolean {
-    this.#perMessage(partition, seq, Op.QuerySettled)
-    return this.#settledUpTo === 1
+    return this.#perMessage(partition, seq, Op.QuerySettled) === 1
   }
 
   /** design §4: this group's ack floor on `partition` (its base when higher: the partition started later). */
@@ -428,17 +424,22 @@ export class Group {
    * base — in flight, settled — at bit `seq mod window`, and is read and written only under the
    * group's lock: any thread may send, redeliver or settle any message.
    */
-  #perMessage(partition: number, seq: number, op: Op): boolean {
+  #perMessage(partition: number, seq: number, op: Op): number {
     if (!isCount(seq) || seq === 0) {
       if (checkCount('seq', seq) === 0) throw new RangeError('seq must be at least 1 (the first message of a partition has seq 1), got 0')
     }
     let lane = this.#lanes[partition]
-    if (lane === undefined || typeof partition !== 'number') lane = this.#lane(partition)
-    if (lane === undefined || (seq > lane.seen && seq > this.#lastSeqReaching(lane, seq))) {
+    if (lane === undefined || typeof partition !== 'number') {
+      // Nothing of a partition's window exists until a call writes to it: a query or a refused
+      // call before then reads the floor instead (ackFloor() stays open: FLOOR_KEPT_BY_SETTLE).
+      const early = this.#beforeLane(partition, seq, op)
+      if (early !== undefined) return early
+      lane = this.#lane(partition)!
+    }
+    if (seq > lane.seen && seq > this.#lastSeqReaching(lane, seq)) {
       this.#alive()
-      const lastSeq = lane === undefined ? 0 : lane.seen
-      this.#recorder.fault('SEQ_NOT_APPENDED', 'mq_partition_last_seq', this.#partitionLabels(partition), lastSeq, seq)
-      return false
+      this.#recorder.fault('SEQ_NOT_APPENDED', 'mq_partition_last_seq', this.#partitionLabels(partition), lane.seen, seq)
+      return 0
     }
     let lastSeq = lane.seen
     const headers = lane.headers
@@ -456,57 +457,50 @@ export class Group {
     let fault = ''
     let previous = 0
     let total = 0
+    let result = 1
     acquire(this.#lock, this.#lockIndex, tag, this.#memory)
     try {
       this.#alive()
-      if (headers[header + W_BASE] === 0) headers[header + W_BASE] = Math.max(this.#recorder.highest(lane.floorSlot), this.#topic.baseOf(lane.lastSeqSlot)) + 1
-      let floor = headers[header + W_BASE] - 1
+      // A holder that stopped (a worker terminated) inside a floor move left it recorded: finished first.
+      if (headers[header + W_PENDING] !== 0) {
+        const moved = finishFloorMove(headers, header, bits, first, window)
+        if (moved > lane.hints[lane.hintAt]) lane.hints[lane.hintAt] = moved
+      }
+      const initialized = headers[header + W_BASE] !== 0
+      const floor = initialized ? headers[header + W_BASE] - 1 : Math.max(this.#recorder.highest(lane.floorSlot), this.#topic.baseOf(lane.lastSeqSlot))
       const inFlight = (bits[word] & bit) !== 0
-      this.#settledUpTo = 0
+      // A settlement: what it counts (n, into `cell`), how many it ends in flight, the floor it
+      // moves to (`to`, over `passed` seqs settled above the floor). Decided first (reads, calls),
+      // then written with no call between the first write and the last, nor a loop but the bits'
+      // clearing, which W_PENDING covers: a terminated thread stops only at a call or a loop's
+      // back edge, so it never leaves a settlement half made (docs/design.md §11).
+      let settling = false
+      let cell = 0
+      let n = 0
+      let ended = 0
+      let to = floor
+      let passed = 0
       if (op === Op.Query) {
-        this.#settledUpTo = seq > floor && seq <= floor + window && inFlight ? 1 : 0
+        result = seq > floor && seq <= floor + window && inFlight ? 1 : 0
       } else if (op === Op.QuerySettled) {
-        this.#settledUpTo = seq <= floor || (seq <= floor + window && (bits[word + words] & bit) !== 0) ? 1 : 0
+        result = seq <= floor || (seq <= floor + window && (bits[word + words] & bit) !== 0) ? 1 : 0
       } else if (op === Op.DeliveredUpTo || op === Op.DroppedUpTo) {
         if (seq <= floor) {
           fault = 'ALREADY_SETTLED'
           previous = floor
         } else {
-          // Within the window: each seq not settled yet counts (in flight ones end); beyond it
+          // Within the window each seq not settled yet counts (in flight ones end); beyond it
           // nothing can be settled or in flight, so every seq there counts.
-          let count = 0
-          let above = headers[header + W_SETTLED]
           for (let s = floor + 1, at = windowIndex(s, window); s <= seq && s <= floor + window; s++, at = at + 1 === window ? 0 : at + 1) {
             const w = first + (at >>> 5)
             const b = 1 << (at & 31)
-            if ((bits[w + words] & b) !== 0) {
-              bits[w + words] &= ~b
-              above--
-              continue
-            }
-            if ((bits[w] & b) !== 0) {
-              bits[w] &= ~b
-              row[index + GroupCell.InFlight] -= 1
-            }
-            count++
+            if ((bits[w + words] & b) !== 0) passed++
+            else if ((n++, (bits[w] & b) !== 0)) ended++
           }
-          if (seq > floor + window) count += seq - (floor + window)
-          floor = seq
-          // Seqs settled above the new floor now continue it: the floor rises over them too.
-          for (let next = windowIndex(floor + 1, window); ; next = next + 1 === window ? 0 : next + 1) {
-            const w = first + words + (next >>> 5)
-            const b = 1 << (next & 31)
-            if ((bits[w] & b) === 0 || (floor + 1 > lastSeq && floor + 1 > (lastSeq = this.#lastSeqReaching(lane, floor + 1)))) break
-            bits[w] &= ~b
-            floor++
-            above--
-          }
-          const cell = op === Op.DeliveredUpTo ? GroupCell.Delivered : GroupCell.Dropped
-          this.#recorder.add(row, index + cell, this.#slot + cell, count, this.#topic.entity, this.entity)
-          headers[header + W_SETTLED] = above
-          headers[header + W_BASE] = floor + 1
-          if (floor > lane.hints[lane.hintAt]) lane.hints[lane.hintAt] = floor
-          this.#settledUpTo = count
+          if (seq > floor + window) n += seq - (floor + window)
+          settling = true
+          cell = op === Op.DeliveredUpTo ? GroupCell.Delivered : GroupCell.Dropped
+          to = seq
         }
       } else if (seq > floor + window) {
         // First: beyond the window, the seq's bits are another seq's (seq − window…).
@@ -519,34 +513,57 @@ export class Group {
         if (inFlight) {
           fault = 'ALREADY_IN_FLIGHT'
         } else {
+          total = this.#inFlightAll() + 1
+          if (!initialized) headers[header + W_BASE] = floor + 1
           bits[word] |= bit
           row[index + GroupCell.InFlight] += 1
-          total = this.#inFlightAll()
         }
       } else if (op === Op.Redeliver) {
-        if (inFlight) this.#recorder.add(row, index + GroupCell.Retries, this.#slot + GroupCell.Retries, 1, this.#topic.entity, this.entity)
-        else fault = 'NOT_IN_FLIGHT'
+        if (!inFlight) fault = 'NOT_IN_FLIGHT'
+        else if (row[index + GroupCell.Retries] + 1 <= MAX_SAFE) row[index + GroupCell.Retries] += 1
+        else this.#recorder.add(row, index + GroupCell.Retries, this.#slot + GroupCell.Retries, 1, this.#topic.entity, this.entity)
       } else {
-        const cell = op === Op.Delivered ? GroupCell.Delivered : GroupCell.Dropped
-        this.#recorder.add(row, index + cell, this.#slot + cell, 1, this.#topic.entity, this.entity)
-        if (inFlight) {
-          bits[word] &= ~bit
-          row[index + GroupCell.InFlight] -= 1
+        settling = true
+        cell = op === Op.Delivered ? GroupCell.Delivered : GroupCell.Dropped
+        n = 1
+        if (inFlight) ended = 1
+        if (seq === floor + 1) to = seq // the floor rises over it (and the settled seqs above: below)
+      }
+      if (settling) {
+        // Seqs settled above the new floor continue it: it rises over them too.
+        for (let next = windowIndex(to + 1, window); to !== floor && to + 1 <= floor + window; next = next + 1 === window ? 0 : next + 1) {
+          if ((bits[first + words + (next >>> 5)] & (1 << (next & 31))) === 0 || (to + 1 > lastSeq && to + 1 > (lastSeq = this.#lastSeqReaching(lane, to + 1)))) break
+          to++
+          passed++
         }
-        bits[word + words] |= bit
-        let above = headers[header + W_SETTLED] + 1
-        // The floor rises over every settled seq above it; their bits are cleared for reuse.
-        for (let next = windowIndex(floor + 1, window); ; next = next + 1 === window ? 0 : next + 1) {
-          const w = first + words + (next >>> 5)
-          const b = 1 << (next & 31)
-          if ((bits[w] & b) === 0 || (floor + 1 > lastSeq && floor + 1 > (lastSeq = this.#lastSeqReaching(lane, floor + 1)))) break
-          bits[w] &= ~b
-          floor++
-          above--
+        // The writes. Near 2^53 the count takes the folding path (a call), before any other write.
+        if (row[index + cell] + n <= MAX_SAFE) row[index + cell] += n
+        else this.#recorder.add(row, index + cell, this.#slot + cell, n, this.#topic.entity, this.entity)
+        row[index + GroupCell.InFlight] -= ended
+        if (op === Op.Delivered || op === Op.Dropped) bits[word] &= ~bit
+        if (to === floor) {
+          // Not next: settled above the floor.
+          if (!initialized) headers[header + W_BASE] = floor + 1
+          bits[word + words] |= bit
+          headers[header + W_SETTLED] += 1
+        } else if (passed === 0 && to === floor + 1 && (op === Op.Delivered || op === Op.Dropped)) {
+          // Next, nothing settled above it: the floor takes one step (its bits are clear already).
+          headers[header + W_BASE] = to + 1
+        } else {
+          // The move is recorded before the bits of the seqs passed over are cleared.
+          headers[header + W_BASE] = floor + 1
+          headers[header + W_PENDING] = to + 1
+          for (let k = Math.min(to - floor, window), at = windowIndex(floor + 1, window); k > 0; k--, at = at + 1 === window ? 0 : at + 1) {
+            const keep = ~(1 << (at & 31))
+            bits[first + (at >>> 5)] &= keep
+            bits[first + words + (at >>> 5)] &= keep
+          }
+          headers[header + W_SETTLED] -= passed
+          headers[header + W_BASE] = to + 1
+          headers[header + W_PENDING] = 0
         }
-        headers[header + W_SETTLED] = above
-        headers[header + W_BASE] = floor + 1
-        if (floor > lane.hints[lane.hintAt]) lane.hints[lane.hintAt] = floor
+        if (to > lane.hints[lane.hintAt]) lane.hints[lane.hintAt] = to
+        result = n
       }
     } finally {
       release(this.#lock, this.#lockIndex, tag)
@@ -555,12 +572,42 @@ export class Group {
     if (fault !== '') {
       const metric = fault === 'ALREADY_IN_FLIGHT' || fault === 'NOT_IN_FLIGHT' ? 'mq_group_in_flight' : 'mq_group_lag'
       this.#recorder.fault(fault, metric, this.#partitionLabels(partition), previous, seq)
-      return false
+      return 0
     }
     if (op === Op.Send && total > this.#maxInFlight) {
       this.#recorder.fault('IN_FLIGHT_LIMIT_PASSED', 'mq_group_in_flight', this.#labels(), this.#maxInFlight, total)
     }
-    return true
+    return result
+  }
+
+  /**
+   * A per-message call on a partition this thread has no lane for yet: its answer when the call
+   * writes nothing — a query, or a refusal — read from the floor if no thread made the partition's
+   * window yet (undefined: the call goes on, the lane is made).
+   */
+  #beforeLane(partition: number, seq: number, op: Op): number | undefined {
+    checkPartition(partition)
+    this.#alive()
+    const lastSeqSlot = this.#topic.knownPartition(partition)
+    const lastSeq = lastSeqSlot === undefined ? 0 : this.#topic.lastSeqOf(lastSeqSlot)
+    if (seq > lastSeq) {
+      this.#recorder.fault('SEQ_NOT_APPENDED', 'mq_partition_last_seq', this.#partitionLabels(partition), lastSeq, seq)
+      return 0
+    }
+    if (this.entity.windowSlot(partition) !== undefined || (this.#recorder.registry.sync(), this.entity.windowSlot(partition) !== undefined)) return undefined
+    // No window: nothing is in flight or settled above the floor.
+    const floor = this.floor(partition)
+    if (op === Op.Query) return 0
+    if (op === Op.QuerySettled) return seq <= floor ? 1 : 0
+    let fault = ''
+    let previous = floor
+    if (seq <= floor) fault = 'ALREADY_SETTLED'
+    else if (op !== Op.DeliveredUpTo && op !== Op.DroppedUpTo && seq > floor + this.entity.window) (fault = 'SETTLE_WINDOW_EXCEEDED'), (previous = floor + this.entity.window)
+    else if (op === Op.Redeliver) fault = 'NOT_IN_FLIGHT'
+    if (fault === '') return undefined
+    const metric = fault === 'NOT_IN_FLIGHT' ? 'mq_group_in_flight' : 'mq_group_lag'
+    this.#recorder.fault(fault, metric, this.#partitionLabels(partition), previous, seq)
+    return 0
   }
 
   /**

@@ -22,7 +22,10 @@ const sleeper = new Int32Array(new SharedArrayBuffer(4))
  * `memory` can tell that the holder's thread is gone, the waiter takes the lock over at once. A
  * holder known to be alive is never evicted, however long it holds; one that cannot be checked is
  * evicted once the same tag has held the lock for LOCK_STEAL_MS (a new tag restarts the clock).
- * Every critical section publishes its work with one final store, so taking the lock over is safe.
+ * Taking the lock over is safe: a registration publishes its work with one final store (the log's
+ * end, registry.ts); a group's call makes its writes after its last call, with no loop between
+ * them (a terminated thread stops only at a call or at a loop's back edge), or records first what
+ * its one loop of writes will do (W_PENDING, which the next holder finishes: window.ts).
  */
 export function acquire(cells: Int32Array, index: number, tag: number, memory?: HolderCheck): void {
   // The uncontended case in a body small enough for V8 to inline into every caller.

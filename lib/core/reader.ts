@@ -4,7 +4,9 @@
 // floors and groups as sorted arrays, so a read needs no per-topic layout of its own.
 import { SHARED_ROW, SLOTS_PER_CHUNK } from './layout'
 import { Memory } from './memory'
-import { G_DELIVERED, G_DLQ, G_DROPPED, G_IN_FLIGHT, G_LOCK, G_RETRIES, G_START, P_BASE, W_SETTLED, GroupEntity, TopicEntity } from './entities'
+import { G_DELIVERED, G_DLQ, G_DROPPED, G_IN_FLIGHT, G_LOCK, G_RETRIES, G_START, P_BASE, W_HEADER, W_SETTLED, GroupEntity, TopicEntity } from './entities'
+import { release } from './lock'
+import { finishFloorMove } from './window'
 import { Registry } from './registry'
 import { Count, GroupSnapshot, Layout, MAX_SAFE, TopicSnapshot, addCount, hasNoCollisions } from './snapshot'
 
@@ -24,6 +26,7 @@ export class SnapshotReader {
   // and the shared row's chunk. Arrays, not Maps: a 187k-sample read makes ~260k cell reads.
   #rows: (Float64Array[] | undefined)[] = []
   #shared: (Float64Array | undefined)[] = []
+  #sharedI32: (Int32Array | undefined)[] = []
   #rowCount = 0
   #sortedTopics: TopicEntity[] = []
   #sortedAt = -1
@@ -33,6 +36,8 @@ export class SnapshotReader {
   readonly #scratchRows: Float64Array[] = []
   /** Groups whose in_flight read below 0 (more settled than dispatched): the surface repairs them. */
   underflows: GroupEntity[] = []
+  /** Group slot → the tag its lock was held with at the last read that found it held. */
+  readonly #held = new Map<number, number>()
 
   constructor(registry: Registry) {
     this.#registry = registry
@@ -62,19 +67,59 @@ export class SnapshotReader {
     return this.#layout
   }
 
-  /**
-   * One topic again (the conservation checker's confirming re-read). A thread that holds one of
-   * its groups' locks is inside a send, settle or dispatch, whose writes may be half made: the topic
-   * is marked as being written, as a producer between its two writes marks it (snapshot.ts
-   * `producing`), so a thread stopped there across both reads is not taken for a broken identity.
-   */
+  /** One topic again (the conservation checker's confirming re-read). */
   topic(entity: TopicEntity): TopicSnapshot {
     this.#beginRead()
-    const snapshot = this.#topic(entity, false)
-    for (const group of entity.groups) {
-      if (Atomics.load(this.#memory.sharedI32(group.slot >>> Chunk.Shift), ((group.slot & Chunk.Mask) + G_LOCK) * 2) !== 0) snapshot.producing = true
+    return this.#topic(entity, false)
+  }
+
+  /**
+   * Whether a thread holds one of the topic's groups' locks, checked after each read of its
+   * numbers: it is inside a send, settle or dispatch whose writes may be half made, so the read is
+   * marked as being written (snapshot.ts `producing`), as a producer between its two writes marks
+   * it — a thread stopped there across both reads of the checker is not taken for a broken
+   * identity. A lock found held by the same tag as at the previous read whose thread is gone (a
+   * worker terminated inside the call) is taken over: the floor move it may have left half done
+   * is finished (window.ts) and the lock freed, so the topic is checked again from the next read.
+   */
+  #locksHeld(topic: TopicEntity): boolean {
+    let held = false
+    const groups = topic.groups
+    for (let g = 0; g < groups.length; g++) {
+      const slot = groups[g].slot
+      const c = slot >>> Chunk.Shift
+      const cells = this.#sharedI32[c] ?? (this.#sharedI32[c] = this.#memory.sharedI32(c))
+      const at = ((slot & Chunk.Mask) + G_LOCK) * 2
+      const tag = Atomics.load(cells, at)
+      if (tag === 0) {
+        if (this.#held.size !== 0) this.#held.delete(slot)
+        continue
+      }
+      held = true
+      if (this.#held.get(slot) !== tag) this.#held.set(slot, tag)
+      else if (this.#memory.holderState(tag) === 'gone' && Atomics.compareExchange(cells, at, tag, this.#memory.lockTag) === tag) this.#finish(groups[g], cells, at)
     }
-    return snapshot
+    return held
+  }
+
+  /** The reader took the group's lock over from a thread that is gone: its windows put right, the lock freed. */
+  #finish(group: GroupEntity, cells: Int32Array, at: number): void {
+    try {
+      for (let w = 0; w < group.windowSlots.length; w++) {
+        const slot = group.windowSlots[w]
+        const c = slot >>> Chunk.Shift
+        const header = slot & Chunk.Mask
+        const moved = finishFloorMove(this.#sharedOf(c), header, this.#memory.sharedI32(c), (header + W_HEADER) * 2, group.window)
+        const floorSlot = group.floorSlot(group.windowPartitions[w])
+        if (moved >= 0 && floorSlot !== undefined) {
+          const hints = this.#sharedOf(floorSlot >>> Chunk.Shift)
+          if (moved > hints[floorSlot & Chunk.Mask]) hints[floorSlot & Chunk.Mask] = moved
+        }
+      }
+    } finally {
+      this.#held.delete(group.slot)
+      release(cells, at, this.#memory.lockTag)
+    }
   }
 
   #beginRead(): void {
@@ -82,6 +127,7 @@ export class SnapshotReader {
     this.underflows = []
     this.#rows = []
     this.#shared = []
+    this.#sharedI32 = []
     this.#rowCount = this.#memory.rowCount()
   }
 
@@ -270,7 +316,8 @@ export class SnapshotReader {
       dropped = addCount(dropped, topic.retiredDropped)
       dlq = addCount(dlq, topic.retiredDlq)
     }
-    return topicSnapshot(topic, this.#count(topic.slot), this.#count(topic.slot + 1), delivered, dropped, dlq, lastSeq, depth, groups, this.#sum(topic.slot + 2) !== 0)
+    const writing = this.#sum(topic.slot + 2) !== 0 || this.#locksHeld(topic)
+    return topicSnapshot(topic, this.#count(topic.slot), this.#count(topic.slot + 1), delivered, dropped, dlq, lastSeq, depth, groups, writing)
   }
 }
 

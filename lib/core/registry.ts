@@ -358,6 +358,8 @@ export class Registry {
    * write into it (reclamation.ts), else a fresh one. Caller locks.
    */
   #allocate(size: number): number {
+    // A handle maps a block through one chunk's view: a larger block would run past it (topic.ts MAX_SETTLE_WINDOW keeps windows below).
+    if (size > SLOTS_PER_CHUNK) throw new Error(`internal: a block of ${size} slots does not fit a chunk of ${SLOTS_PER_CHUNK}`)
     this.reclaim()
     const free = this.#free.get(size)
     if (free !== undefined && free.head < free.slots.length && this.#hasPassed(free.epochs[free.head])) {

@@ -70,7 +70,7 @@ export interface TopicSnapshot {
   bytes: Count
   /**
    * A thread was inside `produced()` at the moment of the read (between its counter and last_seq
-   * writes), or (on a confirming re-read, Reader.topic) held one of the topic's groups' locks:
+   * writes), or held one of the topic's groups' locks when the read ended (reader.ts #locksHeld):
    * the topic's numbers may be torn, so it is not a quiet moment. Absent means false.
    */
   producing?: boolean

@@ -2,7 +2,8 @@
 import { FatalInvariantError } from './errors'
 import { describe, validateName } from './labels'
 import { MAX_IN_FLIGHT_LIMIT } from './config'
-import { DEFAULT_SETTLE_WINDOW, GroupEntity, P_BASE, TopicEntity } from './entities'
+import { DEFAULT_SETTLE_WINDOW, GroupEntity, P_BASE, P_LOCK, TopicEntity } from './entities'
+import { acquire, release } from './lock'
 import { Chunk, Control, checkCount, checkPartition, goneError } from './checks'
 import { Group } from './group'
 import type { Recorder } from './recording'
@@ -24,7 +25,8 @@ function checkProduced(seq: unknown, bytes: unknown, count: unknown): void {
   checkCount('count', count)
 }
 
-export const MAX_SETTLE_WINDOW = 1 << 20
+/** The largest settle_window: its block (entities.ts windowSlots) must fit one chunk of the shared memory. */
+export const MAX_SETTLE_WINDOW = 1 << 17
 export interface GroupOptions {
   /** design §5: dispatch() refuses past it; dispatched() and send() count and raise a fault. */
   max_in_flight?: number
@@ -34,9 +36,6 @@ export interface GroupOptions {
   settle_window?: number
 }
 
-/** Scratch for reading a last_seq hint's bits as a number (append()). */
-const bitsView = new Float64Array(1)
-const bitsView64 = new BigInt64Array(bitsView.buffer)
 /** A topic handle finds its group handles by a linear search up to this many, by a Map past it. */
 const MAX_LISTED_GROUPS = 16
 
@@ -58,6 +57,8 @@ export class Topic {
   readonly #lastSeqSlots: number[] = []
   readonly #rowChunks: Float64Array[]
   readonly #sharedChunks: Float64Array[]
+  /** Int32 views of the shared row's chunks, by chunk: the append() locks. */
+  readonly #locks: Int32Array[] = []
   /**
    * Group handles by raw name: an array while there are few (a Map per topic cost ~150 B, 3.5 B per
    * sample at the issue's workload), a Map past MAX_LISTED_GROUPS.
@@ -172,48 +173,54 @@ export class Topic {
     }
     const known = typeof partition === 'number' ? this.#lastSeqSlots[partition] : undefined
     this.alive()
-    const slot = known ?? this.#resolvePartition(partition, 0)
-    const c = slot >>> Chunk.Shift
-    const at = slot & Chunk.Mask
-    const hint = this.#sharedChunks[c][at]
-    // A NaN hint names this thread as the partition's only writer (Recorder.claimLastSeq).
-    if (Number.isNaN(hint)) {
-      const seq = this.#rowChunks[c][at] + count
-      return this.produced(partition, seq, bytes, count) ? seq : 0
-    }
-    return this.#appendShared(partition, slot, bytes, count)
-  }
-
-  /** append() on a partition several threads write: the seqs are reserved on the shared hint with a CAS. */
-  #appendShared(partition: number, slot: number, bytes: number, count: number): number {
+    // A refused write changes nothing, not even a new partition's first appearance (design §6).
     if (this.#control[Control.Quorum] === 2) {
-      this.#refuseReadOnly(partition, this.#recorder.highest(slot) + count, slot)
+      const number = checkPartition(partition)
+      this.#refuseReadOnly(number, (known === undefined ? this.lastSeqKnown(number) : this.#recorder.highest(known)) + count, known)
       return 0
     }
+    return this.#appendLocked(known ?? this.#resolvePartition(partition, 0), bytes, count)
+  }
+
+  /**
+   * append()'s seqs are numbered under the partition's append lock (any number of threads may
+   * append to one partition): last_seq is the shared hint, which every append raises, or (the
+   * first time: a fresh hint, or one a produced() writer owns, Recorder.claimLastSeq) the highest
+   * any thread holds. An unlocked owner's write, as produced() makes, could overlap another
+   * thread's claim of the hint and the two would number the same message. The lock costs two
+   * compare-and-swaps of an Int32 (a BigInt64 compare-and-swap on the hint itself cost 5× that).
+   * Its writes follow its last call with no loop between: a terminated thread leaves none half made.
+   */
+  #appendLocked(slot: number, bytes: number, count: number): number {
     const c = slot >>> Chunk.Shift
     const at = slot & Chunk.Mask
-    const cells = this.#recorder.registry.memory.sharedI64(c)
+    const memory = this.#recorder.registry.memory
+    const locks = this.#locks[c] ?? (this.#locks[c] = memory.sharedI32(c))
+    const lock = (at + P_LOCK) * 2
+    const hints = this.#sharedChunks[c]
     const counters = this.#row
     const index = this.#index
-    counters[index + 2] = 1
+    const tag = memory.lockTag
     let seq: number
-    for (;;) {
-      const bits = Atomics.load(cells, at)
-      bitsView64[0] = bits
-      const last = bitsView[0] > 0 ? bitsView[0] : 0
-      seq = last + count
-      bitsView[0] = seq
-      if (Atomics.compareExchange(cells, at, bits, bitsView64[0]) === bits) break
+    acquire(locks, lock, tag, memory)
+    try {
+      const hint = hints[at]
+      seq = (hint > 0 ? hint : this.#recorder.highest(slot)) + count
+      this.alive() // a removal that landed while this thread waited for the lock
+      const folding = counters[index] + count + counters[index + 1] + bytes > MAX_SAFE
+      if (folding) this.#addFolding(count, bytes) // near 2^53: the exact path (a call) first
+      // Writing marker (cell 2): a reader that finds it set knows the counters and last_seq may disagree.
+      counters[index + 2] = 1
+      if (!folding) {
+        counters[index] += count
+        counters[index + 1] += bytes
+      }
+      this.#rowChunks[c][at] = seq
+      hints[at] = seq
+      counters[index + 2] = 0
+    } finally {
+      release(locks, lock, tag)
     }
-    if (counters[index] + count + counters[index + 1] + bytes <= MAX_SAFE) {
-      counters[index] += count
-      counters[index + 1] += bytes
-    } else {
-      this.#addFolding(count, bytes)
-    }
-    const row = this.#rowChunks[c]
-    if (seq > row[at]) row[at] = seq
-    counters[index + 2] = 0
     return seq
   }
 

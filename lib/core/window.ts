@@ -1,0 +1,35 @@
+// A group's settlement window on one partition (docs/design.md §4): a header (entities.ts W_*)
+// and two bit arrays of `window` bits each, in flight then settled, seq s at bit `s mod window`.
+// Only the group's lock holder reads or writes it.
+import { W_BASE, W_PENDING, W_SETTLED } from './entities'
+
+function popcount(word: number): number {
+  let v = word - ((word >>> 1) & 0x55555555)
+  v = (v & 0x33333333) + ((v >>> 2) & 0x33333333)
+  return (Math.imul((v + (v >>> 4)) & 0x0f0f0f0f, 0x01010101) >>> 24)
+}
+
+/**
+ * Finishes a floor move its caller recorded (W_PENDING) but did not live to complete: the bits of
+ * the seqs the floor passes over are cleared, the settled seqs above the new floor counted again,
+ * and the floor moved. Returns the new floor, or −1 when no move was pending. The caller holds the
+ * group's lock (taken over from the thread that stopped) and raises the floor hint.
+ */
+export function finishFloorMove(headers: Float64Array, header: number, bits: Int32Array, first: number, window: number): number {
+  const pending = headers[header + W_PENDING]
+  if (pending === 0) return -1
+  const floor = headers[header + W_BASE] - 1
+  const to = pending - 1
+  const words = window >>> 5
+  for (let n = Math.min(to - floor, window), at = (floor + 1) % window; n > 0; n--, at = at + 1 === window ? 0 : at + 1) {
+    const keep = ~(1 << (at & 31))
+    bits[first + (at >>> 5)] &= keep
+    bits[first + words + (at >>> 5)] &= keep
+  }
+  let settled = 0
+  for (let w = first + words; w < first + 2 * words; w++) settled += popcount(bits[w])
+  headers[header + W_SETTLED] = settled
+  headers[header + W_BASE] = to + 1
+  headers[header + W_PENDING] = 0
+  return to
+}

@@ -1,0 +1,174 @@
+'use strict'
+// The per-message calls at their edges (docs/integration.md): the largest settlement window; a
+// query or a refused call changes nothing, not even the partition's mode (ackFloor() stays open)
+// and a call's answer is its own; append() refused in read_only registers nothing; append() from
+// two threads interleaved at its compare-and-swap; a worker terminated inside a settlement or
+// holding a group's lock. Every case on both backends.
+const path = require('node:path')
+const { Worker } = require('node:worker_threads')
+const t = require('tap')
+const { backends, surfaceOn, faultsOf } = require('./helpers')
+
+const codes = (faults) => faults.map((f) => f.code)
+const group = (s, topic, name) => s.stats('groups', { topic, group: name }).groups[0]
+const WORKER = path.join(__dirname, 'fixtures', 'lifecycle-worker.js')
+
+function worker(s, mode, extra = {}) {
+  const hs = new Int32Array(new SharedArrayBuffer(8))
+  const w = new Worker(WORKER, { workerData: { shared: s.share(), hs, mode, ...extra }, execArgv: [] })
+  const message = new Promise((resolve, reject) => (w.once('message', resolve), w.once('error', reject)))
+  /** Resolves once the worker's state cell leaves 0 (it reached its point), within 20 s. */
+  const reached = async () => {
+    const until = Date.now() + 20_000
+    while (Atomics.load(hs, 0) === 0 && Date.now() < until) await new Promise((resolve) => setTimeout(resolve, 1))
+    return Atomics.load(hs, 0)
+  }
+  const go = () => (Atomics.store(hs, 1, 1), Atomics.notify(hs, 1))
+  return { w, hs, message, reached, go }
+}
+
+for (const backend of backends()) {
+  t.test(`${backend}: the largest settle_window (131,072) tracks every seq; a larger one is refused`, (t) => {
+    const s = surfaceOn(t, backend)
+    const faults = faultsOf(s)
+    const topic = s.topic('orders')
+    const W = 131072
+    t.throws(() => topic.group('big', { settle_window: W + 32 }), RangeError)
+    t.throws(() => topic.group('big', { settle_window: 1 << 20 }), RangeError)
+    const g = topic.group('g', { settle_window: W })
+    topic.append(0, 1, W)
+    t.ok(g.send(0, W), 'the window\'s last seq')
+    t.notOk(g.send(0, W), 'in flight already')
+    t.ok(g.settle(0, W, 'delivered'))
+    t.notOk(g.settle(0, W, 'delivered'), 'settled already: counts nothing')
+    t.ok(g.isSettled(0, W))
+    t.notOk(g.isSettled(0, W - 1))
+    t.ok(g.settle(0, 1, 'delivered'))
+    t.equal(g.settleUpTo(0, W - 1, 'dropped'), W - 2, 'seqs 2…W−1; the floor then rises over W')
+    t.equal(g.floor(0), W)
+    const numbers = group(s, 'orders', 'g')
+    t.same([numbers.delivered, numbers.dropped, numbers.in_flight, numbers.lag], [2, W - 2, 0, 0])
+    t.same(codes(faults), ['ALREADY_IN_FLIGHT', 'ALREADY_SETTLED'])
+    t.equal(s.stats('conservation').topics[0].groups[0].residual, 0)
+    t.end()
+  })
+
+  t.test(`${backend}: queries and refused calls leave a partition open to ackFloor(); each call answers for itself`, (t) => {
+    const s = surfaceOn(t, backend)
+    const faults = faultsOf(s)
+    const topic = s.topic('orders')
+    const g = topic.group('g', { settle_window: 32 })
+    topic.append(0, 1, 50)
+    t.same([g.isSettled(0, 1), g.isInFlight(0, 1)], [false, false])
+    t.notOk(g.send(0, 99), 'not appended')
+    t.notOk(g.redeliver(0, 1), 'not in flight')
+    t.notOk(g.send(0, 40), 'beyond the window')
+    t.equal(g.settleUpTo(7, 3, 'dropped'), 0, 'a partition never appended')
+    t.same(codes(faults), ['SEQ_NOT_APPENDED', 'NOT_IN_FLIGHT', 'SETTLE_WINDOW_EXCEEDED', 'SEQ_NOT_APPENDED'])
+    t.ok(g.ackFloor(0, 3), 'no call so far wrote anything: the floor is still the broker\'s')
+    t.same([g.isSettled(0, 3), g.isSettled(0, 4)], [true, false], 'at or below the floor: settled')
+    t.notOk(g.settle(0, 2, 'delivered'), 'below the floor')
+    t.ok(g.ackFloor(0, 4), 'still open')
+    t.same(group(s, 'orders', 'g').delivered, 0, 'and nothing was counted')
+    t.ok(g.send(0, 6))
+    t.throws(() => g.ackFloor(0, 5), { code: 'FLOOR_KEPT_BY_SETTLE' }, 'a send wrote the window: settled per message from now on')
+    t.ok(g.settle(0, 5, 'delivered'))
+    t.equal(g.floor(0), 5, 'the window started at the broker\'s floor')
+    t.equal(g.settleUpTo(0, 10, 'delivered'), 5)
+    t.equal(g.settleUpTo(0, 99, 'delivered'), 0, 'above last_seq: 0, not the last call\'s count')
+    t.ok(g.send(0, 11))
+    t.ok(g.isInFlight(0, 11))
+    t.notOk(g.isInFlight(0, 1000), 'not the last answer either')
+    // A fault listener that asks the same group something cannot change the call's answer.
+    s.on('fault', () => g.isInFlight(0, 11))
+    t.equal(g.settleUpTo(0, 10, 'delivered'), 0, 'ALREADY_SETTLED, whatever the listener asked')
+    t.end()
+  })
+
+  t.test(`${backend}: append() refused in read_only registers nothing, at max_partitions_per_topic too`, (t) => {
+    const s = surfaceOn(t, backend, { max_partitions_per_topic: 1 })
+    const faults = faultsOf(s)
+    const topic = s.topic('orders')
+    t.equal(topic.append(0, 10), 1)
+    s.replicationRound({ replicas: 3, inSync: 1 })
+    t.equal(topic.append(5, 10), 0, 'a new partition: refused')
+    t.equal(topic.append(1, 10), 0, 'past max_partitions_per_topic: refused, not LimitError')
+    t.same(codes(faults), ['WRITE_WHILE_READ_ONLY', 'WRITE_WHILE_READ_ONLY'])
+    t.equal(s.stats('topics').topics[0].partitions, 1, 'no partition appeared')
+    t.notMatch(s.render(), /partition="5"/)
+    t.end()
+  })
+
+  t.test(`${backend}: append() from two threads interleaved at its compare-and-swap numbers each message once`, async (t) => {
+    const s = surfaceOn(t, backend)
+    const faults = faultsOf(s)
+    const topic = s.topic('orders')
+    t.equal(topic.append(0, 1), 1)
+    const other = worker(s, 'append-parked')
+    t.teardown(() => other.w.terminate())
+    // The worker stops inside its append(), at its first compare-and-swap (the claim of the
+    // partition's last_seq hint, or the append lock); this thread appends meanwhile.
+    t.equal(await other.reached(), 1, 'the worker is parked')
+    const mine = topic.append(0, 1)
+    other.go()
+    const { seq } = await other.message
+    t.same([mine, seq].sort((a, b) => a - b), [2, 3], 'two seqs, each handed out once')
+    t.equal(topic.lastSeq(0), 3)
+    t.equal(topic.append(0, 1), 4)
+    t.equal(s.stats('topics').totals.produced, 4)
+    t.same(codes(faults), [])
+    t.end()
+  })
+
+  t.test(`${backend}: a worker terminated inside a settlement's floor move loses nothing completed calls recorded`, async (t) => {
+    const s = surfaceOn(t, backend)
+    const faults = faultsOf(s)
+    const topic = s.topic('orders')
+    const N = 120_000
+    const W = 131072
+    const g = topic.group('g', { settle_window: W })
+    topic.append(0, 1, N)
+    // Seqs 2…N settled above the floor; then settle(0, 1) moves the floor over all of them (a
+    // long move) and the worker is terminated as it starts: wherever in the call it stops, what
+    // the calls before it recorded must stand and the call itself counts fully or not at all.
+    const other = worker(s, 'mid-settle', { n: N, window: W })
+    t.equal(await other.reached(), 1)
+    await other.w.terminate()
+    const cut = Atomics.load(other.hs, 0) === 1
+    t.comment(cut ? 'the call was cut' : 'the call ended before the worker did')
+    let lost = 0
+    for (let seq = 2; seq <= N; seq++) if (!g.isSettled(0, seq)) lost++
+    t.equal(lost, 0, 'every seq settled by a completed call is still settled')
+    const numbers = group(s, 'orders', 'g')
+    const counted = numbers.delivered === N
+    t.ok(numbers.delivered === N - 1 || counted, `seq 1 counted once or not at all (delivered ${numbers.delivered})`)
+    t.equal(g.floor(0), counted ? N : 0, 'the floor moved with the count, or not at all')
+    t.equal(g.settle(0, 1, 'delivered'), !counted, 'the broker retries the call it got no answer for')
+    const after = group(s, 'orders', 'g')
+    t.same([after.delivered, after.in_flight, after.lag, g.floor(0)], [N, 0, 0, N])
+    t.equal(s.stats('conservation').topics[0].groups[0].residual, 0)
+    t.same(codes(faults).filter((c) => c !== 'ALREADY_SETTLED'), [])
+    t.end()
+  })
+
+  t.test(`${backend}: a group lock kept by a terminated worker is taken over: the topic's conservation is checked again`, async (t) => {
+    const s = surfaceOn(t, backend)
+    const faults = faultsOf(s)
+    const topic = s.topic('orders')
+    const g = topic.group('g')
+    const h = topic.group('h')
+    topic.append(0, 1, 2)
+    const other = worker(s, 'lock-kept')
+    t.same(await other.message, { held: true })
+    await other.w.terminate()
+    t.ok(h.dispatch(1))
+    h.delivered(1) // counted, but h's floor never moves: a real break
+    const hOf = () => s.stats('conservation').topics[0].groups.find((x) => x.group === 'h')
+    for (let read = 0; read < 5 && !codes(faults).includes('CONSERVATION_BROKEN'); read++) hOf()
+    t.same(codes(faults), ['CONSERVATION_BROKEN'], "h's break is reported though no call on g freed its lock")
+    t.same(hOf().residual, -1)
+    t.ok(g.settle(0, 2, 'delivered'), 'g takes calls again: seq 2, sent by the worker')
+    t.same([group(s, 'orders', 'g').delivered, g.floor(0)], [2, 2], "the worker's settlement stands")
+    t.end()
+  })
+}
