@@ -151,6 +151,34 @@ for (const backend of backends()) {
     t.end()
   })
 
+  t.test(`${backend}: a floor move a terminated worker recorded but did not finish is finished by whichever call takes the lock over`, async (t) => {
+    // Each call that can take the group's lock over from the worker, on partition 0 or not.
+    const takers = {
+      'dispatch()': (g) => g.dispatch(0),
+      'dispatched()': (g) => g.dispatched(0),
+      'deadLettered()': (g) => g.deadLettered(0),
+      'settle() on partition 1': (g) => g.settle(1, 1, 'delivered'),
+      'isInFlight() on partition 0': (g) => g.isInFlight(0, 1),
+    }
+    for (const [name, take] of Object.entries(takers)) {
+      const s = surfaceOn(t, backend)
+      const faults = faultsOf(s, { ignore: ['DLQ_WITHOUT_DROP'] })
+      const topic = s.topic('orders')
+      const N = 100
+      const g = topic.group('g', { settle_window: 1024 })
+      topic.append(0, 1, N + 5)
+      topic.append(1, 1, 5)
+      const other = worker(s, 'pending-parked', { n: N, window: 1024 })
+      t.equal(await other.reached(), 1, `${name}: the worker stopped with its move recorded`)
+      await other.w.terminate()
+      take(g)
+      t.same([g.floor(0), group(s, 'orders', 'g').lag], [N, 5], `${name}: the move is finished (floor ${N})`)
+      t.equal(s.stats('conservation').topics[0].groups[0].residual, 0, `${name}: the books balance`)
+      t.same(codes(faults), [], `${name}: no fault`)
+    }
+    t.end()
+  })
+
   t.test(`${backend}: a group lock kept by a terminated worker is taken over: the topic's conservation is checked again`, async (t) => {
     const s = surfaceOn(t, backend)
     const faults = faultsOf(s)

@@ -6,7 +6,7 @@ import { C_CLOSED, C_NEXT_ROW, MAX_ROWS, SLOTS_PER_CHUNK } from './layout'
 import { acquire, release } from './lock'
 import { Memory } from './memory'
 import { G_LOCK, GroupEntity, TopicEntity, W_BASE, W_HEADER, W_PENDING, W_SETTLED } from './entities'
-import { finishFloorMove } from './window'
+import { finishFloorMove, finishWindows } from './window'
 import { Chunk, GroupCell, checkCount, checkPartition, goneError } from './checks'
 import type { Recorder } from './recording'
 
@@ -139,8 +139,9 @@ export class Group {
     if (this.#tag[this.#index] !== this.#id) throw this.#gone()
     const tag = this.#memory.lockTag
     let below = 0
-    acquire(this.#lock, this.#lockIndex, tag, this.#memory)
+    const took = acquire(this.#lock, this.#lockIndex, tag, this.#memory)
     try {
+      if (took) this.#tookOver()
       let inFlight = this.#inFlightAll()
       // Checked again before any write: the wait for the lock (and a first look at another
       // thread's row in #sumAll) may have let a removal land; a call that waits checks again.
@@ -175,8 +176,9 @@ export class Group {
     if (this.#tag[this.#index] !== this.#id) return false
     const tag = this.#memory.lockTag
     let below = 0
-    acquire(this.#lock, this.#lockIndex, tag, this.#memory)
+    const took = acquire(this.#lock, this.#lockIndex, tag, this.#memory)
     try {
+      if (took) this.#tookOver()
       const inFlight = this.#inFlightAll()
       if (inFlight < 0 && this.#tag[this.#index] === this.#id) {
         below = inFlight
@@ -271,8 +273,9 @@ export class Group {
     const memory = this.#memory
     const tag = memory.lockTag
     let credit: number | bigint
-    acquire(this.#lock, this.#lockIndex, tag, memory)
+    const took = acquire(this.#lock, this.#lockIndex, tag, memory)
     try {
+      if (took) this.#tookOver()
       credit = this.#creditAll()
       this.#alive() // again, right before the write (see dispatch)
       if (credit >= n) this.#recorder.add(row, index + GroupCell.Dlq, this.#slot + GroupCell.Dlq, n, this.#topic.entity, this.entity)
@@ -343,8 +346,9 @@ export class Group {
     this.#alive()
     const tag = this.#memory.lockTag
     let total: number
-    acquire(this.#lock, this.#lockIndex, tag, this.#memory)
+    const took = acquire(this.#lock, this.#lockIndex, tag, this.#memory)
     try {
+      if (took) this.#tookOver()
       this.#alive()
       this.#row[this.#index + GroupCell.InFlight] += n
       total = this.#inFlightAll()
@@ -458,8 +462,9 @@ export class Group {
     let previous = 0
     let total = 0
     let result = 1
-    acquire(this.#lock, this.#lockIndex, tag, this.#memory)
+    const took = acquire(this.#lock, this.#lockIndex, tag, this.#memory)
     try {
+      if (took) this.#tookOver()
       this.#alive()
       // A holder that stopped (a worker terminated) inside a floor move left it recorded: finished first.
       if (headers[header + W_PENDING] !== 0) {
@@ -581,6 +586,16 @@ export class Group {
   }
 
   /**
+   * This thread took the group's lock over from a thread that is gone (a worker terminated inside
+   * a call): a floor move it recorded but did not finish, on any partition, is finished now, before
+   * this call reads anything (window.ts). Its other calls are whole or not made (docs/design.md §11).
+   */
+  #tookOver(): void {
+    this.#recorder.registry.sync()
+    finishWindows(this.#memory, this.entity)
+  }
+
+  /**
    * A per-message call on a partition this thread has no lane for yet: its answer when the call
    * writes nothing — a query, or a refusal — read from the floor if no thread made the partition's
    * window yet (undefined: the call goes on, the lane is made).
@@ -681,8 +696,9 @@ export class Group {
     const memory = this.#memory
     let available: number
     const tag = memory.lockTag
-    acquire(this.#lock, this.#lockIndex, tag, memory)
+    const took = acquire(this.#lock, this.#lockIndex, tag, memory)
     try {
+      if (took) this.#tookOver()
       const inFlight = this.#inFlightAll()
       available = Math.max(0, inFlight)
       this.#alive() // again, right before the write (see dispatch)

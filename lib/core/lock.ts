@@ -25,15 +25,19 @@ const sleeper = new Int32Array(new SharedArrayBuffer(4))
  * Taking the lock over is safe: a registration publishes its work with one final store (the log's
  * end, registry.ts); a group's call makes its writes after its last call, with no loop between
  * them (a terminated thread stops only at a call or at a loop's back edge), or records first what
- * its one loop of writes will do (W_PENDING, which the next holder finishes: window.ts).
+ * its one loop of writes will do (W_PENDING). Returns true when it took the lock over: a group's
+ * caller then finishes such a move on every partition of the group (window.ts finishWindows).
  */
-export function acquire(cells: Int32Array, index: number, tag: number, memory?: HolderCheck): void {
+export function acquire(cells: Int32Array, index: number, tag: number, memory?: HolderCheck): boolean {
   // The uncontended case in a body small enough for V8 to inline into every caller.
-  if (Atomics.compareExchange(cells, index, 0, tag) !== 0) contend(cells, index, tag, memory)
+  return Atomics.compareExchange(cells, index, 0, tag) !== 0 && contend(cells, index, tag, memory)
 }
 
-/** acquire() when the lock was held: spin, then sleep briefly, taking it over from a dead holder. */
-function contend(cells: Int32Array, index: number, tag: number, memory?: HolderCheck): void {
+/**
+ * acquire() when the lock was held: spin, then sleep briefly, taking it over from a dead holder.
+ * true: taken over (the caller puts right what the holder may have left half done).
+ */
+function contend(cells: Int32Array, index: number, tag: number, memory?: HolderCheck): boolean {
   let spins = 0
   let seen = 0
   let seenSince = 0
@@ -41,7 +45,7 @@ function contend(cells: Int32Array, index: number, tag: number, memory?: HolderC
   let state: ThreadState = 'unknown'
   for (;;) {
     const owner = Atomics.compareExchange(cells, index, 0, tag)
-    if (owner === 0) return
+    if (owner === 0) return false
     if (++spins < 200) continue
     const now = memory !== undefined ? memory.now() : Date.now()
     if (owner !== seen) {
@@ -54,7 +58,7 @@ function contend(cells: Int32Array, index: number, tag: number, memory?: HolderC
         state = memory.holderState(owner)
       }
       if (state === 'gone' || (state === 'unknown' && now - seenSince > LOCK_STEAL_MS)) {
-        if (Atomics.compareExchange(cells, index, owner, tag) === owner) return
+        if (Atomics.compareExchange(cells, index, owner, tag) === owner) return true
       }
     }
     Atomics.wait(sleeper, 0, 0, 0.05)

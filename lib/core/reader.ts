@@ -4,9 +4,9 @@
 // floors and groups as sorted arrays, so a read needs no per-topic layout of its own.
 import { SHARED_ROW, SLOTS_PER_CHUNK } from './layout'
 import { Memory } from './memory'
-import { G_DELIVERED, G_DLQ, G_DROPPED, G_IN_FLIGHT, G_LOCK, G_RETRIES, G_START, P_BASE, W_HEADER, W_SETTLED, GroupEntity, TopicEntity } from './entities'
+import { G_DELIVERED, G_DLQ, G_DROPPED, G_IN_FLIGHT, G_LOCK, G_RETRIES, G_START, P_BASE, W_SETTLED, GroupEntity, TopicEntity } from './entities'
 import { release } from './lock'
-import { finishFloorMove } from './window'
+import { finishWindows } from './window'
 import { Registry } from './registry'
 import { Count, GroupSnapshot, Layout, MAX_SAFE, TopicSnapshot, addCount, hasNoCollisions } from './snapshot'
 
@@ -105,17 +105,7 @@ export class SnapshotReader {
   /** The reader took the group's lock over from a thread that is gone: its windows put right, the lock freed. */
   #finish(group: GroupEntity, cells: Int32Array, at: number): void {
     try {
-      for (let w = 0; w < group.windowSlots.length; w++) {
-        const slot = group.windowSlots[w]
-        const c = slot >>> Chunk.Shift
-        const header = slot & Chunk.Mask
-        const moved = finishFloorMove(this.#sharedOf(c), header, this.#memory.sharedI32(c), (header + W_HEADER) * 2, group.window)
-        const floorSlot = group.floorSlot(group.windowPartitions[w])
-        if (moved >= 0 && floorSlot !== undefined) {
-          const hints = this.#sharedOf(floorSlot >>> Chunk.Shift)
-          if (moved > hints[floorSlot & Chunk.Mask]) hints[floorSlot & Chunk.Mask] = moved
-        }
-      }
+      finishWindows(this.#memory, group)
     } finally {
       this.#held.delete(group.slot)
       release(cells, at, this.#memory.lockTag)

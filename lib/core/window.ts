@@ -1,7 +1,10 @@
 // A group's settlement window on one partition (docs/design.md §4): a header (entities.ts W_*)
 // and two bit arrays of `window` bits each, in flight then settled, seq s at bit `s mod window`.
 // Only the group's lock holder reads or writes it.
-import { W_BASE, W_PENDING, W_SETTLED } from './entities'
+import { Chunk } from './checks'
+import { GroupEntity, W_BASE, W_HEADER, W_PENDING, W_SETTLED } from './entities'
+import { SHARED_ROW } from './layout'
+import type { Memory } from './memory'
 
 function popcount(word: number): number {
   let v = word - ((word >>> 1) & 0x55555555)
@@ -32,4 +35,24 @@ export function finishFloorMove(headers: Float64Array, header: number, bits: Int
   headers[header + W_BASE] = to + 1
   headers[header + W_PENDING] = 0
   return to
+}
+
+/**
+ * Every floor move of `group` left pending, on any partition, finished and its floor hint raised:
+ * by whoever took the group's lock over from a thread that is gone (group.ts; a scrape's reader
+ * that found the holder gone, reader.ts). Caller holds the lock.
+ */
+export function finishWindows(memory: Memory, group: GroupEntity): void {
+  const shared = (c: number) => memory.rowChunk(SHARED_ROW, c, true)!
+  for (let w = 0; w < group.windowSlots.length; w++) {
+    const slot = group.windowSlots[w]
+    const c = slot >>> Chunk.Shift
+    const header = slot & Chunk.Mask
+    const moved = finishFloorMove(shared(c), header, memory.sharedI32(c), (header + W_HEADER) * 2, group.window)
+    const floorSlot = group.floorSlot(group.windowPartitions[w])
+    if (moved >= 0 && floorSlot !== undefined) {
+      const hints = shared(floorSlot >>> Chunk.Shift)
+      if (moved > hints[floorSlot & Chunk.Mask]) hints[floorSlot & Chunk.Mask] = moved
+    }
+  }
 }
