@@ -194,3 +194,47 @@ async function scriptedWorker(surface) {
 }
 
 module.exports.scriptedWorker = scriptedWorker
+
+/**
+ * Threads played in this one, each with its own memory, registry, recorder and handles over one
+ * arena (so that "stopped between two steps of a call" is certain): `threads[tid].alive` is what
+ * /proc says of each. `read(side)` is a snapshot read as a scrape makes it.
+ */
+function played(backend) {
+  const { Memory } = require(path.join(dist, 'core', 'memory'))
+  const { createArena } = require(path.join(dist, 'core', 'backend'))
+  const { Registry } = require(path.join(dist, 'core', 'registry'))
+  const { Recorder } = require(path.join(dist, 'core', 'recording'))
+  const { Handles } = require(path.join(dist, 'core', 'handles'))
+  const { SnapshotReader } = require(path.join(dist, 'core', 'reader'))
+  const { resolveConfig } = require(path.join(dist, 'core', 'config'))
+  const arena = createArena(backend)
+  const threads = { 1: { alive: true }, 2: { alive: true }, 3: { alive: true } }
+  const liveness = (tid) => (threads[tid]?.alive ? 'alive' : 'gone')
+  const config = resolveConfig({})
+  const side = (fresh, tid) => {
+    const memory = new Memory(arena, fresh, liveness)
+    const row = memory.claimRow(tid === null ? null : { tid, start: 100 + tid })
+    const registry = new Registry(memory, config)
+    const recorder = new Recorder(registry, row, () => {})
+    const handles = new Handles(recorder)
+    return { memory, row, registry, recorder, handles }
+  }
+  const main = side(true, 1)
+  const worker = side(false, 2)
+  const readers = new Map()
+  const read = (side = main) => {
+    side.memory.lock()
+    try {
+      side.registry.sync()
+      if (!readers.has(side)) readers.set(side, new SnapshotReader(side.registry))
+      return readers.get(side).topics(true)
+    } finally {
+      side.memory.unlock()
+    }
+  }
+  const topicNumbers = (name, side = main) => read(side).find((x) => x.name === name)
+  return { threads, main, worker, side, read, topicNumbers }
+}
+
+module.exports.played = played

@@ -7,7 +7,7 @@
 const path = require('node:path')
 const { Worker } = require('node:worker_threads')
 const t = require('tap')
-const { backends, surfaceOn, faultsOf } = require('./helpers')
+const { backends, surfaceOn, faultsOf, played } = require('./helpers')
 
 const codes = (faults) => faults.map((f) => f.code)
 const group = (s, topic, name) => s.stats('groups', { topic, group: name }).groups[0]
@@ -176,6 +176,46 @@ for (const backend of backends()) {
       t.equal(s.stats('conservation').topics[0].groups[0].residual, 0, `${name}: the books balance`)
       t.same(codes(faults), [], `${name}: no fault`)
     }
+    t.end()
+  })
+
+  t.test(`${backend}: a floor move left pending, its lock taken over by a thread that could not learn of its window, is finished by the next scrape`, (t) => {
+    // Threads played in this one: thread 2 stops (for good) right after recording its floor move;
+    // thread 3, which last synced before thread 2 made the window, takes the lock over while the
+    // registration lock is busy, so it cannot sync and finishes nothing; the scrape's read does.
+    const { threads, main, worker, side, read } = played(backend)
+    const third = side(false, 3)
+    const N = 100
+    main.handles.topic('orders').append(0, 1, N + 5)
+    main.handles.topic('orders').group('g', { settle_window: 1024 })
+    const theirs = third.handles.topic('orders').group('g', { settle_window: 1024 })
+    const g = worker.handles.topic('orders').group('g', { settle_window: 1024 })
+    for (let seq = 2; seq <= N; seq++) g.settle(0, seq, 'delivered')
+    const min = Math.min
+    const stop = new Error('thread 2 stops here')
+    Math.min = function (a, b) {
+      if (!/perMessage/.test(new Error().stack)) return min(a, b)
+      Math.min = min
+      threads[2].alive = false
+      main.memory.lock() // the registration lock, busy
+      try {
+        t.ok(theirs.dispatch(0), 'thread 3 takes the lock over')
+      } finally {
+        main.memory.unlock()
+      }
+      throw stop // thread 2 never runs again: nothing after the move's record is written
+    }
+    try {
+      t.throws(() => g.settle(0, 1, 'delivered'), stop)
+    } finally {
+      Math.min = min
+    }
+    const before = read().find((x) => x.name === 'orders')
+    t.equal(before.producing, true, 'the first read finds the move pending: its numbers are not taken for quiet ones')
+    const after = read().find((x) => x.name === 'orders')
+    t.equal(after.producing, false)
+    t.same([after.groups[0].delivered, after.groups[0].lag, after.groups[0].depth, after.groups[0].ackFloors[0]], [N, 5, 5, N], 'and finishes it: floor N, its seqs owed no more')
+    t.equal(theirs.floor(0), N, 'which every thread reads')
     t.end()
   })
 

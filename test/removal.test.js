@@ -9,50 +9,16 @@
 const t = require('tap')
 const path = require('node:path')
 const { Worker } = require('node:worker_threads')
-const { backends, surfaceOn } = require('./helpers')
+const { backends, surfaceOn, played } = require('./helpers')
 const { Memory } = require('../dist/core/memory')
 const { B_EPOCH, SLOTS_PER_CHUNK } = require('../dist/core/layout')
 const { acquire, release } = require('../dist/core/lock')
 const { threadProgress, threadIdentity } = require('../dist/core/threads')
-const { attachArena, createArena } = require('../dist/core/backend')
-const { Registry } = require('../dist/core/registry')
+const { attachArena } = require('../dist/core/backend')
 const { G_LOCK } = require('../dist/core/entities')
-const { Recorder } = require('../dist/core/recording')
-const { Handles } = require('../dist/core/handles')
-const { SnapshotReader } = require('../dist/core/reader')
-const { resolveConfig } = require('../dist/core/config')
 const { announce, detach, passedEpoch } = require('../dist/core/reclamation')
 
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms))
-
-/** Threads played in this one: `threads[tid].alive` is what /proc says of each. */
-function played(backend) {
-  const arena = createArena(backend)
-  const threads = { 1: { alive: true }, 2: { alive: true }, 3: { alive: true } }
-  const liveness = (tid) => (threads[tid]?.alive ? 'alive' : 'gone')
-  const config = resolveConfig({})
-  const side = (fresh, tid) => {
-    const memory = new Memory(arena, fresh, liveness)
-    const row = memory.claimRow(tid === null ? null : { tid, start: 100 + tid })
-    const registry = new Registry(memory, config)
-    const recorder = new Recorder(registry, row, () => {})
-    const handles = new Handles(recorder)
-    return { memory, row, registry, recorder, handles }
-  }
-  const main = side(true, 1)
-  const worker = side(false, 2)
-  const read = (side = main) => {
-    side.memory.lock()
-    try {
-      side.registry.sync()
-      return new SnapshotReader(side.registry).topics(true)
-    } finally {
-      side.memory.unlock()
-    }
-  }
-  const topicNumbers = (name, side = main) => read(side).find((x) => x.name === name)
-  return { threads, main, worker, side, read, topicNumbers }
-}
 
 for (const backend of backends()) {
   t.test(`${backend}: a removed topic's block waits until every other thread has announced the removal`, (t) => {

@@ -587,11 +587,14 @@ export class Group {
 
   /**
    * This thread took the group's lock over from a thread that is gone (a worker terminated inside
-   * a call): a floor move it recorded but did not finish, on any partition, is finished now, before
-   * this call reads anything (window.ts). Its other calls are whole or not made (docs/design.md §11).
+   * a call): a floor move it recorded but did not finish, on any partition this thread knows, is
+   * finished now, before this call reads anything (window.ts). Its other calls are whole or not
+   * made (docs/design.md §11). The registry is synced only if that needs no wait (the
+   * registration lock is never waited for under a group's): a window this thread does not know
+   * then is finished by a scrape (reader.ts) or the next per-message call on its partition.
    */
   #tookOver(): void {
-    this.#recorder.registry.sync()
+    this.#recorder.registry.trySync()
     finishWindows(this.#memory, this.entity)
   }
 

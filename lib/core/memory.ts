@@ -157,6 +157,16 @@ export class Memory {
     acquire(this.control, C_LOCK, this.#heldTag, this)
   }
 
+  /** lock() if the registration lock is free now (or this thread holds it): false, not taken, otherwise. */
+  tryLock(): boolean {
+    if (this.#lockDepth > 0) return ++this.#lockDepth > 0
+    const tag = this.lockTag
+    if (Atomics.compareExchange(this.control, C_LOCK, 0, tag) !== 0) return false
+    this.#heldTag = tag
+    this.#lockDepth = 1
+    return true
+  }
+
   unlock(): void {
     if (--this.#lockDepth > 0) return
     release(this.control, C_LOCK, this.#heldTag)

@@ -4,7 +4,7 @@
 // floors and groups as sorted arrays, so a read needs no per-topic layout of its own.
 import { SHARED_ROW, SLOTS_PER_CHUNK } from './layout'
 import { Memory } from './memory'
-import { G_DELIVERED, G_DLQ, G_DROPPED, G_IN_FLIGHT, G_LOCK, G_RETRIES, G_START, P_BASE, W_SETTLED, GroupEntity, TopicEntity } from './entities'
+import { G_DELIVERED, G_DLQ, G_DROPPED, G_IN_FLIGHT, G_LOCK, G_RETRIES, G_START, P_BASE, W_PENDING, W_SETTLED, GroupEntity, TopicEntity } from './entities'
 import { release } from './lock'
 import { finishWindows } from './window'
 import { Registry } from './registry'
@@ -93,6 +93,12 @@ export class SnapshotReader {
       const tag = Atomics.load(cells, at)
       if (tag === 0) {
         if (this.#held.size !== 0) this.#held.delete(slot)
+        if (this.#pending(groups[g])) {
+          // A floor move left pending by a thread that is gone, the lock since taken over and freed
+          // by a thread that did not know that window: finished here, under the lock, if it is free.
+          held = true
+          if (Atomics.compareExchange(cells, at, 0, this.#memory.lockTag) === 0) this.#finish(groups[g], cells, at)
+        }
         continue
       }
       held = true
@@ -100,6 +106,15 @@ export class SnapshotReader {
       else if (this.#memory.holderState(tag) === 'gone' && Atomics.compareExchange(cells, at, tag, this.#memory.lockTag) === tag) this.#finish(groups[g], cells, at)
     }
     return held
+  }
+
+  /** Whether one of the group's windows has a floor move recorded and not finished (W_PENDING). */
+  #pending(group: GroupEntity): boolean {
+    const slots = group.windowSlots
+    for (let w = 0; w < slots.length; w++) {
+      if ((this.#shared[slots[w] >>> Chunk.Shift] ?? this.#sharedOf(slots[w] >>> Chunk.Shift))[(slots[w] & Chunk.Mask) + W_PENDING] !== 0) return true
+    }
+    return false
   }
 
   /** The reader took the group's lock over from a thread that is gone: its windows put right, the lock freed. */

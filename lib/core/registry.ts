@@ -72,6 +72,23 @@ export class Registry {
     }
   }
 
+  /**
+   * sync() if the registration lock is free now; false if it was not (nothing done). For a caller
+   * that holds a group's lock: the registration lock is never waited for under one (a 'fault'
+   * listener, called under the registration lock, may wait for a group's lock).
+   */
+  trySync(): boolean {
+    const control = this.memory.control
+    if (Atomics.load(control, C_LOG_GENERATION) === this.#logGeneration && Atomics.load(control, C_LOG_END) === this.#cursor) return true
+    if (!this.memory.tryLock()) return false
+    try {
+      this.#catchUp()
+    } finally {
+      this.memory.unlock()
+    }
+    return true
+  }
+
   /** Caller holds the lock: the log is read only under it (a compaction rewrites its chunks). */
   #catchUp(): void {
     const control = this.memory.control
