@@ -7,7 +7,7 @@
 const path = require('node:path')
 const { Worker } = require('node:worker_threads')
 const t = require('tap')
-const { backends, surfaceOn, faultsOf, played } = require('./helpers')
+const { backends, surfaceOn, faultsOf, played, prng } = require('./helpers')
 
 const codes = (faults) => faults.map((f) => f.code)
 const group = (s, topic, name) => s.stats('groups', { topic, group: name }).groups[0]
@@ -28,6 +28,81 @@ function worker(s, mode, extra = {}) {
 }
 
 for (const backend of backends()) {
+  t.test(`${backend}: every per-message call against a model: answers, fault codes and numbers`, (t) => {
+    // The model, written here from docs/integration.md and docs/faults.md: per partition the last
+    // seq, the floor, the seqs in flight and those settled above the floor.
+    for (const W of [32, 64]) {
+      const s = surfaceOn(t, backend)
+      const faults = faultsOf(s)
+      const topic = s.topic('orders')
+      const g = topic.group('g', { settle_window: W, max_in_flight: 1e6 })
+      const m = [0, 1].map(() => ({ last: 0, floor: 0, inFlight: new Set(), settled: new Set() }))
+      const n = { delivered: 0, dropped: 0, retries: 0 }
+      const random = prng(W)
+      let mismatches = 0
+      const expect = (what, got, want, codes) => {
+        const raised = faults.splice(0).map((f) => f.code)
+        if (got !== want || raised.join() !== codes.join()) mismatches++, mismatches < 5 && t.fail(`${what}: ${got} [${raised}], model ${want} [${codes}]`)
+      }
+      const rise = (q) => { while (q.settled.delete(q.floor + 1)) q.floor++ }
+      for (let i = 0; i < 3000; i++) {
+        const p = random() < 0.5 ? 0 : 1
+        const q = m[p]
+        const seq = Math.max(1, q.floor - 2 + Math.floor(random() * (W + 8)))
+        const outcome = random() < 0.7 ? 'delivered' : 'dropped'
+        const op = Math.floor(random() * 7)
+        const what = `#${i} ${['append', 'send', 'redeliver', 'settle', 'settleUpTo', 'isInFlight', 'isSettled'][op]}(${p}, ${seq})`
+        if (op === 0) {
+          const count = 1 + Math.floor(random() * 3)
+          expect(what, topic.append(p, 1, count), (q.last += count), [])
+          continue
+        }
+        const unknown = seq > q.last ? ['SEQ_NOT_APPENDED'] : undefined
+        const beyond = seq > q.floor + W ? ['SETTLE_WINDOW_EXCEEDED'] : undefined
+        const done = seq <= q.floor || q.settled.has(seq) ? ['ALREADY_SETTLED'] : undefined
+        if (op === 5) expect(what, g.isInFlight(p, seq), !unknown && q.inFlight.has(seq), unknown ?? [])
+        else if (op === 6) expect(what, g.isSettled(p, seq), !unknown && (seq <= q.floor || q.settled.has(seq)), unknown ?? [])
+        else if (op === 4) {
+          let count = 0
+          if (!unknown && seq > q.floor) {
+            for (let x = q.floor + 1; x <= seq; x++) if (!q.settled.delete(x)) (count++, q.inFlight.delete(x))
+            q.floor = seq
+            rise(q)
+            n[outcome] += count
+          }
+          expect(what, g.settleUpTo(p, seq, outcome), count, unknown ?? (seq <= q.floor && count === 0 ? ['ALREADY_SETTLED'] : []))
+        } else {
+          const refused = unknown ?? beyond ?? done
+          let codes = refused ?? []
+          let ok = refused === undefined
+          if (ok && op === 1) {
+            if (q.inFlight.has(seq)) (codes = ['ALREADY_IN_FLIGHT']), (ok = false)
+            else q.inFlight.add(seq)
+          } else if (ok && op === 2) {
+            if (q.inFlight.has(seq)) n.retries++
+            else (codes = ['NOT_IN_FLIGHT']), (ok = false)
+          } else if (ok && op === 3) {
+            n[outcome]++
+            q.inFlight.delete(seq)
+            q.settled.add(seq)
+            rise(q)
+          }
+          const got = op === 1 ? g.send(p, seq) : op === 2 ? g.redeliver(p, seq) : g.settle(p, seq, outcome)
+          expect(what, got, ok, codes)
+        }
+        if (i % 100 === 99) {
+          const x = group(s, 'orders', 'g')
+          const want = [n.delivered, n.dropped, n.retries, m[0].inFlight.size + m[1].inFlight.size, m[0].floor, m[1].floor]
+          const got = [x.delivered, x.dropped, x.retries, x.in_flight, g.floor(0), g.floor(1)]
+          if (JSON.stringify(got) !== JSON.stringify(want)) mismatches++, t.fail(`#${i} numbers ${got}, model ${want}`)
+        }
+      }
+      t.equal(mismatches, 0, `window ${W}: 3,000 random calls, every answer and fault as the model says`)
+      t.equal(s.stats('conservation').topics[0].groups[0].residual, 0)
+    }
+    t.end()
+  })
+
   t.test(`${backend}: the largest settle_window (131,072) tracks every seq; a larger one is refused`, (t) => {
     const s = surfaceOn(t, backend)
     const faults = faultsOf(s)
