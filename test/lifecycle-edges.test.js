@@ -294,6 +294,51 @@ for (const backend of backends()) {
     t.end()
   })
 
+  t.test(`${backend}: a 'fault' listener may call the library: it never runs under the registration lock`, async (t) => {
+    // A worker holds g's lock inside deadLettered(), about to wait for the registration lock; a
+    // scrape finds a break and its listener calls g. Told under the registration lock, the
+    // listener would wait for g's lock while the worker waits for the registration lock: forever.
+    const s = surfaceOn(t, backend)
+    const topic = s.topic('orders')
+    const g = topic.group('g')
+    const h = s.topic('other').group('h')
+    s.topic('other').append(0, 1, 2)
+    topic.append(0, 1, 2)
+    const heard = []
+    s.on('fault', (f) => {
+      heard.push(f.code)
+      if (f.code === 'CONSERVATION_BROKEN') t.ok(g.dispatch(0), 'the listener calls g')
+    })
+    const other = worker(s, 'dead-lettered-parked')
+    t.equal(await other.reached(), 1, 'the worker holds g\'s lock')
+    s.topic('another') // the log moves: the worker's sync will need the registration lock
+    t.ok(h.dispatch(1))
+    h.delivered(1) // a real break on h
+    for (let read = 0; read < 5 && !heard.includes('CONSERVATION_BROKEN'); read++) s.stats('conservation')
+    t.same(heard, ['CONSERVATION_BROKEN'])
+    t.same(await other.message, { deadLettered: true }, 'and the worker finished its call')
+    t.end()
+  })
+
+  t.test(`${backend}: a removed topic's handle never writes into a block reused by another kind of entity`, async (t) => {
+    // A topic block and a partition block are the same size. Were they freed into one queue, the
+    // removed topic's block could come back as the new topic's partition block, whose first shared
+    // cell (the cell a handle checks against its topic's id) holds that partition's last_seq.
+    const s = surfaceOn(t, backend)
+    const old = s.topic('old')
+    old.produced(0, 1, 10)
+    const id = old.entity.id
+    s.removeTopic('old')
+    await new Promise((resolve) => setTimeout(resolve, 50)) // every thread announces: blocks may be reused
+    const fresh = s.topic('fresh')
+    t.equal(fresh.entity.slot, old.entity.slot, "the new topic takes the old topic's block")
+    t.equal(fresh.append(0, 10, id), id, "its partition's last_seq equals the old topic's id")
+    t.throws(() => old.produced(0, Math.max(id, fresh.entity.id) + 1, 5, 1), { code: 'TOPIC_REMOVED' })
+    t.equal(fresh.append(0, 1), id + 1, 'the new topic is untouched')
+    t.equal(s.stats('topics').totals.produced, id + 1)
+    t.end()
+  })
+
   t.test(`${backend}: a group lock kept by a terminated worker is taken over: the topic's conservation is checked again`, async (t) => {
     const s = surfaceOn(t, backend)
     const faults = faultsOf(s)

@@ -34,6 +34,9 @@ export class Observer {
   readonly #reader: SnapshotReader
   readonly #checker: ConservationChecker
   readonly #suspects: SuspectEpisodes | undefined
+  readonly #onFault: (fault: FaultRecord) => void
+  /** Faults found while the registration lock is held, told once it is free (see #unlocked). */
+  #held: FaultRecord[] | undefined
 
   /**
    * `handles` repairs in_flight underflows (in its thread's row); `onFault` hears CONSERVATION_BROKEN.
@@ -46,7 +49,27 @@ export class Observer {
     this.#reader = new SnapshotReader(recorder.registry)
     const memory = recorder.registry.memory
     if (!mainThread) this.#suspects = new SuspectEpisodes(memory)
-    this.#checker = new ConservationChecker(onFault, this.#suspects ?? new SharedEpisodes(memory))
+    this.#onFault = onFault
+    this.#checker = new ConservationChecker((fault) => (this.#held !== undefined ? this.#held.push(fault) : onFault(fault)), this.#suspects ?? new SharedEpisodes(memory))
+  }
+
+  /**
+   * Runs `read` under the registration lock and tells the faults it found once the lock is free:
+   * a 'fault' listener may call the library (a group's call waits for the group's lock, whose
+   * holder may be waiting for the registration lock: a sync, a fold), so no listener runs under it.
+   */
+  #unlocked<T>(memory: { lock(): void; unlock(): void }, read: () => T): T {
+    memory.lock()
+    const held: FaultRecord[] = (this.#held = [])
+    let result: T
+    try {
+      result = read()
+    } finally {
+      this.#held = undefined
+      memory.unlock()
+    }
+    for (const fault of held) this.#onFault(fault)
+    return result
   }
 
   /** The suspects the last observe() found (not on the main thread), as plain data. */
@@ -68,8 +91,7 @@ export class Observer {
     const registry = this.#handles.recorder.registry
     const memory = registry.memory
     if (memory.control[C_CLOSED] === 1) return
-    memory.lock()
-    try {
+    this.#unlocked(memory, () => {
       registry.sync()
       const seen = new Set<number>()
       for (const suspect of suspects) {
@@ -79,9 +101,7 @@ export class Observer {
         const fresh = this.#reader.topic(topic)
         this.#checker.check({ topics: [fresh] } as Snapshot, (again) => this.#reader.topic(again.key as TopicEntity))
       }
-    } finally {
-      memory.unlock()
-    }
+    })
   }
 
   /**
@@ -95,10 +115,9 @@ export class Observer {
     const registry = this.#handles.recorder.registry
     const memory = registry.memory
     if (memory.control[C_CLOSED] === 1) throw new ClosedError('this mq-metrics surface')
-    memory.lock()
-    let snapshot: Snapshot
+    let snapshot!: Snapshot
     let conservation: ConservationReport | undefined
-    try {
+    this.#unlocked(memory, () => {
       registry.sync()
       snapshot = {
         uptimeSeconds: fields.uptimeSeconds,
@@ -115,9 +134,7 @@ export class Observer {
       // Only /stats shows the report; the scrape path checks (and raises faults) without one.
       if (report) conservation = this.#checker.report(snapshot, reread)
       else this.#checker.check(snapshot, reread)
-    } finally {
-      memory.unlock()
-    }
+    })
     // Groups the read found with in_flight below 0 (more settled than dispatched, by threads that
     // raced past their own shares): back to 0, with IN_FLIGHT_UNDERFLOW (design §invariants).
     for (const group of this.#reader.underflows) this.#handles.repairInFlight(group)

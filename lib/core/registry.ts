@@ -19,6 +19,19 @@ import { Memory } from './memory'
 import { advanceEpoch, passedEpoch, ring } from './reclamation'
 import { Count, addCount } from './snapshot'
 
+/**
+ * Freed blocks wait in queues by kind and size, never by size alone: a removed handle checks the
+ * liveness tag in its block's first shared cell, and in a block of another kind that cell holds
+ * something else (a last_seq hint, a window's base) that could equal the old id.
+ */
+const KIND_BITS = 3
+const blockKey = (kind: number, size: number) => size * (1 << KIND_BITS) + kind
+const KEY_TOPIC = blockKey(0, TOPIC_SLOTS)
+const KEY_PARTITION = blockKey(1, PARTITION_SLOTS)
+const KEY_GROUP = blockKey(2, GROUP_SLOTS)
+const KEY_FLOOR = blockKey(3, FLOOR_SLOTS)
+const windowKey = (window: number) => blockKey(4, windowSlots(window))
+
 export class Registry {
   readonly memory: Memory
   readonly config: ResolvedConfig
@@ -27,7 +40,7 @@ export class Registry {
   readonly #groupsById = new Map<number, GroupEntity>() // live and retiring
   /** Retiring groups, every topic's (see TopicEntity.retiring). */
   #retiring: GroupEntity[] = []
-  readonly #free = new Map<number, FreeQueue>() // block size → freed blocks, oldest first
+  readonly #free = new Map<number, FreeQueue>() // block key (kind and size: blockKey) → freed blocks, oldest first
   readonly #sharedChunks: Float64Array[] = [] // the shared row's chunks by number (#sharedF64)
   /** slot → amount moved out of a row when it neared 2^53 (design §counters: 64-bit counters). */
   readonly folds = new Map<number, bigint>()
@@ -118,7 +131,7 @@ export class Registry {
         throw new LimitError('max_topics', `cannot register topic ${JSON.stringify(name)}: max_topics (${this.config.max_topics}) reached`)
       }
       const id = this.#nextId()
-      const slot = this.#allocate(TOPIC_SLOTS)
+      const slot = this.#allocate(KEY_TOPIC)
       // The liveness tag must be set before the entry is published (handles compare it to the id).
       this.#setTag(slot, id)
       this.#append(Entry.Topic, [...wide(id), slot], name)
@@ -197,7 +210,7 @@ export class Registry {
       if (topic.partitionNumbers.length >= this.config.max_partitions_per_topic) {
         throw new LimitError('max_partitions_per_topic', `cannot register partition ${partition} of topic ${JSON.stringify(topic.name)}: max_partitions_per_topic (${this.config.max_partitions_per_topic}) reached`)
       }
-      const slot = this.#allocate(PARTITION_SLOTS)
+      const slot = this.#allocate(KEY_PARTITION)
       this.#append(Entry.Partition, [...wide(topic.id), partition, slot])
       return topic.partitionSlot(partition)!
     })
@@ -219,7 +232,7 @@ export class Registry {
         throw new LimitError('max_groups_per_topic', `cannot register group ${JSON.stringify(name)} on topic ${JSON.stringify(topic.name)}: max_groups_per_topic (${this.config.max_groups_per_topic}) reached`)
       }
       const id = this.#nextId()
-      const slot = this.#allocate(GROUP_SLOTS)
+      const slot = this.#allocate(KEY_GROUP)
       this.#setTag(slot + G_TAG, id)
       this.#append(Entry.Group, [...wide(topic.id), ...wide(id), slot, maxInFlight, window], name)
       const group = this.#groupsById.get(id)!
@@ -231,7 +244,7 @@ export class Registry {
           const lastSeq = this.highest(topic.partitionSlots[p])
           const base = this.#sharedF64(topic.partitionSlots[p])[(topic.partitionSlots[p] % SLOTS_PER_CHUNK) + P_BASE]
           if (lastSeq <= base) continue
-          const floorSlot = this.#allocate(FLOOR_SLOTS)
+          const floorSlot = this.#allocate(KEY_FLOOR)
           this.#append(Entry.Floor, [...wide(group.id), topic.partitionNumbers[p], floorSlot])
           this.#sharedF64(floorSlot)[floorSlot % SLOTS_PER_CHUNK] = lastSeq
           start += lastSeq - base
@@ -278,7 +291,7 @@ export class Registry {
       this.#assertGroupAlive(group)
       const again = group.windowSlot(partition)
       if (again !== undefined) return again
-      const slot = this.#allocate(windowSlots(group.window))
+      const slot = this.#allocate(windowKey(group.window))
       this.#append(Entry.Window, [...wide(group.id), partition, slot])
       return group.windowSlot(partition)!
     })
@@ -291,7 +304,7 @@ export class Registry {
       this.#assertGroupAlive(group)
       const again = group.floorSlot(partition)
       if (again !== undefined) return again
-      const slot = this.#allocate(FLOOR_SLOTS)
+      const slot = this.#allocate(KEY_FLOOR)
       this.#append(Entry.Floor, [...wide(group.id), partition, slot])
       return group.floorSlot(partition)!
     })
@@ -374,11 +387,12 @@ export class Registry {
    * A block of `size` slots: the oldest freed one (zeroed in every row) once no call can still
    * write into it (reclamation.ts), else a fresh one. Caller locks.
    */
-  #allocate(size: number): number {
+  #allocate(key: number): number {
+    const size = key >>> KIND_BITS
     // A handle maps a block through one chunk's view: a larger block would run past it (topic.ts MAX_SETTLE_WINDOW keeps windows below).
     if (size > SLOTS_PER_CHUNK) throw new Error(`internal: a block of ${size} slots does not fit a chunk of ${SLOTS_PER_CHUNK}`)
     this.reclaim()
-    const free = this.#free.get(size)
+    const free = this.#free.get(key)
     if (free !== undefined && free.head < free.slots.length && this.#hasPassed(free.epochs[free.head])) {
       const slot = free.slots[free.head]
       const c = Math.floor(slot / SLOTS_PER_CHUNK)
@@ -462,8 +476,8 @@ export class Registry {
       }
     }
     for (const [slot, amount] of this.folds) put(Entry.Fold, [slot, ...wide(amount)])
-    for (const [size, queue] of this.#free) {
-      for (let i = queue.head; i < queue.slots.length; i++) put(Entry.Free, [size, queue.slots[i], ...wide(queue.epochs[i])])
+    for (const [key, queue] of this.#free) {
+      for (let i = queue.head; i < queue.slots.length; i++) put(Entry.Free, [key, queue.slots[i], ...wide(queue.epochs[i])])
     }
     put(Entry.CheckpointEnd, [])
     control[C_LOG_CHECKPOINT] = end
@@ -534,7 +548,7 @@ export class Registry {
         this.#seen?.add(id)
         if (this.#topicsById.has(id)) return // a checkpoint restating a topic this thread knows
         const name = this.#textAt(position, log, f + 3)
-        this.#take(TOPIC_SLOTS, log[f + 2])
+        this.#take(KEY_TOPIC, log[f + 2])
         const topic = new TopicEntity(id, name, sanitizeLabelValue(name), log[f + 2])
         this.topics.set(name, topic)
         this.#topicsById.set(topic.id, topic)
@@ -545,16 +559,16 @@ export class Registry {
         const epoch = narrow(log[f + 2], log[f + 3])
         // Every thread replays the same entries into the same queues, so it queues the same
         // blocks in the same order. They wait for the removal's epoch (reclamation.ts).
-        for (const slot of topic.partitionSlots) this.#release(PARTITION_SLOTS, slot, epoch)
+        for (const slot of topic.partitionSlots) this.#release(KEY_PARTITION, slot, epoch)
         for (const group of [...topic.groups, ...topic.retiring]) this.#releaseGroup(group, epoch)
-        this.#release(TOPIC_SLOTS, topic.slot, epoch)
+        this.#release(KEY_TOPIC, topic.slot, epoch)
         this.#forgetTopic(topic)
         break
       }
       case Entry.Partition: {
         const topic = this.#topicsById.get(narrow(log[f], log[f + 1]))!
         if (topic.partitionSlot(log[f + 2]) !== undefined) return
-        this.#take(PARTITION_SLOTS, log[f + 3])
+        this.#take(KEY_PARTITION, log[f + 3])
         ;[topic.partitionNumbers, topic.partitionSlots] = inserted(topic.partitionNumbers, topic.partitionSlots, log[f + 2], log[f + 3])
         break
       }
@@ -564,7 +578,7 @@ export class Registry {
         if (this.#groupsById.has(id)) return
         const topic = this.#topicsById.get(narrow(log[f], log[f + 1]))!
         const name = this.#textAt(position, log, f + 7)
-        this.#take(GROUP_SLOTS, log[f + 4])
+        this.#take(KEY_GROUP, log[f + 4])
         const group = new GroupEntity(topic, id, name, sanitizeLabelValue(name), log[f + 4], log[f + 5], log[f + 6])
         topic.groups = withGroup(topic.groups, group)
         this.#groupsById.set(group.id, group)
@@ -598,7 +612,7 @@ export class Registry {
       case Entry.Floor: {
         const group = this.#groupsById.get(narrow(log[f], log[f + 1]))!
         if (group.floorSlot(log[f + 2]) !== undefined) return
-        this.#take(FLOOR_SLOTS, log[f + 3])
+        this.#take(KEY_FLOOR, log[f + 3])
         const [partitions, slots] = inserted(group.floorPartitions, group.floorSlots, log[f + 2], log[f + 3])
         const all = group.topic.partitionNumbers
         group.floorPartitions = sameNumbers(partitions, all) ? all : partitions
@@ -608,7 +622,7 @@ export class Registry {
       case Entry.Window: {
         const group = this.#groupsById.get(narrow(log[f], log[f + 1]))!
         if (group.windowSlot(log[f + 2]) !== undefined) return
-        this.#take(windowSlots(group.window), log[f + 3])
+        this.#take(windowKey(group.window), log[f + 3])
         ;[group.windowPartitions, group.windowSlots] = inserted(group.windowPartitions, group.windowSlots, log[f + 2], log[f + 3])
         break
       }
@@ -635,9 +649,9 @@ export class Registry {
   }
 
   /** A block is in use again: drop it from the free queue and forget its old folds. */
-  #take(size: number, slot: number): void {
+  #take(key: number, slot: number): void {
     // #allocate reuses the front of the queue; a fresh block is above every block ever freed.
-    const free = this.#free.get(size)
+    const free = this.#free.get(key)
     if (free !== undefined && free.head < free.slots.length && free.slots[free.head] === slot) {
       free.head++
       if (free.head >= 1024 && free.head * 2 >= free.slots.length) {
@@ -646,19 +660,19 @@ export class Registry {
         free.head = 0
       }
     }
-    for (let i = 0; i < size; i++) this.folds.delete(slot + i)
+    for (let i = 0; i < key >>> KIND_BITS; i++) this.folds.delete(slot + i)
   }
 
   /** A group's blocks (its cells and its floors), freed at `epoch`. */
   #releaseGroup(group: GroupEntity, epoch: number): void {
-    for (const slot of group.floorSlots) this.#release(FLOOR_SLOTS, slot, epoch)
-    for (const slot of group.windowSlots) this.#release(windowSlots(group.window), slot, epoch)
-    this.#release(GROUP_SLOTS, group.slot, epoch)
+    for (const slot of group.floorSlots) this.#release(KEY_FLOOR, slot, epoch)
+    for (const slot of group.windowSlots) this.#release(windowKey(group.window), slot, epoch)
+    this.#release(KEY_GROUP, group.slot, epoch)
   }
 
-  #release(size: number, slot: number, epoch: number): void {
-    let free = this.#free.get(size)
-    if (!free) this.#free.set(size, (free = { slots: [], epochs: [], head: 0 }))
+  #release(key: number, slot: number, epoch: number): void {
+    let free = this.#free.get(key)
+    if (!free) this.#free.set(key, (free = { slots: [], epochs: [], head: 0 }))
     free.slots.push(slot)
     free.epochs.push(epoch)
   }
@@ -666,7 +680,7 @@ export class Registry {
   /** Slots handed out and not freed (for the soak test's leak check). */
   slotsInUse(): number {
     let freed = 0
-    for (const [size, queue] of this.#free) freed += size * (queue.slots.length - queue.head)
+    for (const [key, queue] of this.#free) freed += (key >>> KIND_BITS) * (queue.slots.length - queue.head)
     return this.memory.control[C_NEXT_SLOT] - freed
   }
 
