@@ -594,6 +594,9 @@ export class Group {
    * then is finished by a scrape (reader.ts) or the next per-message call on its partition.
    */
   #tookOver(): void {
+    // A removed group's handle (it throws GROUP_REMOVED next) may hold its old block's lock, now
+    // another group's: its own windows, perhaps reused too, are not its to finish.
+    if (this.#tag[this.#index] !== this.#id) return
     this.#recorder.registry.trySync()
     finishWindows(this.#memory, this.entity)
   }
