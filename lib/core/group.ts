@@ -6,7 +6,7 @@ import { C_CLOSED, C_NEXT_ROW, MAX_ROWS, SLOTS_PER_CHUNK } from './layout'
 import { acquire, release } from './lock'
 import { Memory } from './memory'
 import { G_LOCK, GroupEntity, TopicEntity, W_BASE, W_HEADER, W_PENDING, W_SETTLED } from './entities'
-import { finishFloorMove, finishWindows } from './window'
+import { clearPassed, finishFloorMove, finishWindows } from './window'
 import { Chunk, GroupCell, checkCount, checkPartition, goneError } from './checks'
 import type { Recorder } from './recording'
 
@@ -467,10 +467,7 @@ export class Group {
       if (took) this.#tookOver()
       this.#alive()
       // A holder that stopped (a worker terminated) inside a floor move left it recorded: finished first.
-      if (headers[header + W_PENDING] !== 0) {
-        const moved = finishFloorMove(headers, header, bits, first, window)
-        if (moved > lane.hints[lane.hintAt]) lane.hints[lane.hintAt] = moved
-      }
+      if (headers[header + W_PENDING] !== 0) finishFloorMove(headers, header, bits, first, window, lane.hints, lane.hintAt)
       const initialized = headers[header + W_BASE] !== 0
       const floor = initialized ? headers[header + W_BASE] - 1 : Math.max(this.#recorder.highest(lane.floorSlot), this.#topic.baseOf(lane.lastSeqSlot))
       const inFlight = (bits[word] & bit) !== 0
@@ -555,14 +552,11 @@ export class Group {
           // Next, nothing settled above it: the floor takes one step (its bits are clear already).
           headers[header + W_BASE] = to + 1
         } else {
-          // The move is recorded before the bits of the seqs passed over are cleared.
+          // The move is recorded before the bits of the seqs passed over are cleared (a call and a
+          // loop: a thread stopped there leaves the move to the lock's next holder).
           headers[header + W_BASE] = floor + 1
           headers[header + W_PENDING] = to + 1
-          for (let k = Math.min(to - floor, window), at = windowIndex(floor + 1, window); k > 0; k--, at = at + 1 === window ? 0 : at + 1) {
-            const keep = ~(1 << (at & 31))
-            bits[first + (at >>> 5)] &= keep
-            bits[first + words + (at >>> 5)] &= keep
-          }
+          clearPassed(bits, first, window, windowIndex(floor + 1, window), to - floor)
           headers[header + W_SETTLED] -= passed
           headers[header + W_BASE] = to + 1
           headers[header + W_PENDING] = 0
@@ -574,11 +568,7 @@ export class Group {
       release(this.#lock, this.#lockIndex, tag)
     }
     // Faults are raised after the call's last write (docs/reclamation.md).
-    if (fault !== '') {
-      const metric = fault === 'ALREADY_IN_FLIGHT' || fault === 'NOT_IN_FLIGHT' ? 'mq_group_in_flight' : 'mq_group_lag'
-      this.#recorder.fault(fault, metric, this.#partitionLabels(partition), previous, seq)
-      return 0
-    }
+    if (fault !== '') return this.#refuse(fault, partition, previous, seq)
     if (op === Op.Send && total > this.#maxInFlight) {
       this.#recorder.fault('IN_FLIGHT_LIMIT_PASSED', 'mq_group_in_flight', this.#labels(), this.#maxInFlight, total)
     }
@@ -625,8 +615,12 @@ export class Group {
     if (seq <= floor) fault = 'ALREADY_SETTLED'
     else if (op !== Op.DeliveredUpTo && op !== Op.DroppedUpTo && seq > floor + this.entity.window) (fault = 'SETTLE_WINDOW_EXCEEDED'), (previous = floor + this.entity.window)
     else if (op === Op.Redeliver) fault = 'NOT_IN_FLIGHT'
-    if (fault === '') return undefined
-    const metric = fault === 'NOT_IN_FLIGHT' ? 'mq_group_in_flight' : 'mq_group_lag'
+    return fault === '' ? undefined : this.#refuse(fault, partition, previous, seq)
+  }
+
+  /** A per-message call refused: its fault raised, 0 (false) returned. */
+  #refuse(fault: string, partition: number, previous: number, seq: number): 0 {
+    const metric = fault === 'ALREADY_IN_FLIGHT' || fault === 'NOT_IN_FLIGHT' ? 'mq_group_in_flight' : 'mq_group_lag'
     this.#recorder.fault(fault, metric, this.#partitionLabels(partition), previous, seq)
     return 0
   }

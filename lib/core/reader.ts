@@ -82,7 +82,7 @@ export class SnapshotReader {
    * worker terminated inside the call) is taken over: the floor move it may have left half done
    * is finished (window.ts) and the lock freed, so the topic is checked again from the next read.
    */
-  #locksHeld(topic: TopicEntity): boolean {
+  #locksHeld(topic: TopicEntity, pending: readonly GroupEntity[] | undefined): boolean {
     let held = false
     const groups = topic.groups
     for (let g = 0; g < groups.length; g++) {
@@ -93,7 +93,7 @@ export class SnapshotReader {
       const tag = Atomics.load(cells, at)
       if (tag === 0) {
         if (this.#held.size !== 0) this.#held.delete(slot)
-        if (this.#pending(groups[g])) {
+        if (pending !== undefined && pending.includes(groups[g])) {
           // A floor move left pending by a thread that is gone, the lock since taken over and freed
           // by a thread that did not know that window: finished here, under the lock, if it is free.
           held = true
@@ -106,15 +106,6 @@ export class SnapshotReader {
       else if (this.#memory.holderState(tag) === 'gone' && Atomics.compareExchange(cells, at, tag, this.#memory.lockTag) === tag) this.#finish(groups[g], cells, at)
     }
     return held
-  }
-
-  /** Whether one of the group's windows has a floor move recorded and not finished (W_PENDING). */
-  #pending(group: GroupEntity): boolean {
-    const slots = group.windowSlots
-    for (let w = 0; w < slots.length; w++) {
-      if ((this.#shared[slots[w] >>> Chunk.Shift] ?? this.#sharedOf(slots[w] >>> Chunk.Shift))[(slots[w] & Chunk.Mask) + W_PENDING] !== 0) return true
-    }
-    return false
   }
 
   /** The reader took the group's lock over from a thread that is gone: its windows put right, the lock freed. */
@@ -201,12 +192,6 @@ export class SnapshotReader {
     return (this.#shared[c] ?? this.#sharedOf(c))[(slot & Chunk.Mask) + P_BASE]
   }
 
-  /** Seqs a settlement window holds settled above its floor (registry.ts W_SETTLED). */
-  #settledAbove(slot: number): number {
-    const c = slot >>> Chunk.Shift
-    return (this.#shared[c] ?? this.#sharedOf(c))[(slot & Chunk.Mask) + W_SETTLED]
-  }
-
   /** Into `floors`: `group`'s ack floor on each of `partitions` (0 where it has none). */
   #floors(group: GroupEntity, partitions: readonly number[], floors: number[] | Float64Array): void {
     const count = partitions.length
@@ -264,6 +249,7 @@ export class SnapshotReader {
     let dropped: Count = 0
     let dlq: Count = 0
     const groups: GroupSnapshot[] = new Array(groupCount)
+    let pending: GroupEntity[] | undefined
     for (let g = 0; g < groupCount; g++) {
       const group = groupEntities[g]
       const groupFloors = floors[g]
@@ -277,7 +263,13 @@ export class SnapshotReader {
           // design §4: what the group settled above its floor it no longer owes. Read after the
           // floor (a settlement writes its count first), so this never goes below 0.
           while (w < windows.length && windows[w] < numbers[p]) w++
-          if (w < windows.length && windows[w] === numbers[p]) behind -= Math.min(behind, this.#settledAbove(group.windowSlots[w]))
+          if (w < windows.length && windows[w] === numbers[p]) {
+            const slot = group.windowSlots[w]
+            const header = this.#shared[slot >>> Chunk.Shift] ?? this.#sharedOf(slot >>> Chunk.Shift)
+            // Seqs settled above the floor (W_SETTLED); a floor move recorded, not finished (W_PENDING: #locksHeld).
+            behind -= Math.min(behind, header[(slot & Chunk.Mask) + W_SETTLED])
+            if (header[(slot & Chunk.Mask) + W_PENDING] !== 0) (pending ??= []).push(group)
+          }
         }
         groupDepth += behind
       }
@@ -321,7 +313,7 @@ export class SnapshotReader {
       dropped = addCount(dropped, topic.retiredDropped)
       dlq = addCount(dlq, topic.retiredDlq)
     }
-    const writing = this.#sum(topic.slot + 2) !== 0 || this.#locksHeld(topic)
+    const writing = this.#sum(topic.slot + 2) !== 0 || this.#locksHeld(topic, pending)
     return topicSnapshot(topic, this.#count(topic.slot), this.#count(topic.slot + 1), delivered, dropped, dlq, lastSeq, depth, groups, writing)
   }
 }

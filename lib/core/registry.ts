@@ -75,25 +75,22 @@ export class Registry {
 
   /** Replays what other threads appended since the last call (a read of two cells when nothing did). */
   sync(): void {
-    const control = this.memory.control
-    if (Atomics.load(control, C_LOG_GENERATION) === this.#logGeneration && Atomics.load(control, C_LOG_END) === this.#cursor) return
-    this.memory.lock()
-    try {
-      this.#catchUp()
-    } finally {
-      this.memory.unlock()
-    }
+    this.#sync(true)
   }
 
   /**
    * sync() if the registration lock is free now; false if it was not (nothing done). For a caller
-   * that holds a group's lock: the registration lock is never waited for under one (a 'fault'
-   * listener, called under the registration lock, may wait for a group's lock).
+   * that holds a group's lock: the registration lock is never waited for under one.
    */
   trySync(): boolean {
+    return this.#sync(false)
+  }
+
+  #sync(wait: boolean): boolean {
     const control = this.memory.control
     if (Atomics.load(control, C_LOG_GENERATION) === this.#logGeneration && Atomics.load(control, C_LOG_END) === this.#cursor) return true
-    if (!this.memory.tryLock()) return false
+    if (wait) this.memory.lock()
+    else if (!this.memory.tryLock()) return false
     try {
       this.#catchUp()
     } finally {

@@ -13,34 +13,43 @@ function popcount(word: number): number {
 }
 
 /**
- * Finishes a floor move its caller recorded (W_PENDING) but did not live to complete: the bits of
- * the seqs the floor passes over are cleared, the settled seqs above the new floor counted again,
- * and the floor moved. Returns the new floor, or −1 when no move was pending. The caller holds the
- * group's lock (taken over from the thread that stopped) and raises the floor hint.
+ * Clears both bits of `count` seqs (at most the window) from bit `at` on: the seqs a floor move
+ * passes over, whose bits stand for seqs a window further on from now.
  */
-export function finishFloorMove(headers: Float64Array, header: number, bits: Int32Array, first: number, window: number): number {
-  const pending = headers[header + W_PENDING]
-  if (pending === 0) return -1
-  const floor = headers[header + W_BASE] - 1
-  const to = pending - 1
+export function clearPassed(bits: Int32Array, first: number, window: number, at: number, count: number): void {
   const words = window >>> 5
-  for (let n = Math.min(to - floor, window), at = (floor + 1) % window; n > 0; n--, at = at + 1 === window ? 0 : at + 1) {
+  for (let n = Math.min(count, window); n > 0; n--, at = at + 1 === window ? 0 : at + 1) {
     const keep = ~(1 << (at & 31))
     bits[first + (at >>> 5)] &= keep
     bits[first + words + (at >>> 5)] &= keep
   }
+}
+
+/**
+ * Finishes a floor move a holder recorded (W_PENDING) but did not live to complete: the bits of
+ * the seqs the floor passes over are cleared, the settled seqs above the new floor counted again,
+ * the floor moved and its hint (`hints[hintAt]`, if the caller knows it) raised. Idempotent, so a
+ * thread stopped inside it leaves it to the next holder. The caller holds the group's lock.
+ */
+export function finishFloorMove(headers: Float64Array, header: number, bits: Int32Array, first: number, window: number, hints?: Float64Array, hintAt = 0): void {
+  const pending = headers[header + W_PENDING]
+  if (pending === 0) return
+  const floor = headers[header + W_BASE] - 1
+  const to = pending - 1
+  const words = window >>> 5
+  clearPassed(bits, first, window, (floor + 1) % window, to - floor)
   let settled = 0
   for (let w = first + words; w < first + 2 * words; w++) settled += popcount(bits[w])
   headers[header + W_SETTLED] = settled
   headers[header + W_BASE] = to + 1
   headers[header + W_PENDING] = 0
-  return to
+  if (hints !== undefined && to > hints[hintAt]) hints[hintAt] = to
 }
 
 /**
- * Every floor move of `group` left pending, on any partition, finished and its floor hint raised:
- * by whoever took the group's lock over from a thread that is gone (group.ts; a scrape's reader
- * that found the holder gone, reader.ts). Caller holds the lock.
+ * Every floor move of `group` left pending, on any partition, finished: by whoever took the
+ * group's lock over from a thread that is gone (group.ts; a scrape's reader, reader.ts). Caller
+ * holds the lock.
  */
 export function finishWindows(memory: Memory, group: GroupEntity): void {
   const shared = (c: number) => memory.rowChunk(SHARED_ROW, c, true)!
@@ -48,11 +57,8 @@ export function finishWindows(memory: Memory, group: GroupEntity): void {
     const slot = group.windowSlots[w]
     const c = slot >>> Chunk.Shift
     const header = slot & Chunk.Mask
-    const moved = finishFloorMove(shared(c), header, memory.sharedI32(c), (header + W_HEADER) * 2, group.window)
     const floorSlot = group.floorSlot(group.windowPartitions[w])
-    if (moved >= 0 && floorSlot !== undefined) {
-      const hints = shared(floorSlot >>> Chunk.Shift)
-      if (moved > hints[floorSlot & Chunk.Mask]) hints[floorSlot & Chunk.Mask] = moved
-    }
+    const hints = floorSlot === undefined ? undefined : shared(floorSlot >>> Chunk.Shift)
+    finishFloorMove(shared(c), header, memory.sharedI32(c), (header + W_HEADER) * 2, group.window, hints, floorSlot === undefined ? 0 : floorSlot & Chunk.Mask)
   }
 }
