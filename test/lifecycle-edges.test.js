@@ -7,7 +7,7 @@
 const path = require('node:path')
 const { Worker } = require('node:worker_threads')
 const t = require('tap')
-const { backends, surfaceOn, faultsOf, played, prng } = require('./helpers')
+const { backends, surfaceOn, faultsOf, played, prng, topicNumbers } = require('./helpers')
 
 const codes = (faults) => faults.map((f) => f.code)
 const group = (s, topic, name) => s.stats('groups', { topic, group: name }).groups[0]
@@ -336,6 +336,77 @@ for (const backend of backends()) {
     t.throws(() => old.produced(0, Math.max(id, fresh.entity.id) + 1, 5, 1), { code: 'TOPIC_REMOVED' })
     t.equal(fresh.append(0, 1), id + 1, 'the new topic is untouched')
     t.equal(s.stats('topics').totals.produced, id + 1)
+    t.end()
+  })
+
+  t.test(`${backend}: a worker terminated inside a fold (a count past 2^53) leaves its call made in full or not at all`, async (t) => {
+    // The fold moves a row cell's value into the registration log; stopped while it writes the
+    // log entry, or once the entry is published, the call that needed it must count nothing (and
+    // no total may move), so that the broker's retry counts it once.
+    const MAX = Number.MAX_SAFE_INTEGER
+    for (const call of ['settle', 'append', 'produced']) {
+      for (const at of ['write', 'published']) {
+        const what = `${call}(), stopped at the fold's ${at === 'write' ? 'log entry' : 'unlock'}`
+        const s = surfaceOn(t, backend)
+        const faults = faultsOf(s)
+        const other = worker(s, 'fold-parked', { call, at })
+        t.equal(await other.reached(), 1, `${what}: the worker stopped there`)
+        await other.w.terminate()
+        const topic = s.topic('orders')
+        const g = topic.group('g')
+        const reads = [0, 1, 2].map(() => topicNumbers(s, 'orders'))
+        const last = reads[2]
+        // (A read may find the dead worker's group lock held: it marks the topic written, then takes the lock over.)
+        t.equal(last.producing, false, `${what}: the third read finds the topic quiet`)
+        if (call === 'settle') {
+          t.equal(last.groups[0].delivered, MAX, `${what}: delivered is what the completed calls counted`)
+          t.equal(g.isSettled(1, 11), false, `${what}: seq 11 is not settled`)
+          t.ok(g.settle(1, 11, 'delivered'), `${what}: the retry counts it`)
+          t.equal(topicNumbers(s, 'orders').groups[0].delivered, `${2n ** 53n}n`, `${what}: once, exactly`)
+        } else {
+          t.same([last.produced, last.bytes, last.lastSeq], [1, MAX - 10, [1]], `${what}: the message is not appended, nothing of it counted`)
+          t.equal(call === 'append' ? topic.append(0, 100) : topic.produced(0, 2, 100) && topic.lastSeq(0), 2, `${what}: the retry appends seq 2`)
+          const after = topicNumbers(s, 'orders')
+          t.same([after.produced, after.bytes, after.lastSeq], [2, `${BigInt(MAX) + 90n}n`, [2]], `${what}: counted once, exactly`)
+        }
+        t.equal(s.stats('conservation').topics[0].groups[0].residual, 0, `${what}: the books balance`)
+        t.same(codes(faults), [], `${what}: no fault`)
+      }
+    }
+    t.end()
+  })
+
+  t.test(`${backend}: a producer between its two writes does not keep a scrape from finishing a dead thread's floor move`, (t) => {
+    // Thread 2 stops (for good) right after recording a floor move; thread 3 sits between the
+    // counter and last_seq writes of a produce (its writing marker set) across every read.
+    const { threads, main, worker, side, read } = played(backend)
+    const third = side(false, 3)
+    const N = 100
+    main.handles.topic('orders').append(0, 1, N + 5)
+    main.handles.topic('orders').group('g', { settle_window: 1024 })
+    const g = worker.handles.topic('orders').group('g', { settle_window: 1024 })
+    for (let seq = 2; seq <= N; seq++) g.settle(0, seq, 'delivered')
+    const min = Math.min
+    const stop = new Error('thread 2 stops here')
+    Math.min = function (a, b) {
+      if (!/perMessage/.test(new Error().stack)) return min(a, b)
+      Math.min = min
+      threads[2].alive = false
+      throw stop // nothing after the move's record is written
+    }
+    try {
+      t.throws(() => g.settle(0, 1, 'delivered'), stop)
+    } finally {
+      Math.min = min
+    }
+    const [row, index] = third.recorder.cells(third.handles.topic('orders').entity.slot)
+    row[index + 2] = 1 // the writing marker (topic.ts produced())
+    const reads = [read(), read(), read()].map((r) => r.find((x) => x.name === 'orders'))
+    t.same(reads.map((r) => r.producing), [true, true, true], 'every read finds the topic being written')
+    const after = reads[2].groups[0]
+    t.same([after.delivered, after.lag, after.ackFloors[0]], [N, 5, N], 'and the move is finished all the same: floor N')
+    row[index + 2] = 0
+    t.equal(read().find((x) => x.name === 'orders').producing, false)
     t.end()
   })
 

@@ -249,14 +249,21 @@ export class Group {
     return new RemovedGroupError(this.#topic.name, this.name)
   }
 
-  /** The slow half of delivered()/dropped(): a counter nearing 2^53, or a share that does not cover n. */
+  /**
+   * The slow half of delivered()/dropped(): a counter nearing 2^53 (room made first: a fold,
+   * whole), or a share that does not cover n. Both cells are written with no call between.
+   */
   #settle(offset: number, n: number): void {
     const row = this.#row
     const index = this.#index
-    this.#recorder.add(row, index + offset, this.#slot + offset, n, this.#topic.entity, this.entity)
+    this.#recorder.room(row, index + offset, this.#slot + offset, n, this.#topic.entity, this.entity)
     const share = row[index + GroupCell.InFlight]
-    if (share >= n) row[index + GroupCell.InFlight] = share - n
-    else this.#settleAcrossThreads(n)
+    if (share >= n) {
+      row[index + offset] += n
+      row[index + GroupCell.InFlight] = share - n
+    } else {
+      this.#settleAcrossThreads(offset, n)
+    }
   }
 
   /**
@@ -538,9 +545,9 @@ export class Group {
           to++
           passed++
         }
-        // The writes. Near 2^53 the count takes the folding path (a call), before any other write.
-        if (row[index + cell] + n <= MAX_SAFE) row[index + cell] += n
-        else this.#recorder.add(row, index + cell, this.#slot + cell, n, this.#topic.entity, this.entity)
+        // Near 2^53 the count's cell makes room first (a fold: a call, whole, totals unchanged). Then the writes.
+        if (row[index + cell] + n > MAX_SAFE) this.#recorder.room(row, index + cell, this.#slot + cell, n, this.#topic.entity, this.entity)
+        row[index + cell] += n
         row[index + GroupCell.InFlight] -= ended
         if (op === Op.Delivered || op === Op.Dropped) bits[word] &= ~bit
         if (to === floor) {
@@ -692,8 +699,10 @@ export class Group {
    * did. Checked against every thread's share under the group's lock; a total below 0 found here
    * (threads that raced past their own shares) is repaired to 0 as well.
    */
-  #settleAcrossThreads(n: number): void {
+  #settleAcrossThreads(offset: number, n: number): void {
     const memory = this.#memory
+    const row = this.#row
+    const index = this.#index
     let available: number
     const tag = memory.lockTag
     const took = acquire(this.#lock, this.#lockIndex, tag, memory)
@@ -701,8 +710,10 @@ export class Group {
       if (took) this.#tookOver()
       const inFlight = this.#inFlightAll()
       available = Math.max(0, inFlight)
-      this.#alive() // again, right before the write (see dispatch)
-      this.#row[this.#index + GroupCell.InFlight] -= Math.min(inFlight, 0) + Math.min(n, available)
+      const less = Math.min(inFlight, 0) + Math.min(n, available)
+      this.#alive() // again, right before the writes (see dispatch)
+      row[index + offset] += n
+      row[index + GroupCell.InFlight] -= less
     } finally {
       release(this.#lock, this.#lockIndex, tag)
     }

@@ -38,6 +38,8 @@ export class SnapshotReader {
   underflows: GroupEntity[] = []
   /** Group slot → the tag its lock was held with at the last read that found it held. */
   readonly #held = new Map<number, number>()
+  /** The slots of #held found held again by the read under way (topics()). */
+  readonly #heldNow = new Set<number>()
 
   constructor(registry: Registry) {
     this.#registry = registry
@@ -58,7 +60,11 @@ export class SnapshotReader {
     }
     const sorted = this.#sortedTopics
     const out: TopicSnapshot[] = new Array(sorted.length)
+    const held = this.#held.size
     for (let t = 0; t < sorted.length; t++) out[t] = this.#topic(sorted[t], ackFloors)
+    // A group removed (or its topic) while its lock was held is met no more: forgotten here.
+    if (held !== 0) for (const slot of this.#held.keys()) if (!this.#heldNow.has(slot)) this.#held.delete(slot)
+    this.#heldNow.clear()
     return out
   }
 
@@ -102,6 +108,7 @@ export class SnapshotReader {
         continue
       }
       held = true
+      if (this.#held.size !== 0) this.#heldNow.add(slot)
       if (this.#held.get(slot) !== tag) this.#held.set(slot, tag)
       else if (this.#memory.holderState(tag) === 'gone' && Atomics.compareExchange(cells, at, tag, this.#memory.lockTag) === tag) this.#finish(groups[g], cells, at)
     }
@@ -313,7 +320,10 @@ export class SnapshotReader {
       dropped = addCount(dropped, topic.retiredDropped)
       dlq = addCount(dlq, topic.retiredDlq)
     }
-    const writing = this.#sum(topic.slot + 2) !== 0 || this.#locksHeld(topic, pending)
+    // Both, always: the locks are looked at (a dead holder's taken over, a pending move finished)
+    // whatever a producer's marker says.
+    const held = this.#locksHeld(topic, pending)
+    const writing = this.#sum(topic.slot + 2) !== 0 || held
     return topicSnapshot(topic, this.#count(topic.slot), this.#count(topic.slot + 1), delivered, dropped, dlq, lastSeq, depth, groups, writing)
   }
 }

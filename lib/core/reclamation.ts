@@ -61,11 +61,15 @@ export function detach(memory: Memory): void {
 /**
  * Starts a new epoch for what the caller has just unlinked (its liveness tags already cleared)
  * and returns it: blocks freed now wait for every other thread to announce it. The caller holds
- * the registration lock and is itself between recording calls, so it announces at once.
+ * the registration lock and is itself between recording calls, so it announces at once — for
+ * every row this thread records into on that surface (an attachSurface() on the main thread
+ * beside the surface has one of its own).
  */
 export function advanceEpoch(memory: Memory): number {
   const epoch = Atomics.add(memory.wide, B_EPOCH, 1n) + 1n
   announce(memory)
+  const surface = `${Atomics.load(memory.wide, B_SURFACE_ID)}/`
+  for (const [id, each] of announcing) if (each !== memory && id.startsWith(surface)) announce(each)
   ring(memory)
   return Number(epoch)
 }
@@ -92,15 +96,19 @@ export function passedEpoch(memory: Memory, askProc: boolean): number {
   return Number(lowest)
 }
 
-/** The memories this thread records into, by surface (attaching again to one surface adds nothing). */
-const announcing = new Map<bigint, Memory>()
+/**
+ * The memories this thread records into, by surface and row: attaching again to one surface from
+ * a worker (the same row) adds nothing; attachSurface() on the main thread beside the surface
+ * claims a row of its own, which must announce too (else no freed block is ever reused again).
+ */
+const announcing = new Map<string, Memory>()
 
 /**
  * Announces for `memory` from now on, each time the epoch moves, until its surface is closed; in
- * a worker, also detaches on the thread's exit.
+ * a worker, also detaches on the thread's exit. The caller has claimed the memory's row.
  */
 export function keepAnnouncing(memory: Memory): void {
-  const id = Atomics.load(memory.wide, B_SURFACE_ID)
+  const id = `${Atomics.load(memory.wide, B_SURFACE_ID)}/${memory.row}`
   if (announcing.has(id)) return
   announcing.set(id, memory)
   watch(id, memory) // keepAnnouncing() is called by a constructor or an attach: between recording calls
@@ -120,7 +128,7 @@ let exitHooked = false
  * the epoch after the announcement read it rings after that too, so the wait ends at once and
  * no removal goes unannounced.
  */
-function watch(id: bigint, memory: Memory): void {
+function watch(id: string, memory: Memory): void {
   const doorbell = memory.arena.doorbell
   for (;;) {
     if (memory.control[C_CLOSED] === 1) {

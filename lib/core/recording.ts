@@ -140,14 +140,22 @@ export class Recorder {
   }
 
   /**
-   * Adds to a row cell of `topic` (of `group`, for a group's cell); past 2^53 the excess moves to
-   * the log so the total stays exact (under the registration lock, which checks again that the
-   * topic or group was not removed meanwhile).
+   * Adds to a row cell of `topic` (of `group`, for a group's cell); past 2^53 the cell's value
+   * moves to the log first so the total stays exact (under the registration lock, which checks
+   * again that the topic or group was not removed meanwhile). The add is this call's one write.
    */
   add(row: Float64Array, index: number, slot: number, n: number, topic: TopicEntity, group?: GroupEntity): void {
-    const value = row[index] + n
-    if (value <= MAX_SAFE) row[index] = value
-    else this.registry.fold(row, index, slot, row[index], topic, group), (row[index] = n)
+    this.room(row, index, slot, n, topic, group)
+    row[index] += n
+  }
+
+  /**
+   * Makes room for `n` in a row cell: when it would pass 2^53, its value moves to the log (a
+   * fold, whole or not made; totals unchanged). A call that writes several cells makes room in
+   * each first, then writes them all with no call between (design §11).
+   */
+  room(row: Float64Array, index: number, slot: number, n: number, topic: TopicEntity, group?: GroupEntity): void {
+    if (row[index] + n > MAX_SAFE) this.registry.fold(row, index, slot, topic, group)
   }
 
   /**

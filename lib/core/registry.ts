@@ -308,16 +308,24 @@ export class Registry {
   }
 
   /**
-   * Moves `amount` out of a row cell into the log, exactly (the cell neared 2^53). `group`: the
-   * group whose cell it is (checked too: a removed group's blocks are not its own any more).
+   * Moves a row cell's whole value into the log, exactly (the cell nears 2^53; it is 0 after).
+   * `group`: the group whose cell it is (checked too: a removed group's blocks are not its own
+   * any more). Whole or not made (design §11): the entry is written first, unpublished; then the
+   * cell gives the amount up and the entry is published, with no call between the two writes (a
+   * terminated thread stops only at a call or a loop's back edge). A total never changes with a
+   * fold, so a caller that folds before its own writes leaves its call not made if it stops after.
    */
-  fold(row: Float64Array, index: number, slot: number, amount: number, topic: TopicEntity, group?: GroupEntity): void {
+  fold(row: Float64Array, index: number, slot: number, topic: TopicEntity, group?: GroupEntity): void {
     this.#locked(() => {
       // Removed while this thread waited for the lock: its slots are not its own.
       if (group === undefined) this.#assertAlive(topic)
       else this.#assertGroupAlive(group)
+      const amount = row[index]
+      const control = this.memory.control
+      const [position, end] = this.#log.write(this.#logGeneration, control[C_LOG_END], Entry.Fold, [slot, ...wide(amount)])
       row[index] -= amount
-      this.#append(Entry.Fold, [slot, ...wide(amount)])
+      Atomics.store(control, C_LOG_END, end)
+      this.#published(position, end)
     })
   }
 
@@ -435,6 +443,12 @@ export class Registry {
     const control = this.memory.control
     const [position, end] = this.#log.write(this.#logGeneration, control[C_LOG_END], type, fields, text)
     Atomics.store(control, C_LOG_END, end)
+    this.#published(position, end, text)
+  }
+
+  /** An entry just published (at `position`, ending at `end`): applied locally, the log compacted when due. */
+  #published(position: number, end: number, text?: string): void {
+    const control = this.memory.control
     this.#appending = text === undefined ? undefined : { position, text }
     try {
       while (this.#cursor < end) this.#applyAt(this.#cursor)
