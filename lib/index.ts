@@ -12,7 +12,7 @@ export type { StatsErrorCode, StatsView, StatsViews, TopicsView, PartitionsView,
 export type { WriteAnswer, QuorumEvent } from './core/quorum'
 export type { Config } from './core/config'
 export type { SurfaceOptions, ResolvedSurfaceOptions } from './http/pacing'
-export type { FaultRecord } from './core/faults'
+export type { FaultRecord, FaultCode } from './core/faults'
 export type { Topic, GroupOptions } from './core/topic'
 export type { Group, Outcome } from './core/group'
 export type { Surface, Listening, ListenOptions } from './surface'

@@ -416,6 +416,7 @@ export class Surface extends EventEmitter {
   override on(event: 'fault', listener: (fault: FaultRecord) => void): this
   override on(event: 'quorum', listener: (change: QuorumEvent) => void): this
   override on(event: 'error', listener: (error: Error) => void): this
+  override on(event: 'newListener' | 'removeListener', listener: (event: string | symbol, listener: (...args: any[]) => void) => void): this
   override on(event: string | symbol, listener: (...args: any[]) => void): this {
     return super.on(knownEvent(event), listener)
   }
@@ -423,6 +424,7 @@ export class Surface extends EventEmitter {
   override once(event: 'fault', listener: (fault: FaultRecord) => void): this
   override once(event: 'quorum', listener: (change: QuorumEvent) => void): this
   override once(event: 'error', listener: (error: Error) => void): this
+  override once(event: 'newListener' | 'removeListener', listener: (event: string | symbol, listener: (...args: any[]) => void) => void): this
   override once(event: string | symbol, listener: (...args: any[]) => void): this {
     return super.once(knownEvent(event), listener)
   }
@@ -430,6 +432,7 @@ export class Surface extends EventEmitter {
   override addListener(event: 'fault', listener: (fault: FaultRecord) => void): this
   override addListener(event: 'quorum', listener: (change: QuorumEvent) => void): this
   override addListener(event: 'error', listener: (error: Error) => void): this
+  override addListener(event: 'newListener' | 'removeListener', listener: (event: string | symbol, listener: (...args: any[]) => void) => void): this
   override addListener(event: string | symbol, listener: (...args: any[]) => void): this {
     return super.addListener(knownEvent(event), listener)
   }
@@ -437,6 +440,7 @@ export class Surface extends EventEmitter {
   override prependListener(event: 'fault', listener: (fault: FaultRecord) => void): this
   override prependListener(event: 'quorum', listener: (change: QuorumEvent) => void): this
   override prependListener(event: 'error', listener: (error: Error) => void): this
+  override prependListener(event: 'newListener' | 'removeListener', listener: (event: string | symbol, listener: (...args: any[]) => void) => void): this
   override prependListener(event: string | symbol, listener: (...args: any[]) => void): this {
     return super.prependListener(knownEvent(event), listener)
   }
@@ -444,6 +448,7 @@ export class Surface extends EventEmitter {
   override prependOnceListener(event: 'fault', listener: (fault: FaultRecord) => void): this
   override prependOnceListener(event: 'quorum', listener: (change: QuorumEvent) => void): this
   override prependOnceListener(event: 'error', listener: (error: Error) => void): this
+  override prependOnceListener(event: 'newListener' | 'removeListener', listener: (event: string | symbol, listener: (...args: any[]) => void) => void): this
   override prependOnceListener(event: string | symbol, listener: (...args: any[]) => void): this {
     return super.prependOnceListener(knownEvent(event), listener)
   }

@@ -1,7 +1,7 @@
 // Design §5: a fault is recorded in a bounded log and emitted as a 'fault' event; it never throws.
 
 export interface FaultRecord {
-  code: string
+  code: FaultCode
   metric: string
   labels: Record<string, string>
   previous: number | null
@@ -27,6 +27,12 @@ export const FAULT_CODES = [
   'SETTLE_WINDOW_EXCEEDED',
   'IN_FLIGHT_LIMIT_PASSED',
 ] as const
+
+/**
+ * A fault record's code: one of FAULT_CODES, or one of the two notes the main thread adds
+ * (docs/faults.md). A typo in a comparison (`fault.code === 'ALREADY_SETTLD'`) does not compile.
+ */
+export type FaultCode = (typeof FAULT_CODES)[number] | 'FAULTS_SUPPRESSED' | 'SCRAPE_THREAD_FAILED'
 
 /** How many recent faults the log keeps; older ones are dropped first (counts are kept). */
 export const FAULT_LOG_CAPACITY = 1000

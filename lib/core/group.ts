@@ -9,10 +9,14 @@ import { G_LOCK, GroupEntity, TopicEntity, W_BASE, W_HEADER, W_PENDING, W_SETTLE
 import { clearPassed, finishFloorMove, finishWindows } from './window'
 import { Chunk, GroupCell, checkCount, checkPartition, goneError } from './checks'
 import type { Recorder } from './recording'
+import type { FaultCode } from './faults'
 
 export type Outcome = 'delivered' | 'dropped'
 
-/** What a group handle asks of its topic's handle (topic.ts): the entity and its partitions' cells. */
+/**
+ * What a group handle asks of its topic's handle (topic.ts): the entity and its partitions' cells.
+ * @internal
+ */
 export interface TopicOfGroup {
   readonly name: string
   readonly entity: TopicEntity
@@ -83,6 +87,7 @@ const enum Op {
 
 export class Group {
   readonly name: string
+  /** @internal */
   readonly entity: GroupEntity
   readonly #topic: TopicOfGroup
   readonly #recorder: Recorder
@@ -105,6 +110,7 @@ export class Group {
   /** By partition: the per-message calls' cells (#lane). */
   readonly #lanes: (Lane | undefined)[] = []
 
+  /** @internal */
   constructor(recorder: Recorder, topic: TopicOfGroup, entity: GroupEntity) {
     this.name = entity.name
     this.entity = entity
@@ -171,6 +177,7 @@ export class Group {
   /**
    * An in_flight below 0 that no dispatch or settlement has met yet (a scrape found it): repaired
    * to 0 in this thread's share, with IN_FLIGHT_UNDERFLOW. Returns whether there was one.
+   * @internal
    */
   repairInFlight(): boolean {
     if (this.#tag[this.#index] !== this.#id) return false
@@ -465,7 +472,7 @@ export class Group {
     const row = this.#row
     const index = this.#index
     const tag = this.#memory.lockTag
-    let fault = ''
+    let fault: FaultCode | '' = ''
     let previous = 0
     let total = 0
     let result = 1
@@ -617,7 +624,7 @@ export class Group {
     const floor = this.floor(partition)
     if (op === Op.Query) return 0
     if (op === Op.QuerySettled) return seq <= floor ? 1 : 0
-    let fault = ''
+    let fault: FaultCode | '' = ''
     let previous = floor
     if (seq <= floor) fault = 'ALREADY_SETTLED'
     else if (op !== Op.DeliveredUpTo && op !== Op.DroppedUpTo && seq > floor + this.entity.window) (fault = 'SETTLE_WINDOW_EXCEEDED'), (previous = floor + this.entity.window)
@@ -626,7 +633,7 @@ export class Group {
   }
 
   /** A per-message call refused: its fault raised, 0 (false) returned. */
-  #refuse(fault: string, partition: number, previous: number, seq: number): 0 {
+  #refuse(fault: FaultCode, partition: number, previous: number, seq: number): 0 {
     const metric = fault === 'ALREADY_IN_FLIGHT' || fault === 'NOT_IN_FLIGHT' ? 'mq_group_in_flight' : 'mq_group_lag'
     this.#recorder.fault(fault, metric, this.#partitionLabels(partition), previous, seq)
     return 0

@@ -41,6 +41,7 @@ const MAX_LISTED_GROUPS = 16
 
 export class Topic {
   readonly name: string
+  /** @internal */
   readonly entity: TopicEntity
   readonly #recorder: Recorder
   readonly #row: Float64Array
@@ -65,6 +66,7 @@ export class Topic {
    */
   #groups: readonly Group[] | Map<string, Group> = []
 
+  /** @internal */
   constructor(recorder: Recorder, entity: TopicEntity) {
     this.name = entity.name
     this.entity = entity
@@ -78,7 +80,10 @@ export class Topic {
     ;[this.#tag] = recorder.sharedCells(entity.slot)
   }
 
-  /** Throws when the topic was removed (its slots may already belong to another topic). */
+  /**
+   * Throws when the topic was removed (its slots may already belong to another topic).
+   * @internal
+   */
   alive(): void {
     if (this.#tag[this.#index] !== this.#id) throw this.#gone()
   }
@@ -223,7 +228,10 @@ export class Topic {
     return this.lastSeqKnown(partition)
   }
 
-  /** The partition's base: the seq before its first message (0 unless its log started later). */
+  /**
+   * The partition's base: the seq before its first message (0 unless its log started later).
+   * @internal
+   */
   baseOf(slot: number): number {
     this.#recorder.resolveChunk(slot)
     return this.#sharedChunks[slot >>> Chunk.Shift][(slot & Chunk.Mask) + P_BASE]
@@ -345,7 +353,10 @@ export class Topic {
     return removed
   }
 
-  /** Lets this topic's handle for `group` go (the group was removed). */
+  /**
+   * Lets this topic's handle for `group` go (the group was removed).
+   * @internal
+   */
   dropGroupHandle(group: GroupEntity): void {
     const groups = this.#groups
     if (groups instanceof Map) {
@@ -376,7 +387,10 @@ export class Topic {
     }
   }
 
-  /** Highest last_seq of a partition across every thread, without registering it. */
+  /**
+   * Highest last_seq of a partition across every thread, without registering it.
+   * @internal
+   */
   lastSeqKnown(partition: number): number {
     this.alive() // a removed topic's slots may already be another's
     const slot = this.knownPartition(partition)
@@ -408,6 +422,7 @@ export class Topic {
   /**
    * The partition's last_seq slot if the partition is known (in any thread), else undefined. A
    * reader: it neither claims the hint nor caches the slot (a later produced() must still claim).
+   * @internal
    */
   knownPartition(partition: number): number | undefined {
     const slot = this.#lastSeqSlots[partition]
@@ -418,7 +433,10 @@ export class Topic {
     return known
   }
 
-  /** Registers the partition (its series appear) without writing to it. */
+  /**
+   * Registers the partition (its series appear) without writing to it.
+   * @internal
+   */
   ensurePartition(partition: number): number {
     const known = this.#lastSeqSlots[partition]
     if (known !== undefined) return known
@@ -428,6 +446,7 @@ export class Topic {
     return slot
   }
 
+  /** @internal */
   lastSeqOf(slot: number): number {
     return this.#recorder.highest(slot)
   }
