@@ -341,12 +341,13 @@ for (const backend of backends()) {
 
   t.test(`${backend}: a worker terminated inside a fold (a count past 2^53) leaves its call made in full or not at all`, async (t) => {
     // The fold moves a row cell's value into the registration log; stopped while it writes the
-    // log entry, or once the entry is published, the call that needed it must count nothing (and
-    // no total may move), so that the broker's retry counts it once.
+    // log entry, or at the first call after (a builtin: Atomics.store publishing the entry, or the
+    // unlock), the call that needed it must count nothing and no total may move, so that the
+    // broker's retry counts it once.
     const MAX = Number.MAX_SAFE_INTEGER
-    for (const call of ['settle', 'append', 'produced']) {
-      for (const at of ['write', 'published']) {
-        const what = `${call}(), stopped at the fold's ${at === 'write' ? 'log entry' : 'unlock'}`
+    for (const call of ['settle', 'append', 'produced', 'resumed']) {
+      for (const at of ['write', 'written']) {
+        const what = `${call}(), stopped ${at === 'write' ? "writing the fold's log entry" : 'at the first builtin the fold calls after it'}`
         const s = surfaceOn(t, backend)
         const faults = faultsOf(s)
         const other = worker(s, 'fold-parked', { call, at })
@@ -363,6 +364,12 @@ for (const backend of backends()) {
           t.equal(g.isSettled(1, 11), false, `${what}: seq 11 is not settled`)
           t.ok(g.settle(1, 11, 'delivered'), `${what}: the retry counts it`)
           t.equal(topicNumbers(s, 'orders').groups[0].delivered, `${2n ** 53n}n`, `${what}: once, exactly`)
+        } else if (call === 'resumed') {
+          // A resumed log's first batch: its base is set with it, or not at all.
+          t.same([last.produced, last.bytes, last.lastSeq], [1, MAX - 10, [1, 0]], `${what}: the batch is not appended, nothing of it counted`)
+          t.equal(topic.produced(1, 1001, 100), true, `${what}: the retry appends it, seq 1001 first`)
+          const after = topicNumbers(s, 'orders')
+          t.same([after.produced, after.bytes, after.lastSeq], [2, `${BigInt(MAX) + 90n}n`, [1, 1001]], `${what}: counted once, exactly`)
         } else {
           t.same([last.produced, last.bytes, last.lastSeq], [1, MAX - 10, [1]], `${what}: the message is not appended, nothing of it counted`)
           t.equal(call === 'append' ? topic.append(0, 100) : topic.produced(0, 2, 100) && topic.lastSeq(0), 2, `${what}: the retry appends seq 2`)
@@ -372,6 +379,28 @@ for (const backend of backends()) {
         t.equal(s.stats('conservation').topics[0].groups[0].residual, 0, `${what}: the books balance`)
         t.same(codes(faults), [], `${what}: no fault`)
       }
+    }
+    t.end()
+  })
+
+  t.test(`${backend}: a worker terminated as it publishes a compaction of the registration log leaves the log whole`, async (t) => {
+    // Stopped at the first, second or third builtin call once the checkpoint is written (a
+    // terminated thread stops at any call): the new generation is published whole or not at all.
+    for (const k of [1, 2, 3]) {
+      const s = surfaceOn(t, backend)
+      const faults = faultsOf(s)
+      const hs = new Int32Array(new SharedArrayBuffer(12))
+      const w = new Worker(WORKER, { workerData: { shared: s.share(), hs, mode: 'compact-parked', k }, execArgv: [] })
+      const until = Date.now() + 60_000
+      while (Atomics.load(hs, 0) === 0 && Date.now() < until) await new Promise((resolve) => setTimeout(resolve, 5))
+      t.equal(Atomics.load(hs, 0), 1, `call ${k}: the worker compacted the log (after ${hs[2]} calls) and stopped there`)
+      await w.terminate()
+      const done = BigInt(hs[2])
+      const retries = BigInt(topicNumbers(s, 'orders').groups[0].retries.slice(0, -1))
+      t.ok(retries === done * 2n ** 52n || retries === (done + 1n) * 2n ** 52n, `call ${k}: retries exact, ${retries / 2n ** 52n} × 2^52 after ${done} completed calls`)
+      for (let i = 0; i < 20; i++) s.topic(`t${i}`).produced(0, 1, 1) // registrations go on
+      t.equal(s.stats('topics').topics.length, 21, `call ${k}: registrations go on`)
+      t.same(codes(faults), [], `call ${k}: no fault`)
     }
     t.end()
   })

@@ -167,6 +167,35 @@ for (const backend of backends()) {
     t.same([k.produced, k.delivered, k.lastSeq[0], k.groups[0].ackFloors[0]], [2, 2, 2, 2])
     t.end()
   })
+
+  t.test(`${backend}: totals past 2^64 stay exact through checkpoints and a removed group's retirement`, (t) => {
+    // A log entry's amount is 64 bits: a counter's folds summed in a checkpoint, or a removed
+    // group's totals, can be more (4,096 folds of 2^52). They are written as several entries.
+    const { main, worker, side, read } = played(backend)
+    main.registry.compactMinInts = 2048
+    worker.registry.compactMinInts = 2048
+    const topic = worker.handles.topic('big')
+    const keep = topic.group('keep')
+    const leaves = topic.group('leaves')
+    const N = 5000
+    const total = BigInt(N) * 2n ** 52n
+    for (let i = 0; i < N; i++) {
+      keep.redelivered(2 ** 52) // every call past 2^53 folds
+      leaves.dispatched(2 ** 52)
+      leaves.delivered(2 ** 52)
+    }
+    main.registry.removeGroup(main.registry.topic('big'), 'leaves')
+    announce(worker.memory)
+    const before = read(main).find((x) => x.name === 'big')
+    t.same([BigInt(before.delivered), BigInt(before.groups[0].retries)], [total, total], 'exact before the retirement')
+    for (let i = 0; i < N; i++) keep.redelivered(2 ** 52) // more checkpoints, with the retired totals in them
+    const late = side(false, 3) // replays the last checkpoint
+    for (const [who, reader] of [['the main thread', main], ['a thread attached now', late]]) {
+      const big = read(reader).find((x) => x.name === 'big')
+      t.same([big.groups.length, BigInt(big.delivered), BigInt(big.groups[0].retries)], [1, total, 2n * total], `${who}: the group retired, both totals exact`)
+    }
+    t.end()
+  })
 }
 
 /**

@@ -108,7 +108,7 @@ export class SnapshotReader {
         continue
       }
       held = true
-      if (this.#held.size !== 0) this.#heldNow.add(slot)
+      this.#heldNow.add(slot)
       if (this.#held.get(slot) !== tag) this.#held.set(slot, tag)
       else if (this.#memory.holderState(tag) === 'gone' && Atomics.compareExchange(cells, at, tag, this.#memory.lockTag) === tag) this.#finish(groups[g], cells, at)
     }

@@ -161,13 +161,16 @@ export class Recorder {
 
   /**
    * Σ over every thread row of a cell, and its folds: a number while that is exact, else a
-   * bigint. The registry is synced first (another thread's folds are log entries).
+   * bigint. Read under the registration lock, the registry synced (another thread's folds are
+   * log entries): a fold holds that lock from giving its cell's value up to publishing the entry
+   * that holds it, so no fold is seen half made (the cell down, the entry not yet there).
    */
   exactTotal(rows: readonly (Float64Array | undefined)[], rowCount: number, index: number, slot: number): number | bigint {
-    this.registry.sync()
-    let sum = 0
-    for (let row = 1; row < rowCount; row++) sum += rows[row]?.[index] ?? 0
-    if (sum <= MAX_SAFE && !this.registry.folds.has(slot)) return sum
-    return this.registry.exactSum(slot)
+    return this.registry.whileSynced(() => {
+      let sum = 0
+      for (let row = 1; row < rowCount; row++) sum += rows[row]?.[index] ?? 0
+      if (sum <= MAX_SAFE && !this.registry.folds.has(slot)) return sum
+      return this.registry.exactSum(slot)
+    })
   }
 }

@@ -32,6 +32,22 @@ const KEY_GROUP = blockKey(2, GROUP_SLOTS)
 const KEY_FLOOR = blockKey(3, FLOOR_SLOTS)
 const windowKey = (window: number) => blockKey(4, windowSlots(window))
 
+/**
+ * The most an amount field of one log entry holds: its two cells are 64 bits. A larger amount (a
+ * counter's folds summed in a checkpoint, a removed group's totals) is written as several
+ * entries, which add up.
+ */
+const ENTRY_AMOUNT = 2n ** 62n
+
+/** `amounts` as rows of parts, each part at most ENTRY_AMOUNT, the rows summing to `amounts` (the last row holds the rest). */
+function amountRows(amounts: readonly bigint[]): bigint[][] {
+  const rest = [...amounts]
+  const rows: bigint[][] = []
+  while (rest.some((a) => a > ENTRY_AMOUNT)) rows.push(rest.map((a, i) => (a > ENTRY_AMOUNT ? ((rest[i] = a - ENTRY_AMOUNT), ENTRY_AMOUNT) : 0n)))
+  rows.push(rest)
+  return rows
+}
+
 export class Registry {
   readonly memory: Memory
   readonly config: ResolvedConfig
@@ -266,19 +282,19 @@ export class Registry {
   }
 
   /**
-   * Sets a partition's base, the seq before its first message, when its first append starts above
-   * seq 1 (a broker resuming a log). Only while nothing was appended to it; false otherwise.
+   * A partition's first batch when it starts above seq 1 (a resumed log; design §4): `append`
+   * writes it — its base, counts and last_seq — under the registration lock, unless the partition
+   * has a base or a message already (false: another thread's first batch came first).
    */
-  setBase(topic: TopicEntity, slot: number, base: number): boolean {
+  firstAppend(topic: TopicEntity, slot: number, append: () => void): boolean {
     return this.#locked(() => {
       this.#assertAlive(topic)
-      const shared = this.#sharedF64(slot)
-      const at = slot % SLOTS_PER_CHUNK
-      if (shared[at + P_BASE] !== 0 || this.highest(slot) !== 0) return false
-      shared[at + P_BASE] = base
+      if (this.#sharedF64(slot)[(slot % SLOTS_PER_CHUNK) + P_BASE] !== 0 || this.highest(slot) !== 0) return false
+      append()
       return true
     })
   }
+
 
   /** The slot of this group's settlement window on `partition`, registering it if it is new. */
   windowBlock(group: GroupEntity, partition: number): number {
@@ -311,9 +327,11 @@ export class Registry {
    * Moves a row cell's whole value into the log, exactly (the cell nears 2^53; it is 0 after).
    * `group`: the group whose cell it is (checked too: a removed group's blocks are not its own
    * any more). Whole or not made (design §11): the entry is written first, unpublished; then the
-   * cell gives the amount up and the entry is published, with no call between the two writes (a
-   * terminated thread stops only at a call or a loop's back edge). A total never changes with a
-   * fold, so a caller that folds before its own writes leaves its call not made if it stops after.
+   * cell gives the amount up and the entry is published, two plain stores with no call between.
+   * A terminated thread stops at a call (a builtin's too: Atomics.store is one) or a loop's back
+   * edge, never between two plain stores; the log's readers read it under the registration lock,
+   * whose release orders the stores for them. A total never changes with a fold, so a caller that
+   * folds before its own writes leaves its call not made if it stops after.
    */
   fold(row: Float64Array, index: number, slot: number, topic: TopicEntity, group?: GroupEntity): void {
     this.#locked(() => {
@@ -324,7 +342,7 @@ export class Registry {
       const control = this.memory.control
       const [position, end] = this.#log.write(this.#logGeneration, control[C_LOG_END], Entry.Fold, [slot, ...wide(amount)])
       row[index] -= amount
-      Atomics.store(control, C_LOG_END, end)
+      control[C_LOG_END] = end
       this.#published(position, end)
     })
   }
@@ -350,6 +368,17 @@ export class Registry {
   #assertGroupAlive(group: GroupEntity): void {
     this.#assertAlive(group.topic)
     if (!group.alive) throw new RemovedGroupError(group.topic.name, group.name)
+  }
+
+  /** `fn` under the registration lock, the registry synced: a reader that must not see a fold half made. */
+  whileSynced<T>(fn: () => T): T {
+    this.memory.lock()
+    try {
+      this.#catchUp()
+      return fn()
+    } finally {
+      this.memory.unlock()
+    }
   }
 
   #locked<T>(fn: () => T): T {
@@ -431,10 +460,12 @@ export class Registry {
     for (const group of [...this.#retiring]) {
       if (!this.#hasPassed(group.retireEpoch)) break
       const slot = group.slot
-      this.#append(Entry.Retired, [
-        ...wide(group.topic.id), ...wide(group.id),
-        ...wide(this.exactSum(slot + G_DELIVERED)), ...wide(this.exactSum(slot + G_DROPPED)), ...wide(this.exactSum(slot + G_DLQ)),
-      ])
+      // Amounts past an entry's 64 bits go first in entries of the topic alone; the group's own
+      // entry, last, retires it. All are published at once: a thread stopped before that leaves none.
+      const rows = amountRows([this.exactSum(slot + G_DELIVERED), this.exactSum(slot + G_DROPPED), this.exactSum(slot + G_DLQ)])
+      this.#appendAll(rows.map((amounts, r) => [Entry.Retired, [
+        ...wide(group.topic.id), ...(r === rows.length - 1 ? wide(group.id) : [0, 0]), ...amounts.flatMap((a) => wide(a)),
+      ]]))
     }
   }
 
@@ -444,6 +475,16 @@ export class Registry {
     const [position, end] = this.#log.write(this.#logGeneration, control[C_LOG_END], type, fields, text)
     Atomics.store(control, C_LOG_END, end)
     this.#published(position, end, text)
+  }
+
+  /** Appends entries without text and publishes them with one store. Caller locks and has synced. */
+  #appendAll(entries: [Entry, number[]][]): void {
+    const control = this.memory.control
+    const start = control[C_LOG_END]
+    let end = start
+    for (const [type, fields] of entries) end = this.#log.write(this.#logGeneration, end, type, fields)[1]
+    Atomics.store(control, C_LOG_END, end)
+    this.#published(start, end)
   }
 
   /** An entry just published (at `position`, ending at `end`): applied locally, the log compacted when due. */
@@ -483,17 +524,21 @@ export class Registry {
         if (!group.alive) put(Entry.RemoveGroup, [...groupId, ...wide(group.retireEpoch)])
       }
       if (topic.retiredDelivered !== 0 || topic.retiredDropped !== 0 || topic.retiredDlq !== 0) {
-        put(Entry.Retired, [...topicId, 0, 0, ...wide(topic.retiredDelivered), ...wide(topic.retiredDropped), ...wide(topic.retiredDlq)])
+        for (const amounts of amountRows([BigInt(topic.retiredDelivered), BigInt(topic.retiredDropped), BigInt(topic.retiredDlq)])) {
+          put(Entry.Retired, [...topicId, 0, 0, ...amounts.flatMap((a) => wide(a))])
+        }
       }
     }
-    for (const [slot, amount] of this.folds) put(Entry.Fold, [slot, ...wide(amount)])
+    for (const [slot, amount] of this.folds) for (const [part] of amountRows([amount])) put(Entry.Fold, [slot, ...wide(part)])
     for (const [key, queue] of this.#free) {
       for (let i = queue.head; i < queue.slots.length; i++) put(Entry.Free, [key, queue.slots[i], ...wide(queue.epochs[i])])
     }
     put(Entry.CheckpointEnd, [])
+    // Published by three plain stores with no call between (a terminated thread never stops
+    // between them; see fold()): an end of one generation never stands with the other.
     control[C_LOG_CHECKPOINT] = end
-    Atomics.store(control, C_LOG_END, end)
-    Atomics.store(control, C_LOG_GENERATION, next)
+    control[C_LOG_END] = end
+    control[C_LOG_GENERATION] = next
     // This thread's picture is the checkpoint it just wrote.
     this.#logGeneration = next
     this.#cursor = end

@@ -131,13 +131,15 @@ export class Topic {
     const at = slot & Chunk.Mask
     const own = row[at]
     const hint = hints[at]
-    // The batch must continue last_seq exactly: this thread's own, or the shared hint when another
-    // thread wrote since (a NaN hint, owned by this thread, is never the larger).
-    if (seq - count !== (hint > own ? hint : own)) this.#checkSeq(partition, seq, seq - count)
     const counters = this.#row
-    // Both are ≥ 0, so one test covers both (a sum past 2^53 just makes room: #room). 2^53 − 1 is
-    // written out: MAX_SAFE, a module binding, costs a hole check of 4 more bytes of bytecode here.
+    // Both are ≥ 0, so one test covers both (a sum past 2^53 just makes room: #room, before any
+    // write). 2^53 − 1 is written out: MAX_SAFE, a module binding, costs a hole check of 4 more
+    // bytes of bytecode here.
     if (counters[index] + count + counters[index + 1] + bytes > 9007199254740991) this.#room(count, bytes)
+    // The batch must continue last_seq exactly: this thread's own, or the shared hint when another
+    // thread wrote since (a NaN hint, owned by this thread, is never the larger). #checkSeq made
+    // the append itself when it is a resumed log's first batch.
+    if (seq - count !== (hint > own ? hint : own) && this.#checkSeq(partition, seq, seq - count, bytes)) return true
     // Writing marker (cell 2): a reader that finds it set knows this thread is between the
     // counter and last_seq writes, so it never takes such a torn moment for a quiet one.
     counters[index + 2] = 1
@@ -151,19 +153,40 @@ export class Topic {
 
   /**
    * The batch does not continue this thread's last_seq nor the shared hint: contiguous with what
-   * other threads appended (fine), a regression (fatal), the partition's first append starting
-   * above seq 1 (its base is set: design §4), or a gap (fatal: SEQ_GAP, nothing changes).
+   * other threads appended (fine: false, the caller writes it), a regression (fatal), the
+   * partition's first append starting above seq 1 (appended here, its base set: design §4; true),
+   * or a gap (fatal: SEQ_GAP, nothing changes).
    */
-  #checkSeq(partition: number, seq: number, before: number): void {
+  #checkSeq(partition: number, seq: number, before: number, bytes: number): boolean {
     const slot = this.#lastSeqSlots[partition]
     const highest = this.#recorder.highest(slot)
-    if (before === highest) return
+    if (before === highest) return false
     if (before < highest) this.#regression(partition, seq, before)
-    if (highest === 0 && this.#recorder.registry.setBase(this.entity, slot, before)) return
+    if (highest === 0 && this.#recorder.registry.firstAppend(this.entity, slot, () => this.#resumed(slot, seq, before, bytes))) return true
     const labels = this.#labels(partition)
     const message = `would skip seqs ${highest + 1}…${before}: a batch of ${seq - before} ending at seq ${seq} must start at ${highest + 1} (the n-th message of a partition has seq n; topic.append() assigns seqs)`
     this.#recorder.fault('SEQ_GAP', 'mq_partition_last_seq', labels, highest, before + 1)
     throw new FatalInvariantError('SEQ_GAP', 'mq_partition_last_seq', labels, highest, before + 1, message)
+  }
+
+  /**
+   * A resumed log's first batch (seqs before + 1 … seq), written under the registration lock
+   * (registry.ts firstAppend): its base, the counts and last_seq, with no call between them. A
+   * thread stopped before them leaves the partition as it was (the broker's retry appends the
+   * batch), and no scrape (it reads under that lock) sees a base without its batch. The caller
+   * has made room in the counts.
+   */
+  #resumed(slot: number, seq: number, before: number, bytes: number): void {
+    const c = slot >>> Chunk.Shift
+    const at = slot & Chunk.Mask
+    const shared = this.#sharedChunks[c]
+    const counters = this.#row
+    const index = this.#index
+    shared[at + P_BASE] = before
+    counters[index] += seq - before
+    counters[index + 1] += bytes
+    this.#rowChunks[c][at] = seq
+    if (seq > shared[at]) shared[at] = seq
   }
 
   /**
