@@ -405,6 +405,30 @@ for (const backend of backends()) {
     t.end()
   })
 
+  t.test(`${backend}: two threads' first batches of a resumed log, one waiting for the other: the second continues it or repeats it`, (t) => {
+    // Thread 1's produced(1, 1001) lands while thread 2, having read last_seq 0, waits to write
+    // its own first batch: 1002 continues it (no fault); 1001 again is a regression, not a gap.
+    for (const [seq, expected] of [[1002, true], [1001, 'SEQ_REGRESSION']]) {
+      const { main, worker } = played(backend)
+      const heard = []
+      worker.recorder.fault = (code) => heard.push(code)
+      const mine = main.handles.topic('t')
+      const theirs = worker.handles.topic('t')
+      const firstAppend = worker.registry.firstAppend.bind(worker.registry)
+      worker.registry.firstAppend = (...args) => (mine.produced(1, 1001, 10), firstAppend(...args))
+      let answer
+      try {
+        answer = theirs.produced(1, seq, 10)
+      } catch (error) {
+        answer = error.code
+      }
+      t.equal(answer, expected, `produced(1, ${seq}) after the other thread's 1001`)
+      t.same(heard, expected === true ? [] : [expected], 'its fault')
+      t.equal(mine.lastSeq(1), expected === true ? 1002 : 1001)
+    }
+    t.end()
+  })
+
   t.test(`${backend}: a producer between its two writes does not keep a scrape from finishing a dead thread's floor move`, (t) => {
     // Thread 2 stops (for good) right after recording a floor move; thread 3 sits between the
     // counter and last_seq writes of a produce (its writing marker set) across every read.

@@ -159,10 +159,13 @@ export class Topic {
    */
   #checkSeq(partition: number, seq: number, before: number, bytes: number): boolean {
     const slot = this.#lastSeqSlots[partition]
-    const highest = this.#recorder.highest(slot)
+    let highest = this.#recorder.highest(slot)
+    if (highest === 0 && before > 0) {
+      if (this.#recorder.registry.firstAppend(this.entity, slot, () => this.#resumed(slot, seq, before, bytes))) return true
+      highest = this.#recorder.highest(slot) // another thread's first batch came first (while this one waited for the lock)
+    }
     if (before === highest) return false
     if (before < highest) this.#regression(partition, seq, before)
-    if (highest === 0 && this.#recorder.registry.firstAppend(this.entity, slot, () => this.#resumed(slot, seq, before, bytes))) return true
     const labels = this.#labels(partition)
     const message = `would skip seqs ${highest + 1}…${before}: a batch of ${seq - before} ending at seq ${seq} must start at ${highest + 1} (the n-th message of a partition has seq n; topic.append() assigns seqs)`
     this.#recorder.fault('SEQ_GAP', 'mq_partition_last_seq', labels, highest, before + 1)
