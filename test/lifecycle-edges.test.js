@@ -405,6 +405,28 @@ for (const backend of backends()) {
     t.end()
   })
 
+  t.test(`${backend}: a worker terminated while it registers a group from 'latest' leaves it whole or not registered`, async (t) => {
+    // Stopped at the 1st, 2nd or 3rd builtin call once the group's entry is published (a
+    // terminated thread stops at any call): its floors and starting balance must come with it.
+    for (const k of [1, 2, 3]) {
+      const s = surfaceOn(t, backend)
+      const faults = faultsOf(s)
+      const topic = s.topic('orders')
+      for (let p = 0; p < 3; p++) topic.produced(p, 100, 10, 100)
+      const other = worker(s, 'latest-parked', { k })
+      const state = await other.reached()
+      await other.w.terminate()
+      t.comment(`call ${k}: ${state === 1 ? 'stopped' : 'the call ended first'}`)
+      for (let read = 0; read < 3; read++) s.stats('conservation')
+      const late = topic.group('late', { from: 'latest' }) // the broker's retry: the group, whole
+      t.same([late.floor(0), late.floor(1), late.floor(2)], [100, 100, 100], `call ${k}: the group starts at every partition's last_seq`)
+      const g = s.stats('groups', { topic: 'orders', group: 'late' }).groups[0]
+      t.same([g.depth, g.lag], [0, 0], `call ${k}: it owes nothing`)
+      t.same(codes(faults), [], `call ${k}: no fault`)
+    }
+    t.end()
+  })
+
   t.test(`${backend}: two threads' first batches of a resumed log, one waiting for the other: the second continues it or repeats it`, (t) => {
     // Thread 1's produced(1, 1001) lands while thread 2, having read last_seq 0, waits to write
     // its own first batch: 1002 continues it (no fault); 1001 again is a regression, not a gap.

@@ -246,25 +246,29 @@ export class Registry {
       }
       const id = this.#nextId()
       const slot = this.#allocate(KEY_GROUP)
-      this.#setTag(slot + G_TAG, id)
-      this.#append(Entry.Group, [...wide(topic.id), ...wide(id), slot, maxInFlight, window], name)
-      const group = this.#groupsById.get(id)!
+      const entries: [Entry, number[], string?][] = [[Entry.Group, [...wide(topic.id), ...wide(id), slot, maxInFlight, window], name]]
       if (latest) {
-        // Under the registration lock, before any other thread can see the group: its floors
-        // and its starting balance are in place when it appears.
+        // Its floors (blocks, values) and its starting balance are written first, the group and
+        // its floors then published with one store: a thread stopped before that registered
+        // nothing, and no thread sees the group without them.
         let start = 0
+        let queued = 0 // floor blocks taken from the front of the free queue so far (#take drops them at publication)
         for (let p = 0; p < topic.partitionNumbers.length; p++) {
           const lastSeq = this.highest(topic.partitionSlots[p])
           const base = this.#sharedF64(topic.partitionSlots[p])[(topic.partitionSlots[p] % SLOTS_PER_CHUNK) + P_BASE]
           if (lastSeq <= base) continue
-          const floorSlot = this.#allocate(KEY_FLOOR)
-          this.#append(Entry.Floor, [...wide(group.id), topic.partitionNumbers[p], floorSlot])
+          const floorSlot = this.#allocate(KEY_FLOOR, queued)
+          const queue = this.#free.get(KEY_FLOOR)
+          if (queue !== undefined && queue.slots[queue.head + queued] === floorSlot) queued++
           this.#sharedF64(floorSlot)[floorSlot % SLOTS_PER_CHUNK] = lastSeq
+          entries.push([Entry.Floor, [...wide(id), topic.partitionNumbers[p], floorSlot]])
           start += lastSeq - base
         }
         this.#sharedF64(slot)[(slot % SLOTS_PER_CHUNK) + G_START] = start
       }
-      return group
+      this.#setTag(slot + G_TAG, id)
+      this.#appendAll(entries)
+      return this.#groupsById.get(id)!
     })
   }
 
@@ -421,14 +425,16 @@ export class Registry {
    * A block of `size` slots: the oldest freed one (zeroed in every row) once no call can still
    * write into it (reclamation.ts), else a fresh one. Caller locks.
    */
-  #allocate(key: number): number {
+  #allocate(key: number, queued = 0): number {
     const size = key >>> KIND_BITS
     // A handle maps a block through one chunk's view: a larger block would run past it (topic.ts MAX_SETTLE_WINDOW keeps windows below).
     if (size > SLOTS_PER_CHUNK) throw new Error(`internal: a block of ${size} slots does not fit a chunk of ${SLOTS_PER_CHUNK}`)
     this.reclaim()
+    // `queued`: blocks of this key already taken from the queue's front for entries not published yet.
     const free = this.#free.get(key)
-    if (free !== undefined && free.head < free.slots.length && this.#hasPassed(free.epochs[free.head])) {
-      const slot = free.slots[free.head]
+    const front = free === undefined ? 0 : free.head + queued
+    if (free !== undefined && front < free.slots.length && this.#hasPassed(free.epochs[front])) {
+      const slot = free.slots[front]
       const c = Math.floor(slot / SLOTS_PER_CHUNK)
       const at = slot % SLOTS_PER_CHUNK
       for (let row = 0; row < this.memory.rowCount(); row++) {
@@ -477,14 +483,19 @@ export class Registry {
     this.#published(position, end, text)
   }
 
-  /** Appends entries without text and publishes them with one store. Caller locks and has synced. */
-  #appendAll(entries: [Entry, number[]][]): void {
+  /** Appends entries (one at most with text) and publishes them with one store. Caller locks and has synced. */
+  #appendAll(entries: [Entry, number[], string?][]): void {
     const control = this.memory.control
-    const start = control[C_LOG_END]
-    let end = start
-    for (const [type, fields] of entries) end = this.#log.write(this.#logGeneration, end, type, fields)[1]
+    let end = control[C_LOG_END]
+    let textAt = 0
+    let text: string | undefined
+    for (const [type, fields, its] of entries) {
+      const [position, next] = this.#log.write(this.#logGeneration, end, type, fields, its)
+      if (its !== undefined) (textAt = position), (text = its)
+      end = next
+    }
     Atomics.store(control, C_LOG_END, end)
-    this.#published(start, end)
+    this.#published(textAt, end, text)
   }
 
   /** An entry just published (at `position`, ending at `end`): applied locally, the log compacted when due. */
