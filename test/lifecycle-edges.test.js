@@ -13,6 +13,40 @@ const codes = (faults) => faults.map((f) => f.code)
 const group = (s, topic, name) => s.stats('groups', { topic, group: name }).groups[0]
 const WORKER = path.join(__dirname, 'fixtures', 'lifecycle-worker.js')
 
+const N = 100
+/**
+ * Threads played in this one (helpers.js played()): 'orders' holds N + 5 messages; thread 2
+ * settles seqs 2…N of group g above its floor, then seq 1, and stops for good right after that
+ * floor move is recorded (W_PENDING), `meanwhile` run just before. Thread 3 resolved its handle of
+ * g (`theirs`) before thread 2 made the window.
+ */
+function pendingMove(t, backend, meanwhile = () => {}) {
+  const harness = played(backend)
+  const { threads, main, worker, side } = harness
+  const third = side(false, 3)
+  main.handles.topic('orders').append(0, 1, N + 5)
+  main.handles.topic('orders').group('g', { settle_window: 1024 })
+  const theirs = third.handles.topic('orders').group('g', { settle_window: 1024 })
+  const g = worker.handles.topic('orders').group('g', { settle_window: 1024 })
+  for (let seq = 2; seq <= N; seq++) g.settle(0, seq, 'delivered')
+  const threads3 = { ...harness, third, theirs }
+  const min = Math.min
+  const stop = new Error('thread 2 stops here')
+  Math.min = function (a, b) {
+    if (!/perMessage/.test(new Error().stack)) return min(a, b)
+    Math.min = min
+    threads[2].alive = false
+    meanwhile(threads3)
+    throw stop // thread 2 never runs again: nothing after the move's record is written
+  }
+  try {
+    t.throws(() => g.settle(0, 1, 'delivered'), stop)
+  } finally {
+    Math.min = min
+  }
+  return threads3
+}
+
 function worker(s, mode, extra = {}) {
   const hs = new Int32Array(new SharedArrayBuffer(8))
   const w = new Worker(WORKER, { workerData: { shared: s.share(), hs, mode, ...extra }, execArgv: [] })
@@ -255,36 +289,17 @@ for (const backend of backends()) {
   })
 
   t.test(`${backend}: a floor move left pending, its lock taken over by a thread that could not learn of its window, is finished by the next scrape`, (t) => {
-    // Threads played in this one: thread 2 stops (for good) right after recording its floor move;
-    // thread 3, which last synced before thread 2 made the window, takes the lock over while the
-    // registration lock is busy, so it cannot sync and finishes nothing; the scrape's read does.
-    const { threads, main, worker, side, read } = played(backend)
-    const third = side(false, 3)
-    const N = 100
-    main.handles.topic('orders').append(0, 1, N + 5)
-    main.handles.topic('orders').group('g', { settle_window: 1024 })
-    const theirs = third.handles.topic('orders').group('g', { settle_window: 1024 })
-    const g = worker.handles.topic('orders').group('g', { settle_window: 1024 })
-    for (let seq = 2; seq <= N; seq++) g.settle(0, seq, 'delivered')
-    const min = Math.min
-    const stop = new Error('thread 2 stops here')
-    Math.min = function (a, b) {
-      if (!/perMessage/.test(new Error().stack)) return min(a, b)
-      Math.min = min
-      threads[2].alive = false
+    // Thread 2 stops (for good) right after recording its floor move; thread 3, which last synced
+    // before thread 2 made the window, takes the lock over while the registration lock is busy,
+    // so it cannot sync and finishes nothing; the scrape's read does.
+    const { theirs, read } = pendingMove(t, backend, ({ main, theirs }) => {
       main.memory.lock() // the registration lock, busy
       try {
         t.ok(theirs.dispatch(0), 'thread 3 takes the lock over')
       } finally {
         main.memory.unlock()
       }
-      throw stop // thread 2 never runs again: nothing after the move's record is written
-    }
-    try {
-      t.throws(() => g.settle(0, 1, 'delivered'), stop)
-    } finally {
-      Math.min = min
-    }
+    })
     const before = read().find((x) => x.name === 'orders')
     t.equal(before.producing, true, 'the first read finds the move pending: its numbers are not taken for quiet ones')
     const after = read().find((x) => x.name === 'orders')
@@ -454,26 +469,7 @@ for (const backend of backends()) {
   t.test(`${backend}: a producer between its two writes does not keep a scrape from finishing a dead thread's floor move`, (t) => {
     // Thread 2 stops (for good) right after recording a floor move; thread 3 sits between the
     // counter and last_seq writes of a produce (its writing marker set) across every read.
-    const { threads, main, worker, side, read } = played(backend)
-    const third = side(false, 3)
-    const N = 100
-    main.handles.topic('orders').append(0, 1, N + 5)
-    main.handles.topic('orders').group('g', { settle_window: 1024 })
-    const g = worker.handles.topic('orders').group('g', { settle_window: 1024 })
-    for (let seq = 2; seq <= N; seq++) g.settle(0, seq, 'delivered')
-    const min = Math.min
-    const stop = new Error('thread 2 stops here')
-    Math.min = function (a, b) {
-      if (!/perMessage/.test(new Error().stack)) return min(a, b)
-      Math.min = min
-      threads[2].alive = false
-      throw stop // nothing after the move's record is written
-    }
-    try {
-      t.throws(() => g.settle(0, 1, 'delivered'), stop)
-    } finally {
-      Math.min = min
-    }
+    const { third, read } = pendingMove(t, backend)
     const [row, index] = third.recorder.cells(third.handles.topic('orders').entity.slot)
     row[index + 2] = 1 // the writing marker (topic.ts produced())
     const reads = [read(), read(), read()].map((r) => r.find((x) => x.name === 'orders'))

@@ -477,10 +477,7 @@ export class Registry {
 
   /** Appends one entry, publishes it with a single store, and applies it locally. Caller locks and has synced. */
   #append(type: Entry, fields: number[], text?: string): void {
-    const control = this.memory.control
-    const [position, end] = this.#log.write(this.#logGeneration, control[C_LOG_END], type, fields, text)
-    Atomics.store(control, C_LOG_END, end)
-    this.#published(position, end, text)
+    this.#appendAll([[type, fields, text]])
   }
 
   /** Appends entries (one at most with text) and publishes them with one store. Caller locks and has synced. */
