@@ -442,6 +442,53 @@ for (const backend of backends()) {
     t.end()
   })
 
+  t.test(`${backend}: a worker terminated inside removeGroup() leaves the group removed whole or not at all`, async (t) => {
+    // Stopped at each builtin call of removeGroup() in turn (a terminated thread stops at any
+    // call): either the group is still there and works, or it is gone everywhere — not listed, its
+    // handles throw, its name starts a new group, its counts stay the topic's, and the epoch its
+    // blocks wait for is reached — never listed yet unusable.
+    const { B_EPOCH } = require('../dist/core/layout')
+    const { Memory } = require('../dist/core/memory')
+    const { attachArena } = require('../dist/core/backend')
+    const outcomes = { kept: 0, removed: 0 }
+    for (let k = 1; k <= 100; k++) {
+      const s = surfaceOn(t, backend)
+      const faults = faultsOf(s)
+      const memory = new Memory(attachArena(s.share().arena), false)
+      const topic = s.topic('orders')
+      topic.produced(0, 10, 100, 10)
+      const g = topic.group('g')
+      g.dispatch(4)
+      g.delivered(3)
+      const epoch = Number(Atomics.load(memory.wide, B_EPOCH))
+      const hs = new Int32Array(new SharedArrayBuffer(12))
+      const w = new Worker(WORKER, { workerData: { shared: s.share(), hs, mode: 'remove-parked', k }, execArgv: [] })
+      const until = Date.now() + 20_000
+      while (Atomics.load(hs, 0) === 0 && Date.now() < until) await new Promise((resolve) => setTimeout(resolve, 1))
+      t.not(Atomics.load(hs, 0), 0, `call ${k}: the worker reached its point`)
+      await w.terminate()
+      s.stats('conservation') // a scrape: it catches up with the log
+      const listed = s.stats('groups', { topic: 'orders' }).groups.map((group) => group.group)
+      if (listed.includes('g')) {
+        outcomes.kept++
+        t.doesNotThrow(() => g.delivered(1), `call ${k}: not removed: the group still works`)
+        t.equal(topic.group('g').inFlight(), 0, `call ${k}: by name too, with its counts`)
+        t.equal(Number(Atomics.load(memory.wide, B_EPOCH)), epoch, `call ${k}: no epoch started`)
+      } else {
+        outcomes.removed++
+        t.throws(() => g.delivered(1), { code: 'GROUP_REMOVED' }, `call ${k}: removed: its handle throws`)
+        const again = topic.group('g')
+        t.same([again.inFlight(), again.floor(0)], [0, 0], `call ${k}: its name starts a new group`)
+        t.equal(topicNumbers(s, 'orders').delivered, 3, `call ${k}: its deliveries stay the topic's`)
+        t.equal(Number(Atomics.load(memory.wide, B_EPOCH)), epoch + 1, `call ${k}: the epoch its blocks wait for has started`)
+      }
+      t.same(codes(faults), [], `call ${k}: no fault`)
+      if (hs[2] === 1) break // the call returned before its k-th builtin call: every point is tried
+    }
+    t.ok(outcomes.kept > 0 && outcomes.removed > 0, `stopped before and after the removal is made (${outcomes.kept} and ${outcomes.removed} points)`)
+    t.end()
+  })
+
   t.test(`${backend}: two threads' first batches of a resumed log, one waiting for the other: the second continues it or repeats it`, (t) => {
     // Thread 1's produced(1, 1001) lands while thread 2, having read last_seq 0, waits to write
     // its own first batch: 1002 continues it (no fault); 1001 again is a regression, not a gap.

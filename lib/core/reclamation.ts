@@ -59,19 +59,37 @@ export function detach(memory: Memory): void {
 }
 
 /**
- * Starts a new epoch for what the caller has just unlinked (its liveness tags already cleared)
- * and returns it: blocks freed now wait for every other thread to announce it. The caller holds
+ * Starts the epoch `expected` (nextEpoch()) of the removal the caller has just published (its
+ * replay cleared the liveness tags): blocks freed by it wait for every other thread to announce
+ * that epoch. The caller holds
  * the registration lock and is itself between recording calls, so it announces at once — for
  * every row this thread records into on that surface (an attachSurface() on the main thread
  * beside the surface has one of its own).
  */
-export function advanceEpoch(memory: Memory): number {
+export function advanceEpoch(memory: Memory, expected: number): void {
   const epoch = Atomics.add(memory.wide, B_EPOCH, 1n) + 1n
+  if (Number(epoch) !== expected) throw new Error(`internal: the epoch moved to ${epoch}, not ${expected}: advanced outside the registration lock`)
   announce(memory)
   const surface = `${Atomics.load(memory.wide, B_SURFACE_ID)}/`
   for (const [id, each] of announcing) if (each !== memory && id.startsWith(surface)) announce(each)
   ring(memory)
-  return Number(epoch)
+}
+
+/** The epoch the next removal starts: it publishes it before advanceEpoch() moves there. Caller holds the registration lock. */
+export function nextEpoch(memory: Memory): number {
+  return Number(Atomics.load(memory.wide, B_EPOCH)) + 1
+}
+
+/**
+ * A removal published with epoch `owed` whose thread stopped before it advanced there (a worker
+ * terminated): the caller, having replayed it (its tags are cleared), moves the epoch on and rings.
+ * It does not announce for its own thread, which may be inside a recording call (one that
+ * registers a partition). Caller holds the registration lock.
+ */
+export function catchUpEpoch(memory: Memory, owed: number): void {
+  if (Atomics.load(memory.wide, B_EPOCH) >= BigInt(owed)) return
+  Atomics.store(memory.wide, B_EPOCH, BigInt(owed))
+  ring(memory)
 }
 
 /**

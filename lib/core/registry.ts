@@ -16,7 +16,7 @@ import { sanitizeLabelValue } from './labels'
 import { Entry, RegistrationLog, narrow, readText, wide, wideAmount } from './log'
 import { B_NEXT_ID, C_CLOSED, C_LOG_CHECKPOINT, C_LOG_END, C_LOG_GENERATION, C_NEXT_CHUNK, C_NEXT_SLOT, SHARED_ROW, SLOTS_PER_CHUNK } from './layout'
 import { Memory } from './memory'
-import { advanceEpoch, passedEpoch, ring } from './reclamation'
+import { advanceEpoch, catchUpEpoch, nextEpoch, passedEpoch, ring } from './reclamation'
 import { Count, addCount } from './snapshot'
 
 /**
@@ -70,6 +70,11 @@ export class Registry {
   #appending: { position: number; text: string } | undefined
   /** The highest epoch known passed by every other thread (reclamation.ts), and when /proc was last asked. */
   #passed = 0
+  /**
+   * The highest epoch a replayed removal named: a removal whose thread stopped after publishing it
+   * (a worker terminated) has not advanced the epoch yet, and #catchUp() does it on its behalf.
+   */
+  #owedEpoch = 0
   #goneCheckedAt = 0
   /** Bumped by every applied entry that changes the set of series. */
   generation = 0
@@ -128,6 +133,10 @@ export class Registry {
     }
     const end = control[C_LOG_END]
     while (this.#cursor < end) this.#applyAt(this.#cursor)
+    // The removals just replayed have cleared their tags; one whose thread stopped before moving
+    // the epoch to its own is finished here (docs/reclamation.md, "Removal").
+    if (this.#owedEpoch !== 0) catchUpEpoch(this.memory, this.#owedEpoch)
+    this.#owedEpoch = 0
   }
 
   // ---- registration (each under the lock, after catching up with the log) ----
@@ -181,11 +190,13 @@ export class Registry {
     return this.#locked(() => {
       const topic = this.topics.get(name)
       if (!topic) return false
-      // Tags first, then the epoch: a thread that reads the new epoch sees the cleared tags.
-      this.#setTag(topic.slot, 0)
-      for (const group of topic.groups) this.#setTag(group.slot, 0)
-      const epoch = advanceEpoch(this.memory)
+      // Published first, with the epoch it is about to start; applying it clears the tags; then
+      // the epoch moves: a thread that reads the new epoch sees the cleared tags. A thread stopped
+      // before the publication removed nothing; one stopped after it leaves the rest to the next
+      // thread that catches up with the log (#catchUp), before any later epoch can start.
+      const epoch = nextEpoch(this.memory)
       this.#append(Entry.RemoveTopic, [...wide(topic.id), ...wide(epoch)])
+      advanceEpoch(this.memory, epoch)
       return true
     })
   }
@@ -199,9 +210,9 @@ export class Registry {
       this.#assertAlive(topic)
       const group = topic.group(name)
       if (!group) return false
-      this.#setTag(group.slot, 0)
-      const epoch = advanceEpoch(this.memory)
+      const epoch = nextEpoch(this.memory) // as removeTopic()
       this.#append(Entry.RemoveGroup, [...wide(group.id), ...wide(epoch)])
+      advanceEpoch(this.memory, epoch)
       this.#retirePassed()
       return true
     })
@@ -415,6 +426,15 @@ export class Registry {
     this.#sharedF64(slot)[slot % SLOTS_PER_CHUNK] = value
   }
 
+  /**
+   * Clears the liveness tag at `slot` if it still names `id` (a thread replaying an old removal
+   * must not clear the tag of what reuses the block since). Caller locks: tags change only under it.
+   */
+  #clearTag(slot: number, id: number): void {
+    const cells = this.#sharedF64(slot)
+    if (cells[slot % SLOTS_PER_CHUNK] === id) cells[slot % SLOTS_PER_CHUNK] = 0
+  }
+
   /** The shared row's chunk holding `slot` (chunks are never unmapped: each is looked up once). */
   #sharedF64(slot: number): Float64Array {
     const c = Math.floor(slot / SLOTS_PER_CHUNK)
@@ -621,6 +641,10 @@ export class Registry {
       case Entry.RemoveTopic: {
         const topic = this.#topicsById.get(narrow(log[f], log[f + 1]))!
         const epoch = narrow(log[f + 2], log[f + 3])
+        // Its tags cleared (by whichever thread replays it first: the remover, or, if that thread
+        // stopped just after publishing it, the next one): every handle of it throws from now on.
+        this.#clearTag(topic.slot, topic.id)
+        for (const group of topic.groups) this.#clearTag(group.slot, group.id)
         // Every thread replays the same entries into the same queues, so it queues the same
         // blocks in the same order. They wait for the removal's epoch (reclamation.ts).
         for (const slot of topic.partitionSlots) this.#release(KEY_PARTITION, slot, epoch)
@@ -653,6 +677,8 @@ export class Registry {
         const wasLive = group.alive
         group.alive = false
         group.retireEpoch = narrow(log[f + 2], log[f + 3])
+        this.#clearTag(group.slot, group.id) // as RemoveTopic
+        if (group.retireEpoch > this.#owedEpoch) this.#owedEpoch = group.retireEpoch
         const topic = group.topic
         topic.groups = topic.groups.filter((g) => g !== group)
         topic.retiring = [...topic.retiring, group]
@@ -739,6 +765,7 @@ export class Registry {
     if (!free) this.#free.set(key, (free = { slots: [], epochs: [], head: 0 }))
     free.slots.push(slot)
     free.epochs.push(epoch)
+    if (epoch > this.#owedEpoch) this.#owedEpoch = epoch
   }
 
   /** Slots handed out and not freed (for the soak test's leak check). */
