@@ -5,8 +5,11 @@
 // - A recording call is synchronous JavaScript: it checks its handle's liveness tag and then
 //   writes, and nothing else of its thread runs in between. So a thread that is running a task
 //   other than a recording call — in particular a timer callback — is inside no recording call.
-// - A removal clears the liveness tags first, then advances the epoch (Atomics: every later read
-//   of the epoch that sees the new value also sees the cleared tags). Its blocks wait for it.
+// - A removal is published with the epoch it is about to start; replaying it clears the liveness
+//   tags; then the epoch advances (Atomics: every later read of the epoch that sees the new value
+//   also sees the cleared tags). Its blocks wait for it. If its thread stopped after publishing it
+//   (a worker terminated), the next thread that catches up with the log clears the tags and
+//   advances the epoch for it (catchUpEpoch).
 // - Each thread announces, from a callback of its event loop (so between its tasks), the epoch it
 //   reads: woken by the removal that moved it (Atomics.waitAsync / Atomics.notify). A
 //   thread that announced epoch ≥ E has finished every call it began before it read E, and every
@@ -67,8 +70,9 @@ export function detach(memory: Memory): void {
  * beside the surface has one of its own).
  */
 export function advanceEpoch(memory: Memory, expected: number): void {
-  const epoch = Atomics.add(memory.wide, B_EPOCH, 1n) + 1n
-  if (Number(epoch) !== expected) throw new Error(`internal: the epoch moved to ${epoch}, not ${expected}: advanced outside the registration lock`)
+  // Moved only from the epoch the removal was published against: nothing else moves it under the lock.
+  const before = Atomics.compareExchange(memory.wide, B_EPOCH, BigInt(expected - 1), BigInt(expected))
+  if (before !== BigInt(expected - 1)) throw new Error(`internal: the epoch was ${before} when a removal published with epoch ${expected} went to start it: moved outside the registration lock`)
   announce(memory)
   const surface = `${Atomics.load(memory.wide, B_SURFACE_ID)}/`
   for (const [id, each] of announcing) if (each !== memory && id.startsWith(surface)) announce(each)
@@ -87,8 +91,11 @@ export function nextEpoch(memory: Memory): number {
  * registers a partition). Caller holds the registration lock.
  */
 export function catchUpEpoch(memory: Memory, owed: number): void {
-  if (Atomics.load(memory.wide, B_EPOCH) >= BigInt(owed)) return
-  Atomics.store(memory.wide, B_EPOCH, BigInt(owed))
+  for (;;) {
+    const now = Atomics.load(memory.wide, B_EPOCH)
+    if (now >= BigInt(owed)) return // never moved back
+    if (Atomics.compareExchange(memory.wide, B_EPOCH, now, BigInt(owed)) === now) break
+  }
   ring(memory)
 }
 

@@ -193,7 +193,9 @@ export class Registry {
       // Published first, with the epoch it is about to start; applying it clears the tags; then
       // the epoch moves: a thread that reads the new epoch sees the cleared tags. A thread stopped
       // before the publication removed nothing; one stopped after it leaves the rest to the next
-      // thread that catches up with the log (#catchUp), before any later epoch can start.
+      // thread that catches up with the log (#catchUp), before any later epoch can start. From
+      // nextEpoch() to advanceEpoch() the lock must be this thread's alone, as for any registration
+      // (lock.ts: taken from a holder only once it is gone, or unknown for LOCK_STEAL_MS).
       const epoch = nextEpoch(this.memory)
       this.#append(Entry.RemoveTopic, [...wide(topic.id), ...wide(epoch)])
       advanceEpoch(this.memory, epoch)
@@ -427,12 +429,15 @@ export class Registry {
   }
 
   /**
-   * Clears the liveness tag at `slot` if it still names `id` (a thread replaying an old removal
-   * must not clear the tag of what reuses the block since). Caller locks: tags change only under it.
+   * Clears the liveness tag at `slot` unless it names another entity (a thread replaying an old
+   * removal must not clear the tag of what reuses the block since). A tag found 0 is written 0
+   * again: the clear is then this thread's own, ordered before the epoch it may advance for a
+   * remover that stopped (reclamation.ts catchUpEpoch). Caller locks: tags change only under it.
    */
   #clearTag(slot: number, id: number): void {
     const cells = this.#sharedF64(slot)
-    if (cells[slot % SLOTS_PER_CHUNK] === id) cells[slot % SLOTS_PER_CHUNK] = 0
+    const at = slot % SLOTS_PER_CHUNK
+    if (cells[at] === id || cells[at] === 0) cells[at] = 0
   }
 
   /** The shared row's chunk holding `slot` (chunks are never unmapped: each is looked up once). */
