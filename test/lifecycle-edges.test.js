@@ -513,6 +513,41 @@ for (const backend of backends()) {
     t.end()
   })
 
+  t.test(`${backend}: a thread that learns a resumed log's last_seq without the registration lock reads its base as written, on hardware that reorders stores`, (t) => {
+    // The model of weak memory (ARM): the worker sees the partition's base as it was when it last
+    // took the registration lock, under which the main thread writes a resumed log's first batch;
+    // last_seq it reads as it is. Whether it asks lastSeq() then floor(), or settles at once (its
+    // window is made under that lock), the group starts at the base, 1000.
+    for (const way of ['lastSeq() then floor()', 'settle() at once']) {
+      const { main, worker } = played(backend)
+      const mine = main.handles.topic('t')
+      const theirs = worker.handles.topic('t')
+      const g = theirs.group('g')
+      let visible = 0
+      let slot
+      const real = theirs.baseOf.bind(theirs)
+      const lock = worker.memory.lock.bind(worker.memory)
+      worker.memory.lock = () => (lock(), slot !== undefined && (visible = real(slot)))
+      theirs.baseOf = (at) => (at === slot ? visible : real(at))
+      const firstAppend = main.registry.firstAppend.bind(main.registry)
+      main.registry.firstAppend = (topic, at, append) => {
+        slot = at
+        worker.registry.sync() // the worker learns the partition (registered just before): base 0 then
+        t.equal(theirs.knownPartition(1), at, `${way}: the worker knows the partition before its first batch`)
+        return firstAppend(topic, at, append)
+      }
+      t.equal(mine.produced(1, 1001, 10), true, `${way}: a resumed log, its first batch ends at seq 1001`)
+      t.equal(visible, 0, `${way}: the worker has not taken the lock since`)
+      if (way === 'lastSeq() then floor()') {
+        t.equal(theirs.lastSeq(1), 1001, `${way}: the worker reads last_seq`)
+        t.equal(g.floor(1), 1000, `${way}: then the group's floor, the base: seqs 1…1000 are not the group's to settle`)
+      }
+      t.equal(g.settle(1, 1001, 'delivered'), true, `${way}: it settles the first message`)
+      t.equal(g.floor(1), 1001, `${way}: the floor rises over it`)
+    }
+    t.end()
+  })
+
   t.test(`${backend}: a producer between its two writes does not keep a scrape from finishing a dead thread's floor move`, (t) => {
     // Thread 2 stops (for good) right after recording a floor move; thread 3 sits between the
     // counter and last_seq writes of a produce (its writing marker set) across every read.

@@ -65,6 +65,8 @@ export class Topic {
   readonly #sharedChunks: Float64Array[]
   /** Int32 views of the shared row's chunks, by chunk: the append() locks. */
   readonly #locks: Int32Array[] = []
+  /** By partition: lastSeq() has answered above 0 after this thread took the registration lock (lastSeq). */
+  readonly #synced: boolean[] = []
   /**
    * Group handles by raw name: an array while there are few (a Map per topic cost ~150 B, 3.5 B per
    * sample at the issue's workload), a Map past MAX_LISTED_GROUPS.
@@ -256,7 +258,17 @@ export class Topic {
   /** design §4: the partition's last_seq across every thread (0 before any append). */
   lastSeq(partition: number): number {
     checkPartition(partition)
-    return this.lastSeqKnown(partition)
+    const lastSeq = this.lastSeqKnown(partition)
+    if (lastSeq > 0 && this.#synced[partition] !== true) {
+      // The first answer above 0: the registration lock taken and let go once, so that what the
+      // caller reads next (a group's floor: the base a resumed log's first batch wrote under that
+      // lock before its last_seq) is read as written, on hardware that reorders stores too (group.ts #synchronize).
+      const memory = this.#recorder.registry.memory
+      memory.lock()
+      memory.unlock()
+      this.#synced[partition] = true
+    }
+    return lastSeq
   }
 
   /**
