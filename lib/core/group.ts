@@ -21,6 +21,7 @@ export interface TopicOfGroup {
   readonly name: string
   readonly entity: TopicEntity
   baseOf(slot: number): number
+  baseHeld(slot: number): number
   ensurePartition(partition: number): number
   knownPartition(partition: number): number | undefined
   lastSeqOf(slot: number): number
@@ -483,7 +484,7 @@ export class Group {
       // A holder that stopped (a worker terminated) inside a floor move left it recorded: finished first.
       if (headers[header + W_PENDING] !== 0) finishFloorMove(headers, header, bits, first, window, lane.hints, lane.hintAt)
       const initialized = headers[header + W_BASE] !== 0
-      const floor = initialized ? headers[header + W_BASE] - 1 : Math.max(this.#recorder.highest(lane.floorSlot), this.#topic.baseOf(lane.lastSeqSlot))
+      const floor = initialized ? headers[header + W_BASE] - 1 : Math.max(this.#recorder.highest(lane.floorSlot), this.#topic.baseHeld(lane.lastSeqSlot))
       const inFlight = (bits[word] & bit) !== 0
       // A settlement: what it counts (n, into `cell`), how many it ends in flight, the floor it
       // moves to (`to`, over `passed` seqs settled above the floor). Decided first (reads, calls),

@@ -65,8 +65,8 @@ export class Topic {
   readonly #sharedChunks: Float64Array[]
   /** Int32 views of the shared row's chunks, by chunk: the append() locks. */
   readonly #locks: Int32Array[] = []
-  /** By partition: lastSeq() has answered above 0 after this thread took the registration lock (lastSeq). */
-  readonly #synced: boolean[] = []
+  /** The last_seq slots whose base this thread read after taking the registration lock (baseOf). */
+  readonly #baseRead = new Set<number>()
   /**
    * Group handles by raw name: an array while there are few (a Map per topic cost ~150 B, 3.5 B per
    * sample at the issue's workload), a Map past MAX_LISTED_GROUPS.
@@ -258,24 +258,36 @@ export class Topic {
   /** design §4: the partition's last_seq across every thread (0 before any append). */
   lastSeq(partition: number): number {
     checkPartition(partition)
-    const lastSeq = this.lastSeqKnown(partition)
-    if (lastSeq > 0 && this.#synced[partition] !== true) {
-      // The first answer above 0: the registration lock taken and let go once, so that what the
-      // caller reads next (a group's floor: the base a resumed log's first batch wrote under that
-      // lock before its last_seq) is read as written, on hardware that reorders stores too (group.ts #synchronize).
-      const memory = this.#recorder.registry.memory
-      memory.lock()
-      memory.unlock()
-      this.#synced[partition] = true
-    }
-    return lastSeq
+    return this.lastSeqKnown(partition)
   }
 
   /**
-   * The partition's base: the seq before its first message (0 unless its log started later).
+   * The partition's base: the seq before its first message (0 unless its log started later). A
+   * resumed log's first batch writes it, then last_seq, under the registration lock; a thread that
+   * read that last_seq without the lock might, on hardware that reorders stores (ARM), still read
+   * the base as 0. So a base read as 0 once the partition has a message is read again after taking
+   * the lock (once per partition: the base never changes after its first batch), which orders the
+   * first batch's writes before it. Never called under a group's lock (the registration lock is
+   * never waited for under one): see baseHeld().
    * @internal
    */
   baseOf(slot: number): number {
+    const base = this.baseHeld(slot)
+    if (base !== 0 || this.#baseRead.has(slot) || this.#recorder.highest(slot) === 0) return base
+    const memory = this.#recorder.registry.memory
+    memory.lock()
+    memory.unlock()
+    this.#baseRead.add(slot)
+    return this.baseHeld(slot)
+  }
+
+  /**
+   * baseOf() without its lock, for a caller under a group's lock that has made or learnt the
+   * group's window on the partition: both happen under the registration lock, and only once some
+   * thread saw last_seq above 0, after the first batch (docs/design.md §11).
+   * @internal
+   */
+  baseHeld(slot: number): number {
     this.#recorder.resolveChunk(slot)
     return this.#sharedChunks[slot >>> Chunk.Shift][(slot & Chunk.Mask) + P_BASE]
   }
