@@ -517,29 +517,23 @@ for (const backend of backends()) {
     // The model of weak memory (ARM): the worker sees the partition's base as it was when it last
     // took the registration lock, under which the main thread writes a resumed log's first batch
     // (base 1000, last_seq 1001); last_seq it reads as it is. However it learns last_seq, the
-    // group (a window of 32 seqs) starts at the base.
+    // group (a window of 32 seqs, or 1024) starts at the base.
     const ways = {
-      'lastSeq() then floor()': (theirs, g) => [theirs.lastSeq(1), g.floor(1)],
-      'its own append() then floor()': (theirs, g) => [theirs.append(1, 10), g.floor(1)],
-      'isSettled() of a seq below the base': (theirs, g) => [g.isSettled(1, 500)],
-      'settle() of the first message at once': (theirs, g) => [g.settle(1, 1001, 'delivered'), g.floor(1)],
-      'a refused settle() below the base, then ackFloor()': (theirs, g) => [g.settle(1, 500, 'dropped'), g.ackFloor(1, 1001), g.floor(1)],
+      'lastSeq() then floor()': { act: (theirs, g) => [theirs.lastSeq(1), g.floor(1)], want: [1001, 1000] },
+      'its own append() then floor()': { act: (theirs, g) => [theirs.append(1, 10), g.floor(1)], want: [1002, 1000] },
+      'isSettled() of a seq below the base': { act: (theirs, g) => [g.isSettled(1, 500)], want: [true] },
+      'settle() of the first message at once': { act: (theirs, g) => [g.settle(1, 1001, 'delivered'), g.floor(1)], want: [true, 1001] },
+      'a refused settle() below the base, then ackFloor()': { act: (theirs, g) => [g.settle(1, 500, 'dropped'), g.ackFloor(1, 1001), g.floor(1)], want: [false, true, 1001], faults: ['ALREADY_SETTLED'] },
+      'the same, a window of 1024 (a stale floor would let the settle register the window)': { act: (theirs, g) => [g.settle(1, 500, 'dropped'), g.ackFloor(1, 1001), g.floor(1)], want: [false, true, 1001], faults: ['ALREADY_SETTLED'], window: 1024 },
+      'lastSeq() then floor(), partition 40': { act: (theirs, g) => [theirs.lastSeq(40), g.floor(40), g.floor(40)], want: [1001, 1000, 1000], partition: 40 },
     }
-    const expected = {
-      'lastSeq() then floor()': [1001, 1000],
-      'its own append() then floor()': [1002, 1000],
-      'isSettled() of a seq below the base': [true],
-      'settle() of the first message at once': [true, 1001],
-      'a refused settle() below the base, then ackFloor()': [false, true, 1001],
-    }
-    const faultsExpected = { 'a refused settle() below the base, then ackFloor()': ['ALREADY_SETTLED'] }
-    for (const [way, act] of Object.entries(ways)) {
+    for (const [way, { act, want, faults = [], window = 32, partition = 1 }] of Object.entries(ways)) {
       const { main, worker } = played(backend)
       const heard = []
       worker.recorder.fault = (code) => heard.push(code)
       const mine = main.handles.topic('t')
       const theirs = worker.handles.topic('t')
-      const g = theirs.group('g', { settle_window: 32 })
+      const g = theirs.group('g', { settle_window: window })
       let visible = 0
       let slot
       const real = theirs.baseHeld.bind(theirs)
@@ -550,10 +544,10 @@ for (const backend of backends()) {
       main.registry.firstAppend = (topic, at, append) => {
         slot = at
         worker.registry.sync() // the worker learns the partition (registered just before): base 0 then
-        t.equal(theirs.knownPartition(1), at, `${way}: the worker knows the partition before its first batch`)
+        t.equal(theirs.knownPartition(partition), at, `${way}: the worker knows the partition before its first batch`)
         return firstAppend(topic, at, append)
       }
-      t.equal(mine.produced(1, 1001, 10), true, `${way}: a resumed log, its first batch ends at seq 1001`)
+      t.equal(mine.produced(partition, 1001, 10), true, `${way}: a resumed log, its first batch ends at seq 1001`)
       t.equal(visible, 0, `${way}: the worker has not taken the lock since`)
       let got
       try {
@@ -561,8 +555,8 @@ for (const backend of backends()) {
       } catch (error) {
         got = error.code ?? error.message
       }
-      t.same(got, expected[way], `${way}: as the base says`)
-      t.same(heard, faultsExpected[way] ?? [], `${way}: faults`)
+      t.same(got, want, `${way}: as the base says`)
+      t.same(heard, faults, `${way}: faults`)
     }
     t.end()
   })

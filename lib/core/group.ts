@@ -20,7 +20,7 @@ export type Outcome = 'delivered' | 'dropped'
 export interface TopicOfGroup {
   readonly name: string
   readonly entity: TopicEntity
-  baseOf(slot: number): number
+  baseOf(slot: number, partition: number): number
   baseHeld(slot: number): number
   ensurePartition(partition: number): number
   knownPartition(partition: number): number | undefined
@@ -433,7 +433,7 @@ export class Group {
     checkPartition(partition)
     this.#alive()
     const lastSeqSlot = this.#topic.knownPartition(partition)
-    const base = lastSeqSlot === undefined ? 0 : this.#topic.baseOf(lastSeqSlot)
+    const base = lastSeqSlot === undefined ? 0 : this.#topic.baseOf(lastSeqSlot, partition)
     const slot = this.entity.floorSlot(partition)
     return Math.max(base, slot === undefined ? this.#knownFloor(partition) : this.#recorder.highest(slot))
   }
@@ -594,8 +594,8 @@ export class Group {
    * This thread took the group's lock over from a thread that is gone (a worker terminated inside
    * a call): a floor move it recorded but did not finish, on any partition this thread knows, is
    * finished now, before this call reads anything (window.ts). Its other calls are whole or not
-   * made (docs/design.md §11). The registry is synced only if that needs no wait (the
-   * registration lock is never waited for under a group's): a window this thread does not know
+   * made (docs/design.md §11). The registry is synced only if that needs no wait (under a group's
+   * lock, only a fold or a credit read waits for the registration lock): a window this thread does not know
    * then is finished by a scrape (reader.ts) or the next per-message call on its partition.
    */
   #tookOver(): void {

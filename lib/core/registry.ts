@@ -101,7 +101,7 @@ export class Registry {
 
   /**
    * sync() if the registration lock is free now; false if it was not (nothing done). For a caller
-   * that holds a group's lock: the registration lock is never waited for under one.
+   * that holds a group's lock and can do without (only a fold or a credit read waits under one).
    */
   trySync(): boolean {
     return this.#sync(false)

@@ -65,8 +65,13 @@ export class Topic {
   readonly #sharedChunks: Float64Array[]
   /** Int32 views of the shared row's chunks, by chunk: the append() locks. */
   readonly #locks: Int32Array[] = []
-  /** The last_seq slots whose base this thread read after taking the registration lock (baseOf). */
-  readonly #baseRead = new Set<number>()
+  /**
+   * The partitions whose base was read after taking the registration lock (baseOf): bit p for
+   * partition p < 31, an array made on first use above (a Set or an array per handle costs
+   * ~130 B a topic, ~3 B a sample).
+   */
+  #baseRead = 0
+  #baseReadAbove: boolean[] | undefined
   /**
    * Group handles by raw name: an array while there are few (a Map per topic cost ~150 B, 3.5 B per
    * sample at the issue's workload), a Map past MAX_LISTED_GROUPS.
@@ -266,25 +271,30 @@ export class Topic {
    * resumed log's first batch writes it, then last_seq, under the registration lock; a thread that
    * read that last_seq without the lock might, on hardware that reorders stores (ARM), still read
    * the base as 0. So a base read as 0 once the partition has a message is read again after taking
-   * the lock (once per partition: the base never changes after its first batch), which orders the
-   * first batch's writes before it. Never called under a group's lock (the registration lock is
-   * never waited for under one): see baseHeld().
+   * the lock (once per partition and topic handle: the base never changes after its first batch),
+   * which orders the first batch's writes before it. `partition` is the one whose last_seq is at
+   * `slot`. (The registration lock may be taken under a group's lock, as folds do; its holder
+   * never waits for a group's lock.)
    * @internal
    */
-  baseOf(slot: number): number {
+  baseOf(slot: number, partition: number): number {
     const base = this.baseHeld(slot)
-    if (base !== 0 || this.#baseRead.has(slot) || this.#recorder.highest(slot) === 0) return base
+    if (base !== 0) return base
+    const low = partition < 31
+    if ((low ? (this.#baseRead & (1 << partition)) !== 0 : this.#baseReadAbove?.[partition] === true) || this.#recorder.highest(slot) === 0) return 0
     const memory = this.#recorder.registry.memory
     memory.lock()
     memory.unlock()
-    this.#baseRead.add(slot)
+    if (low) this.#baseRead |= 1 << partition
+    else (this.#baseReadAbove ??= [])[partition] = true
     return this.baseHeld(slot)
   }
 
   /**
-   * baseOf() without its lock, for a caller under a group's lock that has made or learnt the
+   * baseOf() without its check, for a caller under a group's lock that has made or learnt the
    * group's window on the partition: both happen under the registration lock, and only once some
-   * thread saw last_seq above 0, after the first batch (docs/design.md §11).
+   * thread saw last_seq above 0, after the first batch (docs/design.md §11), so the base it reads
+   * is the one written; and the per-message path saves baseOf()'s lookups.
    * @internal
    */
   baseHeld(slot: number): number {
