@@ -595,8 +595,8 @@ export class Group {
    * a call): a floor move it recorded but did not finish, on any partition this thread knows, is
    * finished now, before this call reads anything (window.ts). Its other calls are whole or not
    * made (docs/design.md §11). The registry is synced only if that needs no wait (under a group's
-   * lock, only a fold or a credit read waits for the registration lock): a window this thread does not know
-   * then is finished by a scrape (reader.ts) or the next per-message call on its partition.
+   * lock, only a fold or a credit read waits for the registration lock): a window this thread does
+   * not know then is finished by a scrape (reader.ts) or the next per-message call on its partition.
    */
   #tookOver(): void {
     // A removed group's handle (it throws GROUP_REMOVED next) may hold its old block's lock, now

@@ -23,7 +23,8 @@ const sleeper = new Int32Array(new SharedArrayBuffer(4))
  * holder known to be alive is never evicted, however long it holds; one that cannot be checked is
  * evicted once the same tag has held the lock for LOCK_STEAL_MS (a new tag restarts the clock).
  * Taking the lock over is safe: a registration or a removal publishes its work with one store (the
- * log's end; what a removal does after it, the next holder that catches up with the log does: registry.ts); a group's call makes its writes after its last call, with no loop between
+ * log's end; what a removal does after it, the next holder that catches up with the log does:
+ * registry.ts); a group's call makes its writes after its last call, with no loop between
  * them (a terminated thread stops only at a call or at a loop's back edge), or records first what
  * its one loop of writes will do (W_PENDING). Returns true when it took the lock over: a group's
  * caller then finishes such a move on every partition of the group (window.ts finishWindows).

@@ -64,10 +64,9 @@ export function detach(memory: Memory): void {
 /**
  * Starts the epoch `expected` (nextEpoch()) of the removal the caller has just published (its
  * replay cleared the liveness tags): blocks freed by it wait for every other thread to announce
- * that epoch. The caller holds
- * the registration lock and is itself between recording calls, so it announces at once — for
- * every row this thread records into on that surface (an attachSurface() on the main thread
- * beside the surface has one of its own).
+ * that epoch. The caller holds the registration lock and is itself between recording calls, so it
+ * announces at once — for every row this thread records into on that surface (an attachSurface()
+ * on the main thread beside the surface has one of its own).
  */
 export function advanceEpoch(memory: Memory, expected: number): void {
   // Moved only from the epoch the removal was published against: nothing else moves it under the lock.
