@@ -312,7 +312,6 @@ export class Registry {
     })
   }
 
-
   /** The slot of this group's settlement window on `partition`, registering it if it is new. */
   windowBlock(group: GroupEntity, partition: number): number {
     const known = group.windowSlot(partition)
@@ -398,15 +397,12 @@ export class Registry {
     }
   }
 
+  /** whileSynced() for a registration: refused once the surface is closed. */
   #locked<T>(fn: () => T): T {
-    this.memory.lock()
-    try {
-      this.#catchUp()
+    return this.whileSynced(() => {
       if (this.memory.control[C_CLOSED] === 1) throw new ClosedError('this mq-metrics surface')
       return fn()
-    } finally {
-      this.memory.unlock()
-    }
+    })
   }
 
   /** Ids are never reused (64-bit counter; a `number`, exact far beyond any surface's life). */
