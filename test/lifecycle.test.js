@@ -227,6 +227,60 @@ for (const backend of backends()) {
     t.end()
   })
 
+  t.test(`${backend}: a group settled per message on every partition refuses count-level dispatch (IN_FLIGHT_KEPT_BY_SEND)`, (t) => {
+    const s = surfaceOn(t, backend)
+    const faults = faultsOf(s)
+    const topic = s.topic('orders')
+    const g = topic.group('billing')
+    topic.append(0, 1, 3)
+    t.ok(g.dispatch(1), 'no window yet: the floor-level style, allowed')
+    t.ok(g.send(0, 1), 'and send() of that message too (not caught: the first window is made by it)')
+    t.equal(g.inFlight(), 2, 'counted twice, as documented')
+    // From now on every in-flight message of this group is one send() counted.
+    t.throws(() => g.dispatch(1), { name: 'UsageError', code: 'IN_FLIGHT_KEPT_BY_SEND' }, 'a redelivery counted by dispatch()')
+    t.throws(() => g.dispatched(1), { name: 'UsageError', code: 'IN_FLIGHT_KEPT_BY_SEND' }, 'the counting form too')
+    t.throws(() => g.dispatch(0), { code: 'IN_FLIGHT_KEPT_BY_SEND' }, 'whatever n')
+    t.equal(g.inFlight(), 2, 'nothing counted')
+    t.ok(g.redeliver(0, 1), 'the retry path')
+    t.ok(g.settle(0, 1, 'delivered'))
+    g.delivered(1) // the floor-level style ends what it counted
+    t.equal(g.inFlight(), 0)
+    // A second partition kept by floor: dispatch() is for its messages, allowed again.
+    topic.append(1, 1, 2)
+    t.ok(g.dispatch(1), 'partition 1 has no window')
+    t.ok(g.ackFloor(1, 1))
+    g.delivered(1)
+    g.settle(1, 2, 'delivered') // partition 1 now settled per message as well
+    t.throws(() => g.dispatch(1), { code: 'IN_FLIGHT_KEPT_BY_SEND' }, 'every partition has a window again')
+    t.ok(topic.group('other').dispatch(1), "another group's windows are its own")
+    t.same(codes(faults), [])
+    t.end()
+  })
+
+  t.test(`${backend}: IN_FLIGHT_KEPT_BY_SEND counts a partition another thread started (the registry is synced first)`, async (t) => {
+    const s = surfaceOn(t, backend)
+    const topic = s.topic('orders')
+    const g = topic.group('billing')
+    topic.append(0, 1)
+    g.send(0, 1)
+    t.throws(() => g.dispatch(1), { code: 'IN_FLIGHT_KEPT_BY_SEND' })
+    const worker = await scriptedWorker(s)
+    t.teardown(() => worker.close())
+    t.equal(await worker.call('orders', undefined, 'append', 1, 1), 1, 'the worker starts partition 1: no window of this group')
+    t.ok(g.dispatch(1), 'not refused: this thread had not seen partition 1 before the call')
+    t.equal(await worker.call('orders', 'billing', 'settle', 1, 1, 'delivered'), true, 'the worker makes its window')
+    t.throws(() => g.dispatch(1), { code: 'IN_FLIGHT_KEPT_BY_SEND' }, "refused again: the worker's window is known after the sync")
+    t.equal(g.inFlight(), 2)
+    // A group whose every window another thread made: this thread has not synced since.
+    const h = topic.group('shipping')
+    t.ok(h.dispatch(1), 'no window yet')
+    t.equal(await worker.call('orders', 'shipping', 'send', 0, 1), true)
+    t.equal(await worker.call('orders', 'shipping', 'send', 1, 1), true)
+    t.throws(() => h.dispatched(1), { code: 'IN_FLIGHT_KEPT_BY_SEND' }, "the group's shared cell says it has windows: synced, and refused")
+    t.equal(h.inFlight(), 3)
+    t.end()
+  })
+
   t.test(`${backend}: the window is reused as the floor moves: 20 windows of shuffled settlements`, (t) => {
     const s = surfaceOn(t, backend)
     const faults = faultsOf(s)

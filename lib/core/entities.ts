@@ -7,7 +7,7 @@ export const TOPIC_SLOTS = 3 // rows: produced, bytes, writing marker · shared:
 export const PARTITION_SLOTS = 3 // rows: last_seq · shared: last_seq hint (max seen by any thread), +1 base (the seq before the partition's first message), +2 append() lock (Int32)
 export const P_BASE = 1
 export const P_LOCK = 2
-export const GROUP_SLOTS = 6 // rows: delivered, dropped, dlq, retries, in_flight share · shared: +0 liveness tag (the group id), +1 start balance, +2 conservation episode (Int32), +5 dispatch lock (Int32)
+export const GROUP_SLOTS = 6 // rows: delivered, dropped, dlq, retries, in_flight share · shared: +0 liveness tag (the group id), +1 start balance, +2 conservation episode (Int32), +3 settled per message (1 once it has a window), +5 dispatch lock (Int32)
 export const FLOOR_SLOTS = 1 // rows: ack_floor · shared: ack_floor hint
 export const G_DELIVERED = 0
 export const G_DROPPED = 1
@@ -26,6 +26,12 @@ export const G_START = 1
  * the scrape thread's) report each episode once between them (conservation.ts).
  */
 export const G_EPISODE = 2
+/**
+ * Shared row: 1 once the group has a settlement window on some partition (written by the thread
+ * that registers the window, under the registration lock). dispatch() reads it to know, without
+ * syncing the registry, whether it must check that some partition is still kept by floor (group.ts).
+ */
+export const G_WINDOWED = 3
 /** A settlement window's header (shared row): its base + 1 (0: not yet initialized)… */
 export const W_BASE = 0
 /** …and how many seqs above the floor are settled (the group no longer owes them: design §4). */

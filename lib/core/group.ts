@@ -5,7 +5,7 @@ import { describe } from './labels'
 import { C_CLOSED, C_NEXT_ROW, MAX_ROWS, SLOTS_PER_CHUNK } from './layout'
 import { acquire, release } from './lock'
 import { Memory } from './memory'
-import { G_LOCK, GroupEntity, TopicEntity, W_BASE, W_HEADER, W_PENDING, W_SETTLED } from './entities'
+import { G_LOCK, G_WINDOWED, GroupEntity, TopicEntity, W_BASE, W_HEADER, W_PENDING, W_SETTLED } from './entities'
 import { clearPassed, finishFloorMove, finishWindows } from './window'
 import { Chunk, GroupCell, checkCount, checkPartition, goneError } from './checks'
 import type { Recorder } from './recording'
@@ -144,6 +144,7 @@ export class Group {
   dispatch(n = 1): boolean {
     if (!isCount(n)) checkCount('n', n)
     if (this.#tag[this.#index] !== this.#id) throw this.#gone()
+    if (this.#tag[this.#index + G_WINDOWED] !== 0) this.#countLevelAllowed('dispatch')
     const tag = this.#memory.lockTag
     let below = 0
     const took = acquire(this.#lock, this.#lockIndex, tag, this.#memory)
@@ -165,6 +166,25 @@ export class Group {
       release(this.#lock, this.#lockIndex, tag)
       if (below < 0) this.#underflow(0, below)
     }
+  }
+
+  /**
+   * dispatch() and dispatched() count in flight without naming a message. On a group that settles
+   * every partition of its topic per message, every message in flight is one that send() counted,
+   * so a count-level dispatch counts some message twice (in_flight that never returns to 0: a
+   * redelivery counted with dispatch(), or dispatch() and send() for one message). Thrown, with
+   * nothing counted; a group with a partition kept by floor (no window) may still dispatch.
+   * Called once the group's shared G_WINDOWED cell says it has a window (so a group kept by floor
+   * pays one plain read); the registry is synced first, so the partitions and windows other threads
+   * made are counted. Windows are made only on partitions that exist: equal counts mean a window
+   * on every partition. The sync never waits: with the registration lock busy (a registration, a
+   * scrape's read) the call is let through as it was before this check, rather than stall.
+   */
+  #countLevelAllowed(call: string): void {
+    if (!this.#recorder.registry.trySync()) return
+    const windows = this.entity.windowPartitions.length
+    if (windows === 0 || windows < this.#topic.entity.partitionNumbers.length) return
+    throw new UsageError('IN_FLIGHT_KEPT_BY_SEND', `group ${JSON.stringify(this.name)} of topic ${JSON.stringify(this.#topic.name)} settles every partition per message: its in_flight counts what send() sent, and ${call}() would count a message twice (use send() for a new delivery, redeliver() for a retry)`)
   }
 
   /**
@@ -359,6 +379,7 @@ export class Group {
   dispatched(n = 1): boolean {
     if (!isCount(n)) checkCount('n', n)
     this.#alive()
+    if (this.#tag[this.#index + G_WINDOWED] !== 0) this.#countLevelAllowed('dispatched')
     const tag = this.#memory.lockTag
     let total: number
     const took = acquire(this.#lock, this.#lockIndex, tag, this.#memory)

@@ -9,7 +9,7 @@
 // recording call can still write into them (reclamation.ts). Recording never touches the log.
 import { ResolvedConfig } from './config'
 import {
-  COMPACT_MIN_INTS, DEFAULT_SETTLE_WINDOW, FLOOR_SLOTS, FreeQueue, G_DELIVERED, G_DLQ, G_DROPPED, G_START, G_TAG, GONE_CHECK_MS, GROUP_SLOTS, GroupEntity, inserted, P_BASE, PARTITION_SLOTS, sameNumbers, TOPIC_SLOTS, TopicEntity, windowSlots, withGroup,
+  COMPACT_MIN_INTS, DEFAULT_SETTLE_WINDOW, FLOOR_SLOTS, FreeQueue, G_DELIVERED, G_DLQ, G_DROPPED, G_START, G_TAG, G_WINDOWED, GONE_CHECK_MS, GROUP_SLOTS, GroupEntity, inserted, P_BASE, PARTITION_SLOTS, sameNumbers, TOPIC_SLOTS, TopicEntity, windowSlots, withGroup,
 } from './entities'
 import { ClosedError, LimitError, RemovedGroupError, RemovedTopicError } from './errors'
 import { sanitizeLabelValue } from './labels'
@@ -322,6 +322,9 @@ export class Registry {
       if (again !== undefined) return again
       const slot = this.#allocate(windowKey(group.window))
       this.#append(Entry.Window, [...wide(group.id), partition, slot])
+      // The group lives (checked under this lock): its block is its own. Not written by the
+      // log's replay: a thread replaying late could write into a block reused since.
+      this.#sharedF64(group.slot)[(group.slot % SLOTS_PER_CHUNK) + G_WINDOWED] = 1
       return group.windowSlot(partition)!
     })
   }
