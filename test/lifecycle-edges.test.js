@@ -489,6 +489,48 @@ for (const backend of backends()) {
     t.end()
   })
 
+  t.test(`${backend}: a worker terminated while it registers a partition or a window never makes dispatch() refuse wrongly; the next registration sets it right`, async (t) => {
+    // dispatch() refuses (IN_FLIGHT_KEPT_BY_SEND) by two shared counts (entities.ts G_WINDOWED):
+    // stopped at each builtin call of a new partition's first append and its first settlement in
+    // turn, the counts it leaves may let dispatch() through, but it refuses only if every partition
+    // has a window; whole registrations, or one more registration by another thread, refuse.
+    const outcomes = { through: 0, refused: 0 }
+    for (let k = 1; k <= 200; k++) {
+      const s = surfaceOn(t, backend)
+      const topic = s.topic('orders')
+      topic.append(0, 1, 3)
+      const g = topic.group('g')
+      g.send(0, 1)
+      t.throws(() => g.dispatch(1), { code: 'IN_FLIGHT_KEPT_BY_SEND' }, `call ${k}: one partition, settled per message`)
+      const hs = new Int32Array(new SharedArrayBuffer(12))
+      const w = new Worker(WORKER, { workerData: { shared: s.share(), hs, mode: 'windows-parked', k }, execArgv: [] })
+      const until = Date.now() + 20_000
+      while (Atomics.load(hs, 0) === 0 && Date.now() < until) await new Promise((resolve) => setTimeout(resolve, 1))
+      t.not(Atomics.load(hs, 0), 0, `call ${k}: the worker reached its point`)
+      await w.terminate()
+      s.stats('groups') // a scrape: this thread catches up with the log
+      const everywhere = g.entity.windowPartitions.length === topic.entity.partitionNumbers.length
+      let refused = false
+      try {
+        g.dispatch(1)
+      } catch (error) {
+        if (error.code !== 'IN_FLIGHT_KEPT_BY_SEND') throw error
+        refused = true
+      }
+      outcomes[refused ? 'refused' : 'through']++
+      if (refused) t.ok(everywhere, `call ${k}: refused only with a window on every partition`)
+      if (hs[2] === 1) t.ok(refused, `call ${k}: both registrations whole: refused`)
+      // Partition 1 settled per message (its window made now if it was not), then partition 2: the
+      // counts are written anew, whatever the worker left.
+      g.settle(1, topic.append(1, 1), 'delivered')
+      g.settle(2, topic.append(2, 1), 'delivered')
+      t.throws(() => g.dispatched(1), { code: 'IN_FLIGHT_KEPT_BY_SEND' }, `call ${k}: the next registrations set the counts right`)
+      if (hs[2] === 1) break // the calls returned before their k-th builtin call: every point is tried
+    }
+    t.ok(outcomes.through > 0 && outcomes.refused > 0, `stopped before and after the registrations are whole (${outcomes.through} and ${outcomes.refused} points)`)
+    t.end()
+  })
+
   t.test(`${backend}: two threads' first batches of a resumed log, one waiting for the other: the second continues it or repeats it`, (t) => {
     // Thread 1's produced(1, 1001) lands while thread 2, having read last_seq 0, waits to write
     // its own first batch: 1002 continues it (no fault); 1001 again is a regression, not a gap.

@@ -3,11 +3,11 @@
 import { Count } from './snapshot'
 
 // Slot block sizes. Thread rows use the counter cells; the shared row uses the rest.
-export const TOPIC_SLOTS = 3 // rows: produced, bytes, writing marker · shared: +0 liveness tag (the topic id)
+export const TOPIC_SLOTS = 3 // rows: produced, bytes, writing marker · shared: +0 liveness tag (the topic id), +1 partitions registered (Int32)
 export const PARTITION_SLOTS = 3 // rows: last_seq · shared: last_seq hint (max seen by any thread), +1 base (the seq before the partition's first message), +2 append() lock (Int32)
 export const P_BASE = 1
 export const P_LOCK = 2
-export const GROUP_SLOTS = 6 // rows: delivered, dropped, dlq, retries, in_flight share · shared: +0 liveness tag (the group id), +1 start balance, +2 conservation episode (Int32), +3 settled per message (1 once it has a window), +5 dispatch lock (Int32)
+export const GROUP_SLOTS = 6 // rows: delivered, dropped, dlq, retries, in_flight share · shared: +0 liveness tag (the group id), +1 start balance, +2 conservation episode (Int32), +3 partitions settled per message (Int32), +5 dispatch lock (Int32)
 export const FLOOR_SLOTS = 1 // rows: ack_floor · shared: ack_floor hint
 export const G_DELIVERED = 0
 export const G_DROPPED = 1
@@ -27,10 +27,16 @@ export const G_START = 1
  */
 export const G_EPISODE = 2
 /**
- * Shared row: 1 once the group has a settlement window on some partition (written by the thread
- * that registers the window, under the registration lock). dispatch() reads it to know, without
- * syncing the registry, whether it must check that some partition is still kept by floor (group.ts).
+ * Shared row, as Int32 cells: how many partitions the topic has registered (T_PARTITIONS, in the
+ * topic's block) and on how many the group has a settlement window (G_WINDOWED, in the group's),
+ * so that dispatch() tells a group settled per message on every partition without its thread's
+ * registry (group.ts). Written with Atomics under the registration lock by the registering thread
+ * only (a late replay could write into a block reused since), each as the exact number its registry
+ * then holds, so the next registration corrects a number a terminated thread left behind: the
+ * partitions before the entry is published (left one too high), the windows after it (left one
+ * too low). Either way dispatch() is let through, never refused wrongly.
  */
+export const T_PARTITIONS = 1
 export const G_WINDOWED = 3
 /** A settlement window's header (shared row): its base + 1 (0: not yet initialized)… */
 export const W_BASE = 0

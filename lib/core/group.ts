@@ -5,7 +5,7 @@ import { describe } from './labels'
 import { C_CLOSED, C_NEXT_ROW, MAX_ROWS, SLOTS_PER_CHUNK } from './layout'
 import { acquire, release } from './lock'
 import { Memory } from './memory'
-import { G_LOCK, G_WINDOWED, GroupEntity, TopicEntity, W_BASE, W_HEADER, W_PENDING, W_SETTLED } from './entities'
+import { G_LOCK, G_WINDOWED, GroupEntity, T_PARTITIONS, TopicEntity, W_BASE, W_HEADER, W_PENDING, W_SETTLED } from './entities'
 import { clearPassed, finishFloorMove, finishWindows } from './window'
 import { Chunk, GroupCell, checkCount, checkPartition, goneError } from './checks'
 import type { Recorder } from './recording'
@@ -139,12 +139,14 @@ export class Group {
    * Design §invariants: in_flight += n, or false (nothing changes) if that would pass
    * max_in_flight. Checked against every thread's share under the group's lock; an in_flight
    * found below 0 (more settled than dispatched, by threads that raced) is repaired to 0 with
-   * IN_FLIGHT_UNDERFLOW first, so the bound holds whatever happened before.
+   * IN_FLIGHT_UNDERFLOW first, so the bound holds whatever happened before. Throws UsageError
+   * IN_FLIGHT_KEPT_BY_SEND, counting nothing, on a group settled per message on every partition of
+   * its topic (what is in flight there is what send() counted).
    */
   dispatch(n = 1): boolean {
     if (!isCount(n)) checkCount('n', n)
     if (this.#tag[this.#index] !== this.#id) throw this.#gone()
-    if (this.#tag[this.#index + G_WINDOWED] !== 0) this.#countLevelAllowed('dispatch')
+    if (this.#lock[(this.#index + G_WINDOWED) * 2] !== 0) this.#countLevelAllowed('dispatch')
     const tag = this.#memory.lockTag
     let below = 0
     const took = acquire(this.#lock, this.#lockIndex, tag, this.#memory)
@@ -173,17 +175,18 @@ export class Group {
    * every partition of its topic per message, every message in flight is one that send() counted,
    * so a count-level dispatch counts some message twice (in_flight that never returns to 0: a
    * redelivery counted with dispatch(), or dispatch() and send() for one message). Thrown, with
-   * nothing counted; a group with a partition kept by floor (no window) may still dispatch.
-   * Called once the group's shared G_WINDOWED cell says it has a window (so a group kept by floor
-   * pays one plain read); the registry is synced first, so the partitions and windows other threads
-   * made are counted. Windows are made only on partitions that exist: equal counts mean a window
-   * on every partition. The sync never waits: with the registration lock busy (a registration, a
-   * scrape's read) the call is let through as it was before this check, rather than stall.
+   * nothing counted; while some partition of the topic has no window of the group (kept by floor,
+   * or no message yet) it may still dispatch. Called once the group's shared window count
+   * (entities.ts G_WINDOWED) is above 0, so a group kept by floor pays one plain read. No lock,
+   * no registry: the count is read with Atomics, then the topic's partition count (written before
+   * any window on a partition can be), so a count of windows that reaches it means a window on every
+   * partition. Every other thread's registrations count, whether or not this one has synced.
    */
   #countLevelAllowed(call: string): void {
-    if (!this.#recorder.registry.trySync()) return
-    const windows = this.entity.windowPartitions.length
-    if (windows === 0 || windows < this.#topic.entity.partitionNumbers.length) return
+    const windows = Atomics.load(this.#lock, (this.#index + G_WINDOWED) * 2)
+    const topic = this.#topic.entity.slot
+    if (windows < this.#memory.sharedI32(Math.floor(topic / SLOTS_PER_CHUNK))[((topic % SLOTS_PER_CHUNK) + T_PARTITIONS) * 2]) return
+    if (this.#tag[this.#index] !== this.#id) throw this.#gone() // removed meanwhile: that is the answer
     throw new UsageError('IN_FLIGHT_KEPT_BY_SEND', `group ${JSON.stringify(this.name)} of topic ${JSON.stringify(this.#topic.name)} settles every partition per message: its in_flight counts what send() sent, and ${call}() would count a message twice (use send() for a new delivery, redeliver() for a retry)`)
   }
 
@@ -374,12 +377,13 @@ export class Group {
 
   /**
    * in_flight += n, always (a broker that cannot refuse a delivery): passing max_in_flight is the
-   * fault IN_FLIGHT_LIMIT_PASSED, not a refusal. Returns whether the bound still held.
+   * fault IN_FLIGHT_LIMIT_PASSED, not a refusal. Returns whether the bound still held. Throws
+   * UsageError IN_FLIGHT_KEPT_BY_SEND, counting nothing, as dispatch() does.
    */
   dispatched(n = 1): boolean {
     if (!isCount(n)) checkCount('n', n)
     this.#alive()
-    if (this.#tag[this.#index + G_WINDOWED] !== 0) this.#countLevelAllowed('dispatched')
+    if (this.#lock[(this.#index + G_WINDOWED) * 2] !== 0) this.#countLevelAllowed('dispatched')
     const tag = this.#memory.lockTag
     let total: number
     const took = acquire(this.#lock, this.#lockIndex, tag, this.#memory)

@@ -9,7 +9,7 @@
 // recording call can still write into them (reclamation.ts). Recording never touches the log.
 import { ResolvedConfig } from './config'
 import {
-  COMPACT_MIN_INTS, DEFAULT_SETTLE_WINDOW, FLOOR_SLOTS, FreeQueue, G_DELIVERED, G_DLQ, G_DROPPED, G_START, G_TAG, G_WINDOWED, GONE_CHECK_MS, GROUP_SLOTS, GroupEntity, inserted, P_BASE, PARTITION_SLOTS, sameNumbers, TOPIC_SLOTS, TopicEntity, windowSlots, withGroup,
+  COMPACT_MIN_INTS, DEFAULT_SETTLE_WINDOW, FLOOR_SLOTS, FreeQueue, G_DELIVERED, G_DLQ, G_DROPPED, G_START, G_TAG, G_WINDOWED, GONE_CHECK_MS, T_PARTITIONS, GROUP_SLOTS, GroupEntity, inserted, P_BASE, PARTITION_SLOTS, sameNumbers, TOPIC_SLOTS, TopicEntity, windowSlots, withGroup,
 } from './entities'
 import { ClosedError, LimitError, RemovedGroupError, RemovedTopicError } from './errors'
 import { sanitizeLabelValue } from './labels'
@@ -237,6 +237,7 @@ export class Registry {
         throw new LimitError('max_partitions_per_topic', `cannot register partition ${partition} of topic ${JSON.stringify(topic.name)}: max_partitions_per_topic (${this.config.max_partitions_per_topic}) reached`)
       }
       const slot = this.#allocate(KEY_PARTITION)
+      this.#storeShared(topic.slot + T_PARTITIONS, topic.partitionNumbers.length + 1) // entities.ts: before the entry
       this.#append(Entry.Partition, [...wide(topic.id), partition, slot])
       return topic.partitionSlot(partition)!
     })
@@ -312,6 +313,11 @@ export class Registry {
     })
   }
 
+  /** An Int32 count in the shared row at `slot` (entities.ts T_PARTITIONS, G_WINDOWED). Caller locks. */
+  #storeShared(slot: number, value: number): void {
+    Atomics.store(this.memory.sharedI32(Math.floor(slot / SLOTS_PER_CHUNK)), (slot % SLOTS_PER_CHUNK) * 2, value)
+  }
+
   /** The slot of this group's settlement window on `partition`, registering it if it is new. */
   windowBlock(group: GroupEntity, partition: number): number {
     const known = group.windowSlot(partition)
@@ -322,9 +328,7 @@ export class Registry {
       if (again !== undefined) return again
       const slot = this.#allocate(windowKey(group.window))
       this.#append(Entry.Window, [...wide(group.id), partition, slot])
-      // The group lives (checked under this lock): its block is its own. Not written by the
-      // log's replay: a thread replaying late could write into a block reused since.
-      this.#sharedF64(group.slot)[(group.slot % SLOTS_PER_CHUNK) + G_WINDOWED] = 1
+      this.#storeShared(group.slot + G_WINDOWED, group.windowPartitions.length) // entities.ts: after the entry
       return group.windowSlot(partition)!
     })
   }
