@@ -30,11 +30,13 @@ export const G_EPISODE = 2
  * Shared row, as Int32 cells: how many partitions the topic has registered (T_PARTITIONS, in the
  * topic's block) and on how many the group has a settlement window (G_WINDOWED, in the group's),
  * so that dispatch() tells a group settled per message on every partition without its thread's
- * registry (group.ts). Written with Atomics under the registration lock by the registering thread
- * only (a late replay could write into a block reused since), each as the exact number its registry
- * then holds, so the next registration corrects a number a terminated thread left behind: the
- * partitions before the entry is published (left one too high), the windows after it (left one
- * too low). Either way dispatch() is let through, never refused wrongly.
+ * registry (group.ts). Written with Atomics under the registration lock, each as the exact number
+ * the writer's registry then holds: by the registering thread, the partitions before its entry is
+ * published and the windows after it, so that a thread terminated in between leaves them letting
+ * dispatch() through (partitions one too high, windows one too low), never refusing wrongly; and
+ * by every thread that replays such an entry, at the end of its catch-up with the log, for an
+ * entity still alive then (a block is reused only after a removal), which sets a left-behind
+ * count right. Never written while replaying: a block named by an old entry may be reused since.
  */
 export const T_PARTITIONS = 1
 export const G_WINDOWED = 3

@@ -75,6 +75,8 @@ export class Registry {
    * (a worker terminated) has not advanced the epoch yet, and #catchUp() does it on its behalf.
    */
   #owedEpoch = 0
+  /** Topics and groups whose partition or window this thread replayed: their shared counts are set at the end of the catch-up (entities.ts G_WINDOWED). */
+  readonly #recount: (TopicEntity | GroupEntity)[] = []
   #goneCheckedAt = 0
   /** Bumped by every applied entry that changes the set of series. */
   generation = 0
@@ -137,6 +139,14 @@ export class Registry {
     // the epoch to its own is finished here (docs/reclamation.md, "Removal").
     if (this.#owedEpoch !== 0) catchUpEpoch(this.memory, this.#owedEpoch)
     this.#owedEpoch = 0
+    // So is a count that a thread stopped between its entry and its count left behind: under this
+    // lock, caught up, a topic or group alive now still owns its block.
+    for (const entity of this.#recount) {
+      if (!entity.alive) continue
+      if (entity instanceof TopicEntity) this.#storeShared(entity.slot + T_PARTITIONS, entity.partitionNumbers.length)
+      else this.#storeShared(entity.slot + G_WINDOWED, entity.windowPartitions.length)
+    }
+    this.#recount.length = 0
   }
 
   // ---- registration (each under the lock, after catching up with the log) ----
@@ -666,6 +676,7 @@ export class Registry {
         if (topic.partitionSlot(log[f + 2]) !== undefined) return
         this.#take(KEY_PARTITION, log[f + 3])
         ;[topic.partitionNumbers, topic.partitionSlots] = inserted(topic.partitionNumbers, topic.partitionSlots, log[f + 2], log[f + 3])
+        this.#recount.push(topic)
         break
       }
       case Entry.Group: {
@@ -722,6 +733,7 @@ export class Registry {
         if (group.windowSlot(log[f + 2]) !== undefined) return
         this.#take(windowKey(group.window), log[f + 3])
         ;[group.windowPartitions, group.windowSlots] = inserted(group.windowPartitions, group.windowSlots, log[f + 2], log[f + 3])
+        this.#recount.push(group)
         break
       }
       case Entry.Fold: {
