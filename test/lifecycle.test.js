@@ -257,7 +257,7 @@ for (const backend of backends()) {
     t.end()
   })
 
-  t.test(`${backend}: IN_FLIGHT_KEPT_BY_SEND counts a partition another thread started (the registry is synced first)`, async (t) => {
+  t.test(`${backend}: IN_FLIGHT_KEPT_BY_SEND counts the partitions and windows other threads registered`, async (t) => {
     const s = surfaceOn(t, backend)
     const topic = s.topic('orders')
     const g = topic.group('billing')
@@ -267,16 +267,16 @@ for (const backend of backends()) {
     const worker = await scriptedWorker(s)
     t.teardown(() => worker.close())
     t.equal(await worker.call('orders', undefined, 'append', 1, 1), 1, 'the worker starts partition 1: no window of this group')
-    t.ok(g.dispatch(1), 'not refused: this thread had not seen partition 1 before the call')
+    t.ok(g.dispatch(1), 'not refused: partition 1 has no window of the group')
     t.equal(await worker.call('orders', 'billing', 'settle', 1, 1, 'delivered'), true, 'the worker makes its window')
-    t.throws(() => g.dispatch(1), { code: 'IN_FLIGHT_KEPT_BY_SEND' }, "refused again: the worker's window is known after the sync")
+    t.throws(() => g.dispatch(1), { code: 'IN_FLIGHT_KEPT_BY_SEND' }, "refused again: the worker's window counts")
     t.equal(g.inFlight(), 2)
     // A group whose every window another thread made: this thread has not synced since.
     const h = topic.group('shipping')
     t.ok(h.dispatch(1), 'no window yet')
     t.equal(await worker.call('orders', 'shipping', 'send', 0, 1), true)
     t.equal(await worker.call('orders', 'shipping', 'send', 1, 1), true)
-    t.throws(() => h.dispatched(1), { code: 'IN_FLIGHT_KEPT_BY_SEND' }, "the group's shared cell says it has windows: synced, and refused")
+    t.throws(() => h.dispatched(1), { code: 'IN_FLIGHT_KEPT_BY_SEND' }, "windows this thread never replayed count too")
     t.equal(h.inFlight(), 3)
     t.end()
   })

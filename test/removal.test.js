@@ -44,6 +44,31 @@ for (const backend of backends()) {
     t.end()
   })
 
+  t.test(`${backend}: a checkpoint that names a new topic of a removed one's name leaves one topic of that name`, (t) => {
+    // The main thread knows 't'; the worker removes it, registers 't' again and compacts the log:
+    // replaying the checkpoint, the main thread learns the new 't' before it forgets the old one.
+    const { main, worker, read } = played(backend)
+    main.handles.topic('t').append(0, 1)
+    worker.registry.sync()
+    worker.registry.removeTopic('t')
+    const again = worker.handles.topic('t')
+    again.append(0, 1, 3)
+    worker.memory.lock()
+    try {
+      worker.registry.sync()
+      worker.registry.compact()
+    } finally {
+      worker.memory.unlock()
+    }
+    main.registry.sync()
+    t.equal(main.handles.topic('t').entity.id, again.entity.id, "the name resolves to the worker's new topic")
+    main.handles.topic('t').append(0, 1)
+    for (const side of [main, worker]) {
+      t.same(read(side).filter((x) => x.name === 't').map((x) => x.produced), [4], 'one series of that name, every count in it')
+    }
+    t.end()
+  })
+
   t.test(`${backend}: a removed group's blocks wait the same way, and its counts stay its topic's`, (t) => {
     const { main, worker, topicNumbers } = played(backend)
     const topic = worker.handles.topic('t')

@@ -33,10 +33,11 @@ export const G_EPISODE = 2
  * registry (group.ts). Written with Atomics under the registration lock, each as the exact number
  * the writer's registry then holds: by the registering thread, the partitions before its entry is
  * published and the windows after it, so that a thread terminated in between leaves them letting
- * dispatch() through (partitions one too high, windows one too low), never refusing wrongly; and
- * by every thread that replays such an entry, at the end of its catch-up with the log, for an
- * entity still alive then (a block is reused only after a removal), which sets a left-behind
- * count right. Never written while replaying: a block named by an old entry may be reused since.
+ * dispatch() through (partitions one too high, windows one too low), never refusing wrongly. Such
+ * a thread leaves the registration lock held; the thread that takes it over (memory.ts lock())
+ * flags C_RECOUNT, and the next catch-up under the lock writes every live topic's and group's
+ * counts anew (caught up, a live entity owns its block; never while replaying: a block named by
+ * an old entry may be reused since).
  */
 export const T_PARTITIONS = 1
 export const G_WINDOWED = 3

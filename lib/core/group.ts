@@ -107,6 +107,9 @@ export class Group {
   readonly #rowChunks: (Float64Array | undefined)[]
   readonly #lock: Int32Array
   readonly #lockIndex: number
+  /** The topic's shared Int32 view and the index of its partition count (entities.ts T_PARTITIONS). */
+  readonly #topicCells: Int32Array
+  readonly #partitionsIndex: number
   readonly #maxInFlight: number
   /** By partition: the per-message calls' cells (#lane). */
   readonly #lanes: (Lane | undefined)[] = []
@@ -126,6 +129,9 @@ export class Group {
     this.#rowChunks = recorder.allRowsOf(entity.slot >>> Chunk.Shift)
     this.#lock = recorder.registry.memory.sharedI32(Math.floor(entity.slot / SLOTS_PER_CHUNK))
     this.#lockIndex = (this.#index + G_LOCK) * 2
+    const topicSlot = topic.entity.slot
+    this.#topicCells = recorder.registry.memory.sharedI32(Math.floor(topicSlot / SLOTS_PER_CHUNK))
+    this.#partitionsIndex = ((topicSlot % SLOTS_PER_CHUNK) + T_PARTITIONS) * 2
   }
 
   // in_flight is kept as per-thread shares (dispatched here − settled here), summed at scrape.
@@ -183,9 +189,7 @@ export class Group {
    * partition. Every other thread's registrations count, whether or not this one has synced.
    */
   #countLevelAllowed(call: string): void {
-    const windows = Atomics.load(this.#lock, (this.#index + G_WINDOWED) * 2)
-    const topic = this.#topic.entity.slot
-    if (windows < this.#memory.sharedI32(Math.floor(topic / SLOTS_PER_CHUNK))[((topic % SLOTS_PER_CHUNK) + T_PARTITIONS) * 2]) return
+    if (Atomics.load(this.#lock, (this.#index + G_WINDOWED) * 2) < this.#topicCells[this.#partitionsIndex]) return
     if (this.#tag[this.#index] !== this.#id) throw this.#gone() // removed meanwhile: that is the answer
     throw new UsageError('IN_FLIGHT_KEPT_BY_SEND', `group ${JSON.stringify(this.name)} of topic ${JSON.stringify(this.#topic.name)} settles every partition per message: its in_flight counts what send() sent, and ${call}() would count a message twice (use send() for a new delivery, redeliver() for a retry)`)
   }

@@ -4,7 +4,7 @@ import { Arena, CHUNK_BYTES, chunkOffset } from './backend'
 import { acquire, release } from './lock'
 import { MAX_TID, ThreadIdentity, ThreadState, taskStat, threadIdentity, threadState } from './threads'
 import {
-  B_ANNOUNCE, B_EPOCH, B_NEXT_ID, B_SURFACE_ID, C_LOCK, C_LOG_DIRECTORIES, C_NEXT_ANONYMOUS, C_NEXT_CHUNK, C_NEXT_ROW, C_ROW_DIRECTORY,
+  B_ANNOUNCE, B_EPOCH, B_NEXT_ID, B_SURFACE_ID, C_LOCK, C_LOG_DIRECTORIES, C_RECOUNT, C_NEXT_ANONYMOUS, C_NEXT_CHUNK, C_NEXT_ROW, C_ROW_DIRECTORY,
   C_ROW_OWNERS, MAIN_ROW, MAX_LOG_CHUNKS, MAX_ROWS, SHARED_ROW, SLOTS_PER_CHUNK,
 } from './layout'
 
@@ -154,7 +154,9 @@ export class Memory {
   lock(): void {
     if (this.#lockDepth++ > 0) return
     this.#heldTag = this.lockTag
-    acquire(this.control, C_LOCK, this.#heldTag, this)
+    // Taken over: the holder stopped inside a registration, perhaps between its log entry and a
+    // shared count (entities.ts G_WINDOWED); the registry's next catch-up sets them all again.
+    if (acquire(this.control, C_LOCK, this.#heldTag, this)) this.control[C_RECOUNT] = 1
   }
 
   /** lock() if the registration lock is free now (or this thread holds it): false, not taken, otherwise. */

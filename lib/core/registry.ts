@@ -14,7 +14,7 @@ import {
 import { ClosedError, LimitError, RemovedGroupError, RemovedTopicError } from './errors'
 import { sanitizeLabelValue } from './labels'
 import { Entry, RegistrationLog, narrow, readText, wide, wideAmount } from './log'
-import { B_NEXT_ID, C_CLOSED, C_LOG_CHECKPOINT, C_LOG_END, C_LOG_GENERATION, C_NEXT_CHUNK, C_NEXT_SLOT, SHARED_ROW, SLOTS_PER_CHUNK } from './layout'
+import { B_NEXT_ID, C_CLOSED, C_LOG_CHECKPOINT, C_LOG_END, C_LOG_GENERATION, C_NEXT_CHUNK, C_NEXT_SLOT, C_RECOUNT, SHARED_ROW, SLOTS_PER_CHUNK } from './layout'
 import { Memory } from './memory'
 import { advanceEpoch, catchUpEpoch, nextEpoch, passedEpoch, ring } from './reclamation'
 import { Count, addCount } from './snapshot'
@@ -75,8 +75,6 @@ export class Registry {
    * (a worker terminated) has not advanced the epoch yet, and #catchUp() does it on its behalf.
    */
   #owedEpoch = 0
-  /** Topics and groups whose partition or window this thread replayed: their shared counts are set at the end of the catch-up (entities.ts G_WINDOWED). */
-  readonly #recount: (TopicEntity | GroupEntity)[] = []
   #goneCheckedAt = 0
   /** Bumped by every applied entry that changes the set of series. */
   generation = 0
@@ -111,7 +109,7 @@ export class Registry {
 
   #sync(wait: boolean): boolean {
     const control = this.memory.control
-    if (Atomics.load(control, C_LOG_GENERATION) === this.#logGeneration && Atomics.load(control, C_LOG_END) === this.#cursor) return true
+    if (Atomics.load(control, C_LOG_GENERATION) === this.#logGeneration && Atomics.load(control, C_LOG_END) === this.#cursor && control[C_RECOUNT] === 0) return true
     if (wait) this.memory.lock()
     else if (!this.memory.tryLock()) return false
     try {
@@ -139,14 +137,16 @@ export class Registry {
     // the epoch to its own is finished here (docs/reclamation.md, "Removal").
     if (this.#owedEpoch !== 0) catchUpEpoch(this.memory, this.#owedEpoch)
     this.#owedEpoch = 0
-    // So is a count that a thread stopped between its entry and its count left behind: under this
-    // lock, caught up, a topic or group alive now still owns its block.
-    for (const entity of this.#recount) {
-      if (!entity.alive) continue
-      if (entity instanceof TopicEntity) this.#storeShared(entity.slot + T_PARTITIONS, entity.partitionNumbers.length)
-      else this.#storeShared(entity.slot + G_WINDOWED, entity.windowPartitions.length)
+    // So are the shared counts a registration stopped between its entry and its count left behind
+    // (the lock was taken over from it: memory.ts lock()). Under this lock and caught up, every
+    // topic and group this thread knows is alive and owns its block.
+    if (control[C_RECOUNT] !== 0) {
+      for (const topic of this.#topicsById.values()) {
+        this.#storeShared(topic.slot + T_PARTITIONS, topic.partitionNumbers.length)
+        for (const group of topic.groups) this.#storeShared(group.slot + G_WINDOWED, group.windowPartitions.length)
+      }
+      control[C_RECOUNT] = 0
     }
-    this.#recount.length = 0
   }
 
   // ---- registration (each under the lock, after catching up with the log) ----
@@ -618,7 +618,8 @@ export class Registry {
 
   #forgetTopic(topic: TopicEntity): void {
     topic.alive = false
-    this.topics.delete(topic.name)
+    // A checkpoint replayed over an old picture may name a new topic of the same name first.
+    if (this.topics.get(topic.name) === topic) this.topics.delete(topic.name)
     this.#topicsById.delete(topic.id)
     for (const group of [...topic.groups, ...topic.retiring]) {
       group.alive = false
@@ -676,7 +677,6 @@ export class Registry {
         if (topic.partitionSlot(log[f + 2]) !== undefined) return
         this.#take(KEY_PARTITION, log[f + 3])
         ;[topic.partitionNumbers, topic.partitionSlots] = inserted(topic.partitionNumbers, topic.partitionSlots, log[f + 2], log[f + 3])
-        this.#recount.push(topic)
         break
       }
       case Entry.Group: {
@@ -733,7 +733,6 @@ export class Registry {
         if (group.windowSlot(log[f + 2]) !== undefined) return
         this.#take(windowKey(group.window), log[f + 3])
         ;[group.windowPartitions, group.windowSlots] = inserted(group.windowPartitions, group.windowSlots, log[f + 2], log[f + 3])
-        this.#recount.push(group)
         break
       }
       case Entry.Fold: {
