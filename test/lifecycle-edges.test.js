@@ -490,7 +490,7 @@ for (const backend of backends()) {
     t.end()
   })
 
-  t.test(`${backend}: a worker terminated while it registers a partition or a window never makes dispatch() refuse wrongly; the next registration sets it right`, async (t) => {
+  t.test(`${backend}: a worker terminated while it registers a partition or a window never makes dispatch() refuse wrongly; the next catch-up sets it right`, async (t) => {
     // dispatch() refuses (IN_FLIGHT_KEPT_BY_SEND) by two shared counts (entities.ts G_WINDOWED):
     // stopped at each builtin call of a new partition's first append and its first settlement in
     // turn, the counts it leaves may let dispatch() through, but it refuses only if every partition
@@ -534,6 +534,54 @@ for (const backend of backends()) {
       if (hs[2] === 1) break // the calls returned before their k-th builtin call: every point is tried
     }
     t.ok(outcomes.through > 0 && outcomes.refused > 0, `stopped before and after the registrations are whole (${outcomes.through} and ${outcomes.refused} points)`)
+    t.end()
+  })
+
+  t.test(`${backend}: a registration that throws after its entry or before it leaves its count for the next catch-up to set right`, (t) => {
+    const { RegistrationLog } = require('../dist/core/log')
+    const refusal = (g) => t.throws(() => g.dispatch(1), { code: 'IN_FLIGHT_KEPT_BY_SEND' })
+    {
+      // The window's entry published, then the compaction it starts throws (out of memory): the window
+      // count was not written.
+      const { main, worker, read } = played(backend)
+      const topic = main.handles.topic('t')
+      topic.append(0, 1, 3)
+      const g = topic.group('g')
+      g.ackFloor(0, 0) // its floor registered now: the window is send()'s only registration
+      main.registry.compactMinInts = 1
+      const compact = main.registry.compact
+      main.registry.compact = function () {
+        if (/appendCounted/.test(new Error().stack)) throw new RangeError('out of memory (a stand-in)') // the window's registration
+        return compact.call(this)
+      }
+      t.throws(() => g.send(0, 1), /out of memory/)
+      delete main.registry.compact
+      main.registry.compactMinInts = 1e9
+      t.same(g.entity.windowPartitions, [0], 'the window exists')
+      read(worker) // another thread's scrape catches up
+      refusal(g)
+    }
+    {
+      // The partition's count written, then its entry's write throws (the log full): no partition 1.
+      const { main, worker, read } = played(backend)
+      const topic = main.handles.topic('t')
+      topic.append(0, 1, 3)
+      const g = topic.group('g')
+      g.send(0, 1)
+      const write = RegistrationLog.prototype.write
+      RegistrationLog.prototype.write = function () {
+        RegistrationLog.prototype.write = write
+        throw new RangeError('the registration log is full (a stand-in)')
+      }
+      try {
+        t.throws(() => topic.append(1, 1), /log is full/)
+      } finally {
+        RegistrationLog.prototype.write = write
+      }
+      t.same(topic.entity.partitionNumbers, [0], 'no partition 1')
+      read(worker)
+      refusal(g)
+    }
     t.end()
   })
 

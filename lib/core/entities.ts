@@ -35,9 +35,9 @@ export const G_EPISODE = 2
  * published and the windows after it, so that a thread terminated in between leaves them letting
  * dispatch() through (partitions one too high, windows one too low), never refusing wrongly. Such
  * a thread leaves the registration lock held; the thread that takes it over (memory.ts lock())
- * flags C_RECOUNT, and the next catch-up under the lock writes every live topic's and group's
- * counts anew (caught up, a live entity owns its block; never while replaying: a block named by
- * an old entry may be reused since).
+ * flags C_RECOUNT, as a registration that throws does (registry.ts #appendCounted), and the next
+ * catch-up under the lock writes every live topic's and group's counts anew (caught up, a live
+ * entity owns its block; never while replaying: a block named by an old entry may be reused since).
  */
 export const T_PARTITIONS = 1
 export const G_WINDOWED = 3

@@ -248,7 +248,7 @@ export class Registry {
       }
       const slot = this.#allocate(KEY_PARTITION)
       this.#storeShared(topic.slot + T_PARTITIONS, topic.partitionNumbers.length + 1) // entities.ts: before the entry
-      this.#append(Entry.Partition, [...wide(topic.id), partition, slot])
+      this.#appendCounted(Entry.Partition, [...wide(topic.id), partition, slot])
       return topic.partitionSlot(partition)!
     })
   }
@@ -323,6 +323,20 @@ export class Registry {
     })
   }
 
+  /**
+   * #append() for a registration with a shared count (entities.ts G_WINDOWED): one that throws
+   * (the log full, out of memory, perhaps after publishing) leaves its count for the next catch-up
+   * to write anew, as a thread stopped there would. Caller locks.
+   */
+  #appendCounted(type: Entry, fields: number[]): void {
+    try {
+      this.#append(type, fields)
+    } catch (error) {
+      this.memory.control[C_RECOUNT] = 1
+      throw error
+    }
+  }
+
   /** An Int32 count in the shared row at `slot` (entities.ts T_PARTITIONS, G_WINDOWED). Caller locks. */
   #storeShared(slot: number, value: number): void {
     Atomics.store(this.memory.sharedI32(Math.floor(slot / SLOTS_PER_CHUNK)), (slot % SLOTS_PER_CHUNK) * 2, value)
@@ -337,7 +351,7 @@ export class Registry {
       const again = group.windowSlot(partition)
       if (again !== undefined) return again
       const slot = this.#allocate(windowKey(group.window))
-      this.#append(Entry.Window, [...wide(group.id), partition, slot])
+      this.#appendCounted(Entry.Window, [...wide(group.id), partition, slot])
       this.#storeShared(group.slot + G_WINDOWED, group.windowPartitions.length) // entities.ts: after the entry
       return group.windowSlot(partition)!
     })
