@@ -4,7 +4,7 @@ import { Arena, CHUNK_BYTES, chunkOffset } from './backend'
 import { acquire, release } from './lock'
 import { MAX_TID, ThreadIdentity, ThreadState, taskStat, threadIdentity, threadState } from './threads'
 import {
-  B_ANNOUNCE, B_EPOCH, B_NEXT_ID, B_SURFACE_ID, C_LOCK, C_LOG_DIRECTORIES, C_RECOUNT, C_NEXT_ANONYMOUS, C_NEXT_CHUNK, C_NEXT_ROW, C_ROW_DIRECTORY,
+  B_ANNOUNCE, B_EPOCH, B_NEXT_ID, B_SURFACE_ID, C_LOCK, C_LOG_DIRECTORIES, C_NEXT_ANONYMOUS, C_NEXT_CHUNK, C_NEXT_ROW, C_RECOUNT, C_ROW_DIRECTORY,
   C_ROW_OWNERS, MAIN_ROW, MAX_LOG_CHUNKS, MAX_ROWS, SHARED_ROW, SLOTS_PER_CHUNK,
 } from './layout'
 

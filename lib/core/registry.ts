@@ -9,7 +9,7 @@
 // recording call can still write into them (reclamation.ts). Recording never touches the log.
 import { ResolvedConfig } from './config'
 import {
-  COMPACT_MIN_INTS, DEFAULT_SETTLE_WINDOW, FLOOR_SLOTS, FreeQueue, G_DELIVERED, G_DLQ, G_DROPPED, G_START, G_TAG, G_WINDOWED, GONE_CHECK_MS, T_PARTITIONS, GROUP_SLOTS, GroupEntity, inserted, P_BASE, PARTITION_SLOTS, sameNumbers, TOPIC_SLOTS, TopicEntity, windowSlots, withGroup,
+  COMPACT_MIN_INTS, DEFAULT_SETTLE_WINDOW, FLOOR_SLOTS, FreeQueue, G_DELIVERED, G_DLQ, G_DROPPED, G_START, G_TAG, G_WINDOWED, GONE_CHECK_MS, GROUP_SLOTS, GroupEntity, inserted, P_BASE, PARTITION_SLOTS, sameNumbers, T_PARTITIONS, TOPIC_SLOTS, TopicEntity, windowSlots, withGroup,
 } from './entities'
 import { ClosedError, LimitError, RemovedGroupError, RemovedTopicError } from './errors'
 import { sanitizeLabelValue } from './labels'
@@ -138,8 +138,8 @@ export class Registry {
     if (this.#owedEpoch !== 0) catchUpEpoch(this.memory, this.#owedEpoch)
     this.#owedEpoch = 0
     // So are the shared counts a registration stopped between its entry and its count left behind
-    // (the lock was taken over from it: memory.ts lock()). Under this lock and caught up, every
-    // topic and group this thread knows is alive and owns its block.
+    // (the lock taken over from it, memory.ts lock(); or it threw, #appendCounted). Under this lock
+    // and caught up, every topic and group this thread knows is alive and owns its block.
     if (control[C_RECOUNT] !== 0) {
       for (const topic of this.#topicsById.values()) {
         this.#storeShared(topic.slot + T_PARTITIONS, topic.partitionNumbers.length)
