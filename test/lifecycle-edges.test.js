@@ -48,7 +48,7 @@ function pendingMove(t, backend, meanwhile = () => {}) {
 }
 
 function worker(s, mode, extra = {}) {
-  const hs = new Int32Array(new SharedArrayBuffer(8))
+  const hs = new Int32Array(new SharedArrayBuffer(12)) // state, go, and (some modes) the call returned
   const w = new Worker(WORKER, { workerData: { shared: s.share(), hs, mode, ...extra }, execArgv: [] })
   const message = new Promise((resolve, reject) => (w.once('message', resolve), w.once('error', reject)))
   /** Resolves once the worker's state cell leaves 0 (it reached its point), within 20 s. */
@@ -462,11 +462,8 @@ for (const backend of backends()) {
       g.dispatch(4)
       g.delivered(3)
       const epoch = Number(Atomics.load(memory.wide, B_EPOCH))
-      const hs = new Int32Array(new SharedArrayBuffer(12))
-      const w = new Worker(WORKER, { workerData: { shared: s.share(), hs, mode: 'remove-parked', k }, execArgv: [] })
-      const until = Date.now() + 20_000
-      while (Atomics.load(hs, 0) === 0 && Date.now() < until) await new Promise((resolve) => setTimeout(resolve, 1))
-      t.not(Atomics.load(hs, 0), 0, `call ${k}: the worker reached its point`)
+      const { w, hs, reached } = worker(s, 'remove-parked', { k })
+      t.not(await reached(), 0, `call ${k}: the worker reached its point`)
       await w.terminate()
       s.stats('conservation') // a scrape: it catches up with the log
       const listed = s.stats('groups', { topic: 'orders' }).groups.map((group) => group.group)
@@ -513,11 +510,8 @@ for (const backend of backends()) {
       const g = topic.group('g')
       g.send(0, 1)
       t.throws(() => g.dispatch(1), { code: 'IN_FLIGHT_KEPT_BY_SEND' }, `call ${k}: one partition, settled per message`)
-      const hs = new Int32Array(new SharedArrayBuffer(12))
-      const w = new Worker(WORKER, { workerData: { shared: s.share(), hs, mode: 'windows-parked', k }, execArgv: [] })
-      const until = Date.now() + 20_000
-      while (Atomics.load(hs, 0) === 0 && Date.now() < until) await new Promise((resolve) => setTimeout(resolve, 1))
-      t.not(Atomics.load(hs, 0), 0, `call ${k}: the worker reached its point`)
+      const { w, hs, reached } = worker(s, 'windows-parked', { k })
+      t.not(await reached(), 0, `call ${k}: the worker reached its point`)
       await w.terminate()
       const before = refusal(g) // the counts as the worker left them
       s.stats('groups') // a scrape: this thread catches up with the log (taking the lock over if the worker held it)
