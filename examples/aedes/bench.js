@@ -4,8 +4,11 @@
 // process drives it with mqtt.js (2 publishers × QoS 1 with `window` publishes each awaiting their
 // PUBACK, 4 subscribers on 4 topics).
 //   node bench.js [--rounds 21] [--messages 40000] [--window 16]
-//   node bench.js --together [--rounds 21] [--seconds 4]   both brokers at once, each with its own
-//     clients, measured over the same wall-clock window: the machine's slow phases hit both alike
+//   node bench.js --together [--rounds 21] [--seconds 4] [--arms alone,library]   two brokers at
+//     once, each with its own clients, measured over the same wall-clock window: the machine's slow
+//     phases hit both alike. An arm is `alone` (aedes), `library` (aedes + instrument.js + mq-metrics)
+//     or `stand-in` (instrument.js over a stand-in surface whose calls do no counting): alone against
+//     stand-in is the glue's own cost, stand-in against library the library's
 //   node bench.js --profile [--messages 40000]   one instrumented round under V8's CPU profiler: the
 //     share of the broker's busy CPU spent in mq-metrics' frames and in instrument.js' (each frame's
 //     own time), a measure taken within one run, so the machine's drift between rounds cannot move it
@@ -20,7 +23,8 @@ const TOPICS = ['orders', 'billing', 'audit', 'alerts']
 if (process.env.BENCH_CHILD) {
   const net = require('node:net')
   const broker = require('aedes')()
-  if (process.env.INSTRUMENT === '1') require('./instrument').instrument(broker, require('mq-metrics').createSurface())
+  if (process.env.INSTRUMENT === 'library') require('./instrument').instrument(broker, require('mq-metrics').createSurface())
+  if (process.env.INSTRUMENT === 'stand-in') require('./instrument').instrument(broker, standIn())
   const server = net.createServer(broker.handle).listen(0, '127.0.0.1', () => process.send({ port: server.address().port }))
   process.on('message', (m) => { if (m === 'cpu') process.send({ cpu: process.cpuUsage() }); else if (m === 'exit') process.exit(0) })
 } else if (process.argv.includes('--profile')) {
@@ -32,8 +36,8 @@ if (process.env.BENCH_CHILD) {
 }
 
 /** A broker in a child process, its 4 subscribers (on every topic) and 2 publishers connected. */
-async function broker(instrument, execArgv = []) {
-  const child = fork(__filename, [], { execArgv, env: { ...process.env, BENCH_CHILD: '1', INSTRUMENT: instrument ? '1' : '0' } })
+async function broker(arm, execArgv = []) {
+  const child = fork(__filename, [], { execArgv, env: { ...process.env, BENCH_CHILD: '1', INSTRUMENT: arm } })
   const { port } = await new Promise((resolve) => child.once('message', resolve))
   const connect = (id) => new Promise((resolve) => { const c = mqtt.connect(`mqtt://127.0.0.1:${port}`, { clientId: id }); c.once('connect', () => resolve(c)) })
   const b = { subs: await Promise.all([0, 1, 2, 3].map((i) => connect(`s${i}`))), received: 0 }
@@ -48,7 +52,7 @@ async function broker(instrument, execArgv = []) {
 }
 
 async function round(instrument, execArgv = []) {
-  const b = await broker(instrument, execArgv)
+  const b = await broker(instrument ? 'library' : 'alone', execArgv)
   const { subs, pubs, cpuNow } = b
   // Each publisher keeps WINDOW publishes awaiting their PUBACK, as a busy device fleet does.
   const publishAll = async (messages) => {
@@ -108,8 +112,8 @@ async function profile() {
 }
 
 /** A broker (child process) under continuous load until stopped: its CPU and deliveries so far. */
-async function loaded(instrument) {
-  const b = await broker(instrument)
+async function loaded(arm) {
+  const b = await broker(arm)
   let stopped = false
   let next = 0
   const lane = async (p) => { while (!stopped) await p.publishAsync(TOPICS[next++ % 4], 'x'.repeat(64), { qos: 1 }) }
@@ -126,24 +130,47 @@ async function loaded(instrument) {
 
 async function together() {
   const SECONDS = arg('seconds', 4)
+  const at = process.argv.indexOf('--arms')
+  const arms = at === -1 ? ['alone', 'library'] : String(process.argv[at + 1]).split(',')
+  const ARMS = ['alone', 'stand-in', 'library']
+  if (arms.length !== 2 || !arms.every((a) => ARMS.includes(a)) || arms[0] === arms[1]) throw new Error(`--arms takes two of ${ARMS.join(', ')}, got ${process.argv[at + 1]}`)
   const ratios = []
-  const rows = { plain: [], instrumented: [] }
+  const rows = [[], []]
   for (let r = 0; r < ROUNDS; r++) {
-    const [plain, instrumented] = r % 2 ? (await Promise.all([loaded(true), loaded(false)])).reverse() : await Promise.all([loaded(false), loaded(true)]) // each starts first in turn
+    const brokers = r % 2 ? (await Promise.all([loaded(arms[1]), loaded(arms[0])])).reverse() : await Promise.all(arms.map(loaded)) // each starts first in turn
     await new Promise((resolve) => setTimeout(resolve, 1000)) // warm-up: the JIT and the heap settle
-    const before = await Promise.all([plain.now(), instrumented.now()])
+    const before = await Promise.all(brokers.map((b) => b.now()))
     await new Promise((resolve) => setTimeout(resolve, SECONDS * 1000))
-    const after = await Promise.all([plain.now(), instrumented.now()])
-    await Promise.all([plain.stop(), instrumented.stop()])
-    const [p, i] = [0, 1].map((k) => (after[k].us - before[k].us) / (after[k].received - before[k].received))
-    rows.plain.push(p)
-    rows.instrumented.push(i)
-    ratios.push(i / p)
+    const after = await Promise.all(brokers.map((b) => b.now()))
+    await Promise.all(brokers.map((b) => b.stop()))
+    const [first, second] = [0, 1].map((k) => (after[k].us - before[k].us) / (after[k].received - before[k].received))
+    rows[0].push(first)
+    rows[1].push(second)
+    ratios.push(second / first)
   }
   const median = (xs) => [...xs].sort((a, b) => a - b)[xs.length >> 1]
+  const name = { alone: 'aedes alone', 'stand-in': 'aedes + instrument.js over a stand-in', library: 'aedes + mq-metrics' }
   console.log(`broker CPU per delivery, ${ROUNDS} rounds of ${SECONDS} s with both brokers loaded at once (each its own clients):`)
-  console.log(`  aedes alone ${median(rows.plain).toFixed(2)} µs   aedes + mq-metrics ${median(rows.instrumented).toFixed(2)} µs`)
-  console.log(`  overhead    ${((median(ratios) - 1) * 100).toFixed(1)}% the median of each round's ratio (goal ≤ 5%), ${interval(ratios)}; ratios ${ratios.map((x) => ((x - 1) * 100).toFixed(1)).join(' ')}`)
+  console.log(`  ${name[arms[0]]} ${median(rows[0]).toFixed(2)} µs   ${name[arms[1]]} ${median(rows[1]).toFixed(2)} µs`)
+  const goal = arms[0] === 'alone' && arms[1] === 'library' ? ' (goal ≤ 5%)' : ''
+  console.log(`  overhead    ${((median(ratios) - 1) * 100).toFixed(1)}% the median of each round's ratio${goal}, ${interval(ratios)}; ratios ${ratios.map((x) => ((x - 1) * 100).toFixed(1)).join(' ')}`)
+}
+
+/**
+ * A surface whose handles count nothing: each call returns what the glue needs to go on as it
+ * would with the library (append() numbers messages, floor() follows settlements made in order).
+ */
+function standIn() {
+  const group = () => {
+    let floor = 0
+    const settled = (seq) => { if (seq === floor + 1) floor = seq; return true }
+    return { floor: () => floor, inFlight: () => 0, isInFlight: () => false, isSettled: (_, seq) => seq <= floor, send: () => true, redeliver: () => true, settle: (_, seq) => settled(seq), settleUpTo: (_, seq) => { floor = Math.max(floor, seq); return 1 } }
+  }
+  const topic = () => {
+    let last = 0
+    return { lastSeq: () => last, append: () => ++last, group, removeGroup: () => {} }
+  }
+  return { config: { max_topics: 10000 }, topic, removeTopic: () => {} }
 }
 
 /**
