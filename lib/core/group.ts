@@ -136,8 +136,8 @@ export class Group {
 
   // in_flight is kept as per-thread shares (dispatched here − settled here), summed at scrape.
   // Settling — delivered()/dropped(), as frequent as publishing — then costs a plain store while
-  // this thread's share covers it; an atomic would cost 8–15 ns here (measured on this machine:
-  // Atomics.add ~8 ns, load + compareExchange ~15 ns, a Float64Array add ~3.4 ns). dispatch()
+  // this thread's share covers it, where an atomic read-modify-write would cost several times a
+  // plain Float64Array add (the `delivered()` row of `npm run bench`). dispatch()
   // takes the group's lock so that the design §5 bound is exact across threads; settlements only
   // lower in_flight, so a dispatch that reads a share a moment old can only be stricter.
 

@@ -28,8 +28,7 @@ export class Recorder {
    * By chunk number: this thread's row chunk and the shared row's, filled in as handles resolve
    * their slots. Handles keep a slot number per partition and per ack floor and find the cells
    * here, rather than one small object per cell: 8 bytes instead of ~56 per partition and ~48
-   * per floor (measured at 4,348 topics × 16 partitions × 2 groups: 10.6 MB of cell objects,
-   * 57 B per sample, gone).
+   * per floor (the `memory` section of `npm run bench` weighs it per sample).
    */
   readonly rowChunks: Float64Array[] = []
   readonly sharedChunks: Float64Array[] = []
@@ -64,9 +63,8 @@ export class Recorder {
    *   0 (+0.0)       fresh: no thread has written the partition yet;
    *   OWNED | row    a NaN: thread `row` is its only writer. produced() compares seq with the hint
    *                  and raises it only when `seq > hint`, both false against NaN, so the owner
-   *                  never touches the shared cache line — two threads writing their own
-   *                  partitions no longer ping-pong one line (measured: 2 workers went from
-   *                  1.1–1.5× one thread to 1.8–1.9×);
+   *                  never touches the shared cache line, and two threads writing their own
+   *                  partitions do not ping-pong one line (the `workers` section of `npm run bench`);
    *   any number     shared: the highest last_seq any thread wrote (−0.0 stands for 0, so the
    *                  cell never reads as fresh again), checked and raised on every call.
    * Called once per thread and partition, before the thread's first write to it: a fresh cell is
