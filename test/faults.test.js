@@ -235,7 +235,7 @@ for (const backend of backends()) {
 
   // Recorder.topic() returns its cached handle only while the shared liveness tag still names the
   // topic: a worker that has not yet replayed the main thread's removal must not keep getting the
-  // dead handle (TOPIC_REMOVED on every call, although the message says to resolve a new one).
+  // dead handle (TOPIC_REMOVED on every call, although the topic of that name is live again).
   t.test(`${backend}: a worker re-resolves a topic the main thread removed and created again`, async (t) => {
     const surface = surfaceOn(t, backend)
     surface.topic('x').produced(0, 1, 1)

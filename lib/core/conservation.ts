@@ -3,7 +3,8 @@
 //
 //   residual_g = Δproduced − Δdelivered_g − Δdropped_g − Δdepth_g     (0 for honest accounting)
 //
-// where depth_g = Σ_p (last_seq_p − ack_floor_{g,p}) counts every message g has not settled. The
+// where depth_g = Σ_p (last_seq_p − ack_floor_{g,p} − settled above the floor) counts every message g
+// has not settled (reader.ts; docs/metrics.md). The
 // identity only has to hold in a quiet window: between a settlement's ackFloor() and its
 // delivered()/dropped() call (or while a producer in another thread is between its two writes)
 // a busy group shows transient non-zero residuals. The baseline is the group's balance at

@@ -51,7 +51,7 @@ export class FatalInvariantError extends MqMetricsError {
 /** A handle used after its topic was removed with `surface.removeTopic()`. */
 export class RemovedTopicError extends MqMetricsError {
   constructor(topic: string) {
-    super('TOPIC_REMOVED', `topic ${JSON.stringify(topic)} was removed; resolve a new handle with surface.topic()`)
+    super('TOPIC_REMOVED', `topic ${JSON.stringify(topic)} was removed: this handle counts nothing more (surface.topic() registers a new topic of that name, which starts from zero)`)
     this.name = 'RemovedTopicError'
   }
 }
@@ -59,7 +59,7 @@ export class RemovedTopicError extends MqMetricsError {
 /** A group handle used after its group was removed with `topic.removeGroup()`. */
 export class RemovedGroupError extends MqMetricsError {
   constructor(topic: string, group: string) {
-    super('GROUP_REMOVED', `group ${JSON.stringify(group)} of topic ${JSON.stringify(topic)} was removed; resolve a new handle with topic.group()`)
+    super('GROUP_REMOVED', `group ${JSON.stringify(group)} of topic ${JSON.stringify(topic)} was removed: this handle counts nothing more, a late settlement included (topic.group() registers a new group of that name, which starts from zero)`)
     this.name = 'RemovedGroupError'
   }
 }
