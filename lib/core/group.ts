@@ -107,6 +107,8 @@ export class Group {
   readonly #rowChunks: (Float64Array | undefined)[]
   readonly #lock: Int32Array
   readonly #lockIndex: number
+  /** In #lock's view (the group's shared Int32 cells): the index of its window count (entities.ts G_WINDOWED). */
+  readonly #windowedIndex: number
   /** The topic's shared Int32 view and the index of its partition count (entities.ts T_PARTITIONS). */
   readonly #topicCells: Int32Array
   readonly #partitionsIndex: number
@@ -129,6 +131,7 @@ export class Group {
     this.#rowChunks = recorder.allRowsOf(entity.slot >>> Chunk.Shift)
     this.#lock = recorder.registry.memory.sharedI32(Math.floor(entity.slot / SLOTS_PER_CHUNK))
     this.#lockIndex = (this.#index + G_LOCK) * 2
+    this.#windowedIndex = (this.#index + G_WINDOWED) * 2
     const topicSlot = topic.entity.slot
     this.#topicCells = recorder.registry.memory.sharedI32(Math.floor(topicSlot / SLOTS_PER_CHUNK))
     this.#partitionsIndex = ((topicSlot % SLOTS_PER_CHUNK) + T_PARTITIONS) * 2
@@ -152,7 +155,7 @@ export class Group {
   dispatch(n = 1): boolean {
     if (!isCount(n)) checkCount('n', n)
     if (this.#tag[this.#index] !== this.#id) throw this.#gone()
-    if (this.#lock[(this.#index + G_WINDOWED) * 2] !== 0) this.#countLevelAllowed('dispatch')
+    if (this.#lock[this.#windowedIndex] !== 0) this.#countLevelAllowed('dispatch')
     const tag = this.#memory.lockTag
     let below = 0
     const took = acquire(this.#lock, this.#lockIndex, tag, this.#memory)
@@ -189,7 +192,7 @@ export class Group {
    * partition. Every other thread's registrations count, whether or not this one has synced.
    */
   #countLevelAllowed(call: string): void {
-    if (Atomics.load(this.#lock, (this.#index + G_WINDOWED) * 2) < this.#topicCells[this.#partitionsIndex]) return
+    if (Atomics.load(this.#lock, this.#windowedIndex) < this.#topicCells[this.#partitionsIndex]) return
     if (this.#tag[this.#index] !== this.#id) throw this.#gone() // removed meanwhile: that is the answer
     throw new UsageError('IN_FLIGHT_KEPT_BY_SEND', `group ${JSON.stringify(this.name)} of topic ${JSON.stringify(this.#topic.name)} settles every partition per message: its in_flight counts what send() sent, and ${call}() would count a message twice (use send() for a new delivery, redeliver() for a retry)`)
   }
@@ -387,7 +390,7 @@ export class Group {
   dispatched(n = 1): boolean {
     if (!isCount(n)) checkCount('n', n)
     this.#alive()
-    if (this.#lock[(this.#index + G_WINDOWED) * 2] !== 0) this.#countLevelAllowed('dispatched')
+    if (this.#lock[this.#windowedIndex] !== 0) this.#countLevelAllowed('dispatched')
     const tag = this.#memory.lockTag
     let total: number
     const took = acquire(this.#lock, this.#lockIndex, tag, this.#memory)
