@@ -46,6 +46,7 @@ function topicSnapshot(topic, overrides = {}) {
       dlq: g.dlq,
       retries: g.retries,
       inFlight: g.inFlight,
+      settledPerMessage: g.settledPerMessage ?? false,
       maxInFlight: 1000,
       lag: Math.max(0, ...behind),
       depth: sum(behind),
@@ -332,7 +333,7 @@ t.test('regression: a settlement half-recorded at first sight never becomes a pe
     })
     finish()
     t.strictSame(groupRow(report, 'settling', 'workers'), {
-      group: 'workers', label: 'workers', delivered: name.startsWith('delivered') ? 2 : 0, dropped: 0, depth: depthSeen, residual: name.startsWith('delivered') ? -2 : 2, quiet: false,
+      group: 'workers', label: 'workers', delivered: name.startsWith('delivered') ? 2 : 0, dropped: 0, depth: depthSeen, residual: name.startsWith('delivered') ? -2 : 2, quiet: false, in_flight: 0, in_flight_within_depth: true,
     }, `${name}: the half-recorded settlement shows as a transient, not quiet (the re-read saw it move)`)
     t.same(rereads, ['settling'], `${name}: one re-read, which saw the numbers move`)
 
@@ -431,7 +432,7 @@ t.test('the report has the design §7 shape', async (t) => {
   t.same(check(snapshotOf(topic)), {
     topics: [{
       topic: 'shape', label: 'shape', produced: 5, dropped: 1, dlq: 0, dlq_within_dropped: true,
-      groups: [{ group: 'g', label: 'g', delivered: 2, dropped: 1, depth: 2, residual: 0, quiet: true }],
+      groups: [{ group: 'g', label: 'g', delivered: 2, dropped: 1, depth: 2, residual: 0, quiet: true, in_flight: 0, in_flight_within_depth: true }],
     }],
   })
   t.throws(() => new (require('../dist/core/conservation.js').ConservationChecker)(), TypeError, 'the callback is required')
@@ -490,3 +491,70 @@ t.test('the residual is exact across the number/bigint boundaries (against a Big
   }
   t.equal(wrong, 0, '300 random pairs of moments around 2^50, 2^52, 2^53 and 2^63: every residual exact')
 })
+
+t.test('in_flight above depth, in a group settled per message, is IN_FLIGHT_EXCEEDS_DEPTH: once per episode, on confirmed numbers only', async (t) => {
+  // Every message in flight is one the group has not settled, so in_flight ≤ depth. A message
+  // counted in flight twice (dispatch() and send()) breaks that once the group has caught up.
+  const { check, faults, rereads } = checker()
+  const topic = model('orders', 2)
+  const g = addGroup(topic, 'g', { settledPerMessage: true })
+  produce(topic, 0, 3)
+  produce(topic, 1, 2)
+  g.inFlight = 5 // everything owed is in flight: the bound, held
+  let row = groupRow(check(snapshotOf(topic)), 'orders', 'g')
+  t.same([row.in_flight, row.depth, row.in_flight_within_depth], [5, 5, true])
+  t.same([faults, rereads], [[], []], 'in_flight = depth: no fault, and no re-read needed')
+
+  settle(topic, g, 0, 3)
+  settle(topic, g, 1, 1)
+  g.inFlight = 2 // one owed (depth 1), two in flight: one of them counted twice
+  const busy = check(snapshotOf(topic), (ts) => ({ ...ts, groups: ts.groups.map((x) => ({ ...x, inFlight: 1 })) }))
+  t.equal(groupRow(busy, 'orders', 'g').in_flight_within_depth, false, 'the report shows the bound broken')
+  t.same(faults, [], 'but a re-read that saw in_flight move is no quiet moment: no fault')
+  check(snapshotOf(topicSnapshot(topic, { producing: true })))
+  t.same(faults, [], 'nor is one with a write under way')
+  check(snapshotOf(topic))
+  t.match(faults, [{ code: 'IN_FLIGHT_EXCEEDS_DEPTH', metric: 'mq_group_in_flight', labels: { topic: 'orders', group: 'g' }, previous: 1, attempted: 2 }],
+    'confirmed by a re-read: previous is what the group owes, attempted what in_flight says')
+  check(snapshotOf(topic))
+  t.equal(faults.length, 1, 'once per episode')
+
+  produce(topic, 0, 10)
+  row = groupRow(check(snapshotOf(topic)), 'orders', 'g')
+  t.same([row.in_flight_within_depth, faults.length], [true, 1], 'a backlog hides the excess: nothing to report')
+  settle(topic, g, 0, 10)
+  settle(topic, g, 1, 1)
+  g.inFlight = 1 // the stuck count, visible again
+  check(snapshotOf(topic))
+  t.equal(faults.length, 1, 'the same episode: a count stuck above depth is reported once')
+
+  g.inFlight = 0 // the broker ended what dispatch() counted (delivered(1))
+  check(snapshotOf(topic), (ts) => ({ ...ts, groups: ts.groups.map((x) => ({ ...x, inFlight: 1 })) }))
+  produce(topic, 0, 1)
+  g.inFlight = 2
+  check(snapshotOf(topic))
+  t.equal(faults.length, 1, 'an end seen by only one read is no end')
+  g.inFlight = 0
+  check(snapshotOf(topic)) // confirmed: the episode ends
+  produce(topic, 1, 1)
+  settle(topic, g, 0, 1)
+  settle(topic, g, 1, 1)
+  g.inFlight = 2 // a new mistake: nothing owed, two in flight
+  check(snapshotOf(topic))
+  t.same(faults.map((f) => [f.code, f.previous, f.attempted]), [['IN_FLIGHT_EXCEEDS_DEPTH', 1, 2], ['IN_FLIGHT_EXCEEDS_DEPTH', 0, 2]], 'nothing in flight ended the episode: the next excess is a new one')
+})
+
+t.test('a group kept by floor is not held to in_flight ≤ depth: its ackFloor() comes before its delivered()', async (t) => {
+  // A worker between the two calls shows the floor moved and the message still in flight, for as
+  // long as it is preempted; only a group settled per message moves both under one lock.
+  const { check, faults } = checker()
+  const topic = model('floors', 1)
+  const g = addGroup(topic, 'g')
+  produce(topic, 0, 4)
+  g.inFlight = 4
+  g.floors[0] = 4 // ackFloor(0, 4) made, delivered(4) not yet
+  const row = groupRow(check(snapshotOf(topic)), 'floors', 'g')
+  t.same([row.in_flight, row.depth, row.in_flight_within_depth], [4, 0, false], 'the report shows it')
+  t.same(faults, [], 'but raises nothing')
+})
+

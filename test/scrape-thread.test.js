@@ -85,6 +85,27 @@ for (const backend of backends()) {
     t.equal(faults.length, 2, 'a second episode: one more fault, from whichever thread saw it first')
   })
 
+  t.test(`${backend}: in_flight above depth that a scrape finds reaches the main thread's listeners once, both episodes apart`, async (t) => {
+    const surface = surfaceOn(t, backend)
+    const faults = faultsOf(surface)
+    const topic = surface.topic('books')
+    const group = topic.group('g')
+    topic.append(0, 1)
+    group.dispatch(1)
+    group.send(0, 1) // counted in flight twice
+    group.settle(0, 1, 'delivered')
+    const server = await surface.listen({ port: 0 })
+    for (let i = 0; i < 3; i++) t.equal((await request(server.port, { path: '/metrics' })).status, 200)
+    t.equal(surface.scrapeThread.scrapes, 3, 'rendered by the scrape thread')
+    t.match(faults, [{ code: 'IN_FLIGHT_EXCEEDS_DEPTH', labels: { topic: 'books', group: 'g' }, previous: 0, attempted: 1 }], 'one fault for three scrapes, confirmed by the main thread')
+    surface.stats('conservation')
+    t.equal(faults.length, 1, "the main thread's own checks see the same episode")
+    // A broken identity as well: a second kind of episode on the same group, reported once too.
+    group.delivered(1) // ends the excess (in_flight 0), but counts a delivery twice
+    for (let i = 0; i < 2; i++) await request(server.port, { path: '/metrics' })
+    t.same(faults.map((f) => f.code), ['IN_FLIGHT_EXCEEDS_DEPTH', 'CONSERVATION_BROKEN'])
+  })
+
   t.test(`${backend}: a dying scrape thread costs no scrape; the fault log says so; the thread comes back`, async (t) => {
     const surface = surfaceOn(t, backend)
     fill(surface, 5)

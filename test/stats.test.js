@@ -12,7 +12,7 @@ const U64_MAX = 2n ** 64n - 1n
 const ALLOWED = 'topics, partitions, groups, quorum, latency, conservation, faults, collisions, config'
 
 function group(name, label, values) {
-  return { name, label, delivered: 0, dropped: 0, dlq: 0, retries: 0, inFlight: 0, maxInFlight: 1000, lag: 0, depth: 0, ackFloors: [], start: 0, key: {}, ...values }
+  return { name, label, delivered: 0, dropped: 0, dlq: 0, retries: 0, inFlight: 0, maxInFlight: 1000, lag: 0, depth: 0, ackFloors: [], settledPerMessage: false, start: 0, key: {}, ...values }
 }
 
 // Two raw topic names share the label `a_b`; in each, two raw group names share the label `g_1`.
@@ -138,13 +138,13 @@ t.test('conservation view', async (t) => {
   t.strictSame(view.topics[0], {
     topic: 'a.b', label: 'a_b', produced: U64_MAX, dropped: 4, dlq: 3, dlq_within_dropped: true,
     groups: [
-      { group: 'g.1', label: 'g_1', delivered: 20, dropped: 3, depth: 15, residual: 7, quiet: false },
-      { group: 'g/1', label: 'g_1', delivered: 10, dropped: 1, depth: 35, residual: 0, quiet: true },
+      { group: 'g.1', label: 'g_1', delivered: 20, dropped: 3, depth: 15, residual: 7, quiet: false, in_flight: 2, in_flight_within_depth: true },
+      { group: 'g/1', label: 'g_1', delivered: 10, dropped: 1, depth: 35, residual: 0, quiet: true, in_flight: 0, in_flight_within_depth: true },
     ],
   }, 'a busy group shows its residual (not quiet: no fault); a quiet, balanced one has residual 0')
   t.equal(view.topics.length, 3)
   t.strictSame(view.topics.slice(1).map((x) => x.groups.map((g) => [g.residual, g.quiet])), [[[0, true]], [[0, true]]], 'the quiet groups of the other topics: residual 0')
-  t.match(toJSON(view), /"group":"g\.1","label":"g_1","delivered":20,"dropped":3,"depth":15,"residual":7,"quiet":false\}/, 'a residual is a JSON number')
+  t.match(toJSON(view), /"group":"g\.1","label":"g_1","delivered":20,"dropped":3,"depth":15,"residual":7,"quiet":false,"in_flight":2,"in_flight_within_depth":true\}/, 'a residual is a JSON number')
 })
 
 t.test('faults view', async (t) => {

@@ -11,31 +11,53 @@
 // registration (0, or what `from: 'latest'` skipped), recorded with the group itself, so no
 // transient can be frozen into it and no mistake is absorbed. A quiet, non-zero residual is a fault
 // (`CONSERVATION_BROKEN`), raised once per episode rather than once per scrape.
+//
+// The same check holds in_flight to what the group owes (design §5): every message in flight is
+// one it has not settled, so in_flight ≤ depth_g. Only for a group settled per message on every
+// partition: its floors and in_flight move together under its lock, while a floor-level broker's
+// ackFloor() precedes its delivered() and a worker can be caught between them. A quiet re-read
+// (the same numbers, nothing being written) with more in flight than owed is
+// `IN_FLIGHT_EXCEEDS_DEPTH`: a message counted in flight twice (dispatch() and send() before the
+// group's windows existed, docs/integration.md) or a dispatch() no settlement will ever end, which
+// keeps in_flight from 0 for good and with it the identity's quiet window.
 import { G_EPISODE, GroupEntity } from './entities'
 import type { FaultRecord } from './faults'
 import { SLOTS_PER_CHUNK } from './layout'
 import type { Memory } from './memory'
 import type { Count, GroupSnapshot, Snapshot, TopicSnapshot } from './snapshot'
 
+/** What an episode is of: a bit each, so a group can be in both at once. */
+export const enum Episode {
+  Broken = 1, // CONSERVATION_BROKEN
+  InFlight = 2, // IN_FLIGHT_EXCEEDS_DEPTH
+}
+
 /**
  * Where a checker keeps which groups are in a reported episode. `begin` is true for the one caller
  * that starts an episode (it reports it); `end` closes the group's episode, if any.
  */
 export interface Episodes {
-  begin(group: GroupSnapshot): boolean
-  end(group: GroupSnapshot): void
+  begin(group: GroupSnapshot, kind: Episode): boolean
+  end(group: GroupSnapshot, kind: Episode): void
+  /** The group is in a reported episode of `kind`. */
+  open(group: GroupSnapshot, kind: Episode): boolean
 }
 
 /** Episodes of one checker alone (tests, a checker without shared memory). */
 export class LocalEpisodes implements Episodes {
-  readonly #open = new WeakSet<object>()
-  begin(group: GroupSnapshot): boolean {
-    if (this.#open.has(group.key)) return false
-    this.#open.add(group.key)
+  readonly #open = new WeakMap<object, number>()
+  begin(group: GroupSnapshot, kind: Episode): boolean {
+    const bits = this.#open.get(group.key) ?? 0
+    if ((bits & kind) !== 0) return false
+    this.#open.set(group.key, bits | kind)
     return true
   }
-  end(group: GroupSnapshot): void {
-    this.#open.delete(group.key)
+  end(group: GroupSnapshot, kind: Episode): void {
+    const bits = this.#open.get(group.key) ?? 0
+    if ((bits & kind) !== 0) this.#open.set(group.key, bits & ~kind)
+  }
+  open(group: GroupSnapshot, kind: Episode): boolean {
+    return ((this.#open.get(group.key) ?? 0) & kind) !== 0
   }
 }
 
@@ -51,18 +73,18 @@ export class SharedEpisodes implements Episodes {
   constructor(memory: Memory) {
     this.#memory = memory
   }
-  begin(group: GroupSnapshot): boolean {
+  begin(group: GroupSnapshot, kind: Episode): boolean {
     const [cells, at] = this.#cell(group)
-    return Atomics.compareExchange(cells, at, 0, 1) === 0
+    // Atomics.or returns the bits before: the one caller that set this kind's bit begins it.
+    return (Atomics.or(cells, at, kind) & kind) === 0
   }
-  /** The group is in a reported episode. */
-  open(group: GroupSnapshot): boolean {
+  open(group: GroupSnapshot, kind: Episode): boolean {
     const [cells, at] = this.#cell(group)
-    return Atomics.load(cells, at) !== 0
+    return (Atomics.load(cells, at) & kind) !== 0
   }
-  end(group: GroupSnapshot): void {
+  end(group: GroupSnapshot, kind: Episode): void {
     const [cells, at] = this.#cell(group)
-    if (Atomics.load(cells, at) !== 0) Atomics.store(cells, at, 0)
+    if ((Atomics.load(cells, at) & kind) !== 0) Atomics.and(cells, at, ~kind)
   }
   #cell(group: GroupSnapshot): [Int32Array, number] {
     const slot = (group.key as GroupEntity).slot
@@ -81,6 +103,9 @@ export interface ConservationGroup {
   residual: number | bigint
   /** The group had nothing in flight and its numbers were stable across a re-read. */
   quiet: boolean
+  in_flight: number
+  /** design §5: what is in flight is owed, so in_flight ≤ depth once no call is under way. */
+  in_flight_within_depth: boolean
 }
 
 export interface ConservationTopic {
@@ -107,8 +132,8 @@ export interface ConservationReport {
  */
 export class SuspectEpisodes extends SharedEpisodes {
   suspects: GroupSnapshot[] = []
-  override begin(group: GroupSnapshot): boolean {
-    if (!this.open(group)) this.suspects.push(group)
+  override begin(group: GroupSnapshot, kind: Episode): boolean {
+    if (!this.open(group, kind) && this.suspects[this.suspects.length - 1] !== group) this.suspects.push(group)
     return false
   }
 }
@@ -162,6 +187,8 @@ export class ConservationChecker {
           depth: group.depth,
           residual: this.#residual,
           quiet: this.#quiet,
+          in_flight: group.inFlight,
+          in_flight_within_depth: group.inFlight <= group.depth,
         })
       }
       topics.push({
@@ -194,13 +221,26 @@ export class ConservationChecker {
     // any scrape shows too.
     const residual = residualOf(group.start, topic.produced, group)
     if (residual === 0 || residual === 0n) {
-      this.#episodes.end(group) // the episode, if any, is over
+      this.#episodes.end(group, Episode.Broken) // the episode, if any, is over
     } else if (quiet) {
       fresh ??= reread(topic)
       if (sameNumbers(topic, group, fresh)) {
-        if (this.#episodes.begin(group)) this.#onBroken(brokenFault(topic, group, residual))
+        if (this.#episodes.begin(group, Episode.Broken)) this.#onBroken(brokenFault(topic, group, residual))
       } else {
         quiet = false // something moved between the two reads: not a quiet window
+      }
+    }
+    // in_flight ≤ depth, judged only on numbers a re-read confirms (a busy moment can show either
+    // side of it). The episode ends when nothing is in flight: until then a count stuck above what
+    // is owed is one episode, however often a backlog hides it.
+    if (group.settledPerMessage) {
+      const over = group.inFlight > group.depth
+      if (over || (group.inFlight === 0 && this.#episodes.open(group, Episode.InFlight))) {
+        fresh ??= reread(topic)
+        if (sameNumbers(topic, group, fresh)) {
+          if (!over) this.#episodes.end(group, Episode.InFlight)
+          else if (this.#episodes.begin(group, Episode.InFlight)) this.#onBroken(overFault(topic, group))
+        }
       }
     }
     this.#residual = residual
@@ -233,7 +273,10 @@ function isSmall(value: Count): value is number {
   return typeof value === 'number' && value < NUMBER_FAST_PATH_LIMIT
 }
 
-/** The re-read shows the same numbers for this group, still with nothing in flight. */
+/**
+ * The re-read shows the same numbers for this group, in_flight included (for the identity, 0 in
+ * both), and still settled per message if it was.
+ */
 function sameNumbers(topic: TopicSnapshot, group: GroupSnapshot, fresh: TopicSnapshot): boolean {
   // A producer stopped between its counter and last_seq writes, or a thread stopped inside a
   // group's locked send/settle, leaves the same torn numbers for both reads: the writing marker
@@ -243,7 +286,8 @@ function sameNumbers(topic: TopicSnapshot, group: GroupSnapshot, fresh: TopicSna
   const again = fresh.groups.find((g) => g.key === group.key)
   return (
     again !== undefined &&
-    again.inFlight === 0 &&
+    again.inFlight === group.inFlight &&
+    again.settledPerMessage === group.settledPerMessage &&
     countEquals(again.delivered, group.delivered) &&
     countEquals(again.dropped, group.dropped) &&
     again.depth === group.depth
@@ -264,6 +308,18 @@ function brokenFault(topic: TopicSnapshot, group: GroupSnapshot, residual: numbe
     labels: { topic: topic.label, group: group.label },
     previous: Number(expected),
     attempted: Number(actual),
+    at: new Date().toISOString(),
+  }
+}
+
+function overFault(topic: TopicSnapshot, group: GroupSnapshot): FaultRecord {
+  // previous: the most that can be in flight (what the group owes); attempted: what in_flight says.
+  return {
+    code: 'IN_FLIGHT_EXCEEDS_DEPTH',
+    metric: 'mq_group_in_flight',
+    labels: { topic: topic.label, group: group.label },
+    previous: group.depth,
+    attempted: group.inFlight,
     at: new Date().toISOString(),
   }
 }

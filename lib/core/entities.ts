@@ -21,9 +21,10 @@ export const G_TAG = 0
 /** Shared row: the group's balance at registration (design §4: what `from: 'latest'` skipped). */
 export const G_START = 1
 /**
- * Shared row, as an Int32 cell: 1 while a CONSERVATION_BROKEN episode of the group has been
- * reported and has not ended. Shared so that the checkers of several threads (the main thread's,
- * the scrape thread's) report each episode once between them (conservation.ts).
+ * Shared row, as an Int32 cell of bits (conservation.ts Episode): set while an episode of the
+ * group (CONSERVATION_BROKEN, IN_FLIGHT_EXCEEDS_DEPTH) has been reported and has not ended. Shared
+ * so that the checkers of several threads (the main thread's, the scrape thread's) report each
+ * episode once between them.
  */
 export const G_EPISODE = 2
 /**

@@ -26,6 +26,7 @@ export const FAULT_CODES = [
   'NOT_IN_FLIGHT',
   'SETTLE_WINDOW_EXCEEDED',
   'IN_FLIGHT_LIMIT_PASSED',
+  'IN_FLIGHT_EXCEEDS_DEPTH',
 ] as const
 
 /**

@@ -300,6 +300,7 @@ export class SnapshotReader {
         unboxed(groupDepth),
         ackFloors ? (groupFloors as number[]) : undefined,
         this.#sharedOf(group.slot >>> Chunk.Shift)[(group.slot & Chunk.Mask) + G_START],
+        windows.length !== 0 && windows.length >= partitionCount,
       )
       delivered = addCount(delivered, snapshot.delivered)
       dropped = addCount(dropped, snapshot.dropped)
@@ -342,6 +343,7 @@ function unboxed(value: number): number {
 function groupSnapshot(
   group: GroupEntity, delivered: Count, dropped: Count, dlq: Count, retries: Count,
   inFlight: number, lag: number, depth: number, ackFloors: readonly number[] | undefined, start: number,
+  settledPerMessage: boolean,
 ): GroupSnapshot {
   return {
     name: group.name,
@@ -355,6 +357,7 @@ function groupSnapshot(
     lag,
     depth,
     ackFloors,
+    settledPerMessage,
     start,
     key: group,
   }
@@ -385,7 +388,7 @@ function topicSnapshot(
   const tagged = 2n ** 64n as unknown as number
   const entity = new TopicEntity(0, '', '', 0)
   const group = new GroupEntity(entity, 0, '', '', 0, 0, 0)
-  topicSnapshot(entity, tagged, tagged, tagged, tagged, tagged, [], [], [groupSnapshot(group, tagged, tagged, tagged, tagged, tagged, tagged, tagged, [], 0)], false)
+  topicSnapshot(entity, tagged, tagged, tagged, tagged, tagged, [], [], [groupSnapshot(group, tagged, tagged, tagged, tagged, tagged, tagged, tagged, [], 0, false)], false)
 }
 
 function byLabelThenName(a: { label: string; name: string }, b: { label: string; name: string }): number {

@@ -48,6 +48,11 @@ export interface GroupSnapshot {
    */
   ackFloors?: readonly number[]
   /**
+   * Every partition of the topic has a settlement window of this group (design §5): its in_flight
+   * is what send() counted, so in_flight ≤ depth holds whenever no call is under way.
+   */
+  settledPerMessage: boolean
+  /**
    * design §4: produced − delivered − dropped − depth when the group was registered: 0, unless it
    * started at the partitions' last_seq (`from: 'latest'`), skipping what was there.
    */
