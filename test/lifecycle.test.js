@@ -290,6 +290,25 @@ for (const backend of backends()) {
     t.same(codes(faults), ['IN_FLIGHT_EXCEEDS_DEPTH'], 'nothing more: the stuck count is one episode; the honest group never raised one')
   })
 
+  t.test(`${backend}: a switch to per-message settlement with a dispatched message unsettled leaves it in flight: IN_FLIGHT_EXCEEDS_DEPTH`, async (t) => {
+    const s = surfaceOn(t, backend)
+    const faults = faultsOf(s)
+    const topic = s.topic('orders')
+    const g = topic.group('billing')
+    topic.append(0, 1, 3)
+    g.dispatch(1)
+    g.ackFloor(0, 1)
+    g.delivered(1) // the floor-level style, settled in full: safe to switch from here
+    g.dispatch(1) // seq 2, counted by dispatch() …
+    t.ok(g.send(0, 3), '… then the switch: seq 3 sent per message')
+    t.ok(g.settle(0, 2, 'delivered'), 'seq 2 settled per message: counted, the floor moves, in_flight does not')
+    t.ok(g.settle(0, 3, 'delivered'))
+    t.same([g.inFlight(), g.floor(0)], [1, 3])
+    const row = conservation(s, 'orders', 'billing')
+    t.same([row.residual, row.in_flight, row.in_flight_within_depth], [0, 1, false], 'nothing counted twice, and yet in flight for good')
+    t.match(faults, [{ code: 'IN_FLIGHT_EXCEEDS_DEPTH', previous: 0, attempted: 1 }])
+  })
+
   t.test(`${backend}: IN_FLIGHT_EXCEEDS_DEPTH for a count made in a worker thread`, async (t) => {
     const s = surfaceOn(t, backend)
     const faults = faultsOf(s)

@@ -18,8 +18,9 @@
 // ackFloor() precedes its delivered() and a worker can be caught between them. A quiet re-read
 // (the same numbers, nothing being written) with more in flight than owed is
 // `IN_FLIGHT_EXCEEDS_DEPTH`: a message counted in flight twice (dispatch() and send() before the
-// group's windows existed, docs/integration.md) or a dispatch() no settlement will ever end, which
-// keeps in_flight from 0 for good and with it the identity's quiet window.
+// group's windows existed, docs/integration.md) or a dispatch() no settlement will ever end (a
+// settle() ends only what send() counted), which keeps in_flight from 0 for good and with it the
+// identity's quiet window.
 import { G_EPISODE, GroupEntity } from './entities'
 import type { FaultRecord } from './faults'
 import { SLOTS_PER_CHUNK } from './layout'
@@ -104,8 +105,12 @@ export interface ConservationGroup {
   /** The group had nothing in flight and its numbers were stable across a re-read. */
   quiet: boolean
   in_flight: number
-  /** design §5: what is in flight is owed, so in_flight ≤ depth once no call is under way. */
-  in_flight_within_depth: boolean
+  /**
+   * design §4: what is in flight is owed. false when a re-read confirmed in_flight > depth (the
+   * IN_FLIGHT_EXCEEDS_DEPTH condition); null for a group not settled per message on every
+   * partition, which is not checked (a floor moves before its delivered()).
+   */
+  in_flight_within_depth: boolean | null
 }
 
 export interface ConservationTopic {
@@ -149,6 +154,7 @@ export class ConservationChecker {
   /** Set by #group(): what it found (two results without an object per group and scrape). */
   #residual: number | bigint = 0
   #quiet = false
+  #within: boolean | null = null
 
   constructor(onBroken: (fault: FaultRecord) => void, episodes: Episodes = new LocalEpisodes()) {
     if (typeof onBroken !== 'function') throw new TypeError('ConservationChecker needs an onBroken callback')
@@ -188,7 +194,7 @@ export class ConservationChecker {
           residual: this.#residual,
           quiet: this.#quiet,
           in_flight: group.inFlight,
-          in_flight_within_depth: group.inFlight <= group.depth,
+          in_flight_within_depth: this.#within,
         })
       }
       topics.push({
@@ -206,8 +212,8 @@ export class ConservationChecker {
 
   /**
    * One group: computes its residual against its balance at registration, raises
-   * CONSERVATION_BROKEN once per episode. Leaves the residual and the quiet flag in #residual and
-   * #quiet; returns the topic's re-read, if one was taken (shared by the topic's groups).
+   * CONSERVATION_BROKEN once per episode; checks in_flight ≤ depth. Leaves the residual, the quiet
+   * flag and the bound's verdict in #residual, #quiet and #within; returns the topic's re-read, if one was taken (shared by the topic's groups).
    */
   #group(
     topic: TopicSnapshot,
@@ -233,16 +239,20 @@ export class ConservationChecker {
     // in_flight ≤ depth, judged only on numbers a re-read confirms (a busy moment can show either
     // side of it). The episode ends when nothing is in flight: until then a count stuck above what
     // is owed is one episode, however often a backlog hides it.
+    let within: boolean | null = null
     if (group.settledPerMessage) {
       const over = group.inFlight > group.depth
+      within = true
       if (over || (group.inFlight === 0 && this.#episodes.open(group, Episode.InFlight))) {
         fresh ??= reread(topic)
         if (sameNumbers(topic, group, fresh)) {
+          within = !over
           if (!over) this.#episodes.end(group, Episode.InFlight)
           else if (this.#episodes.begin(group, Episode.InFlight)) this.#onBroken(overFault(topic, group))
         }
       }
     }
+    this.#within = within
     this.#residual = residual
     this.#quiet = quiet
     return fresh
