@@ -5,7 +5,10 @@
 // fault; a thread that dies costs no scrape and says so in the fault log; close() answers 503.
 const t = require('tap')
 const zlib = require('node:zlib')
+const path = require('node:path')
+const { Worker } = require('node:worker_threads')
 const { backends, surfaceOn, faultsOf, request, within, waitFor } = require('./helpers')
+const SLICED = path.join(__dirname, 'fixtures', 'sliced-observer.js')
 
 /** A request through surface.handler() with a recording response: resolves with it once answered. */
 function mounted(surface, path) {
@@ -83,6 +86,48 @@ for (const backend of backends()) {
     surface.snapshot() // the main thread finds it first this time
     await request(server.port, { path: '/metrics' })
     t.equal(faults.length, 2, 'a second episode: one more fault, from whichever thread saw it first')
+  })
+
+  t.test(`${backend}: the scrape thread's read lets the registration lock go between slices; what changed meanwhile is read whole or left out`, async (t) => {
+    const surface = surfaceOn(t, backend)
+    const faults = faultsOf(surface)
+    for (const name of ['a', 'b', 'c', 'd']) {
+      const topic = surface.topic(name)
+      topic.append(0, 10, 3)
+      const group = topic.group('g')
+      group.send(0, 1)
+      group.settle(0, 1, 'delivered')
+    }
+    // The fixture reads one topic per hold of the lock, in label order (a, b, c, d), and pauses
+    // after each with the lock free until told to go on.
+    const hs = new Int32Array(new SharedArrayBuffer(8))
+    const worker = new Worker(SLICED, { workerData: { shared: surface.share(), hs }, execArgv: [] })
+    t.teardown(() => worker.terminate())
+    const result = new Promise((resolve, reject) => {
+      worker.once('message', resolve)
+      worker.once('error', reject)
+    })
+    for (let read = 1; read <= 3; read++) {
+      t.ok(await waitFor(() => Atomics.load(hs, 0) === read, 10_000), `paused after ${read} of 4 topics`)
+      if (read === 1) {
+        // With the lock held for the whole read, each of these would wait for it (this thread would never get it back).
+        surface.topic('a').append(0, 10) // read already: the snapshot keeps what it read
+        surface.topic('b').append(0, 10, 2) // read next: seen whole
+        surface.topic('b').group('g').send(0, 2)
+        surface.removeTopic('c') // not read yet: left out
+        surface.topic('aa').append(0, 10) // registered meanwhile: in the next scrape
+        surface.topic('d').group('late').send(0, 3) // a group registered meanwhile, of a topic read later: in it
+      }
+      Atomics.store(hs, 1, read)
+      Atomics.notify(hs, 1)
+    }
+    const { topics, faults: found, suspects } = await result
+    t.same(topics, [
+      { name: 'a', produced: 3, groups: [['g', 1, 0, 2]] },
+      { name: 'b', produced: 5, groups: [['g', 1, 1, 4]] },
+      { name: 'd', produced: 3, groups: [['g', 1, 0, 2], ['late', 0, 1, 3]] },
+    ])
+    t.same([found, suspects, faults], [[], [], []], 'nothing off balance, nothing torn')
   })
 
   t.test(`${backend}: in_flight above depth that a scrape finds reaches the main thread's listeners once, both episodes apart`, async (t) => {

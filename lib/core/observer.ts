@@ -12,6 +12,15 @@ import type { Handles } from './handles'
 import type { GroupEntity, TopicEntity } from './entities'
 import type { LatencyQuantiles, QuorumState, Snapshot, TopicSnapshot } from './snapshot'
 
+/** How long the scrape thread holds the registration lock at a time while it reads (observeSliced). */
+export const SLICE_HOLD_MS = 1
+/**
+ * How long it then leaves the lock free. A waiter sleeps 50 µs between tries (lock.ts): a holder
+ * that took the lock again at once would keep it from a waiter for the whole read.
+ */
+const SLICE_GAP_MS = 0.2
+const gap = new Int32Array(new SharedArrayBuffer(4))
+
 /** The numbers of a snapshot that live in the main thread's objects, not in shared memory. */
 export interface ThreadFields {
   uptimeSeconds: number
@@ -102,6 +111,53 @@ export class Observer {
         this.#checker.check({ topics: [fresh] } as Snapshot, (again) => this.#reader.topic(again.key as TopicEntity))
       }
     })
+  }
+
+  /**
+   * observe() for /metrics on the scrape thread, whose read must not keep the broker's own
+   * registrations waiting (a new topic, partition, group or window takes the registration lock):
+   * the lock is let go every `holdMs` of reading and taken again, with a sync, for the next slice
+   * of topics, each checked in its own hold (with a pause between holds in which a waiter gets
+   * the lock). A topic removed meanwhile is left out, one registered
+   * meanwhile is in the next scrape; a topic is read whole within one hold, so no series of it is
+   * torn. docs/scrape-thread.md. `between` (tests) replaces the pause: called with the lock free
+   * and how many topics of the read's list have been read.
+   */
+  observeSliced(fields: ThreadFields, holdMs = SLICE_HOLD_MS, between?: (read: number) => void): Snapshot {
+    const registry = this.#handles.recorder.registry
+    const memory = registry.memory
+    const reader = this.#reader
+    const topics: TopicSnapshot[] = []
+    const reread = (topic: TopicSnapshot) => reader.topic(topic.key as TopicEntity)
+    let sorted: readonly TopicEntity[] | undefined
+    let at = 0
+    do {
+      if (memory.control[C_CLOSED] === 1) throw new ClosedError('this mq-metrics surface')
+      this.#unlocked(memory, () => {
+        const deadline = performance.now() + holdMs
+        registry.sync()
+        sorted ??= reader.beginSliced()
+        if (at === sorted.length) return
+        const first = topics.length
+        at = reader.slice(sorted, at, topics, deadline)
+        this.#checker.check({ topics: topics.slice(first) } as unknown as Snapshot, reread)
+      })
+      if (at < sorted!.length) between !== undefined ? between(at) : Atomics.wait(gap, 0, 0, SLICE_GAP_MS)
+    } while (at < sorted!.length)
+    reader.endSliced()
+    const snapshot: Snapshot = {
+      uptimeSeconds: fields.uptimeSeconds,
+      connections: fields.connections,
+      leaderEpoch: fields.leaderEpoch,
+      quorumState: Atomics.load(memory.control, C_QUORUM) as QuorumState,
+      replicas: fields.replicas,
+      inSync: fields.inSync,
+      latency: fields.latency,
+      topics,
+      layout: reader.layout,
+    }
+    for (const group of reader.underflows) this.#handles.repairInFlight(group)
+    return snapshot
   }
 
   /**

@@ -51,6 +51,19 @@ export class SnapshotReader {
    * Caller holds the lock and has synced.
    */
   topics(ackFloors = false): TopicSnapshot[] {
+    const sorted = this.beginSliced()
+    const out: TopicSnapshot[] = new Array(sorted.length)
+    for (let t = 0; t < sorted.length; t++) out[t] = this.#topic(sorted[t], ackFloors)
+    this.endSliced()
+    return out
+  }
+
+  /**
+   * A read in slices, each under a hold of the lock of its own (Observer.observeSliced): the live
+   * topics, in order, to read with slice(); endSliced() once every slice is read. Caller holds
+   * the lock and has synced.
+   */
+  beginSliced(): readonly TopicEntity[] {
     this.#beginRead()
     const registry = this.#registry
     if (this.#sortedAt !== registry.generation) {
@@ -58,14 +71,30 @@ export class SnapshotReader {
       this.#sortedAt = registry.generation
       this.#layout = { collisionFree: hasNoCollisions(this.#sortedTopics) }
     }
-    const sorted = this.#sortedTopics
-    const out: TopicSnapshot[] = new Array(sorted.length)
-    const held = this.#held.size
-    for (let t = 0; t < sorted.length; t++) out[t] = this.#topic(sorted[t], ackFloors)
-    // A group removed (or its topic) while its lock was held is met no more: forgotten here.
-    if (held !== 0) for (const slot of this.#held.keys()) if (!this.#heldNow.has(slot)) this.#held.delete(slot)
+    return this.#sortedTopics
+  }
+
+  /**
+   * Reads `sorted[from…]` into `out` until `deadline` (performance.now()) has passed, one topic
+   * at least; returns the index to go on from. A topic removed since beginSliced() is left out.
+   * Caller holds the lock and has synced since its last hold: what another thread registered,
+   * folded or removed meanwhile is in this thread's picture (a block removed meanwhile is not
+   * reused before this thread's next announcement, between its tasks: docs/reclamation.md).
+   */
+  slice(sorted: readonly TopicEntity[], from: number, out: TopicSnapshot[], deadline: number): number {
+    this.#caches()
+    let t = from
+    do {
+      if (this.#registry.isLive(sorted[t])) out.push(this.#topic(sorted[t], false))
+      t++
+    } while (t < sorted.length && performance.now() < deadline)
+    return t
+  }
+
+  /** The end of a read: a group removed (or its topic) while its lock was held is met no more, forgotten here. */
+  endSliced(): void {
+    if (this.#held.size !== 0) for (const slot of this.#held.keys()) if (!this.#heldNow.has(slot)) this.#held.delete(slot)
     this.#heldNow.clear()
-    return out
   }
 
   /** The structure of what the last `topics()` read (one object per registry generation). */
@@ -73,9 +102,13 @@ export class SnapshotReader {
     return this.#layout
   }
 
-  /** One topic again (the conservation checker's confirming re-read). */
+  /**
+   * One topic again (the conservation checker's confirming re-read). The underflows found so far
+   * are kept: the read under way repairs them (one found twice is repaired once: the repair
+   * re-sums).
+   */
   topic(entity: TopicEntity): TopicSnapshot {
-    this.#beginRead()
+    this.#caches()
     return this.#topic(entity, false)
   }
 
@@ -128,6 +161,11 @@ export class SnapshotReader {
   #beginRead(): void {
     this.#registry.reclaim()
     this.underflows = []
+    this.#caches()
+  }
+
+  /** Per read (per slice: a thread may have taken a row, a chunk been mapped, since the last). */
+  #caches(): void {
     this.#rows = []
     this.#shared = []
     this.#sharedI32 = []

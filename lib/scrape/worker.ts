@@ -52,7 +52,7 @@ port.on('message', (request: ScrapeRequest) => {
   let answer: Buffer | Promise<Buffer>
   try {
     answer = scrapes.run(
-      () => (request.gzip ? renderer.beginGzip(observer.observe(request.fields)) : renderer.begin(observer.observe(request.fields))),
+      () => (request.gzip ? renderer.beginGzip(observer.observeSliced(request.fields)) : renderer.begin(observer.observeSliced(request.fields))),
       (job) => {
         if (!('result' in job)) return owned(job.body(), true)
         const result = job.result()
