@@ -121,13 +121,57 @@ for (const backend of backends()) {
       Atomics.store(hs, 1, read)
       Atomics.notify(hs, 1)
     }
-    const { topics, faults: found, suspects } = await result
+    const { results: [{ topics }], faults: found, suspects } = await result
     t.same(topics, [
       { name: 'a', produced: 3, groups: [['g', 1, 0, 2]] },
       { name: 'b', produced: 5, groups: [['g', 1, 1, 4]] },
       { name: 'd', produced: 3, groups: [['g', 1, 0, 2], ['late', 0, 1, 3]] },
     ])
     t.same([found, suspects, faults], [[], [], []], 'nothing off balance, nothing torn')
+  })
+
+  t.test(`${backend}: groups that join or leave a topic between slices are rendered under their own labels, colliding names merged`, async (t) => {
+    const surface = surfaceOn(t, backend)
+    for (const name of ['a', 'b']) surface.topic(name).append(0, 10, 4)
+    const b = surface.topic('b')
+    b.group('g1')
+    b.group('g2').redelivered(50)
+    b.group('g3').redelivered(1)
+    b.group('x_y').redelivered(4)
+    const hs = new Int32Array(new SharedArrayBuffer(8))
+    const worker = new Worker(SLICED, { workerData: { shared: surface.share(), hs, scrapes: 2 }, execArgv: [] })
+    t.teardown(() => worker.terminate())
+    const result = new Promise((resolve, reject) => {
+      worker.once('message', resolve)
+      worker.once('error', reject)
+    })
+    // One pause per scrape (after topic a): the first scrape quiet, the second with b's groups changed meanwhile.
+    for (let pause = 1; pause <= 2; pause++) {
+      t.ok(await waitFor(() => Atomics.load(hs, 0) === pause, 10_000), `scrape ${pause} paused after topic a`)
+      if (pause === 2) {
+        b.removeGroup('g2')
+        b.group('g4').redelivered(2)
+        b.group('x.y').redelivered(3) // its label is x_y too: one series, summed
+      }
+      Atomics.store(hs, 1, pause)
+      Atomics.notify(hs, 1)
+    }
+    const { results, faults } = await result
+    const retries = (body) => body.split('\n').filter((line) => line.startsWith('mq_group_retries_total{topic="b"'))
+    t.same(retries(results[0].body), [
+      'mq_group_retries_total{topic="b",group="g1"} 0',
+      'mq_group_retries_total{topic="b",group="g2"} 50',
+      'mq_group_retries_total{topic="b",group="g3"} 1',
+      'mq_group_retries_total{topic="b",group="x_y"} 4',
+    ])
+    t.same(retries(results[1].body), [
+      'mq_group_retries_total{topic="b",group="g1"} 0',
+      'mq_group_retries_total{topic="b",group="g3"} 1',
+      'mq_group_retries_total{topic="b",group="g4"} 2',
+      'mq_group_retries_total{topic="b",group="x_y"} 7',
+    ], "each group's numbers under its own label, none twice")
+    t.same(retries(results[1].body), retries(surface.render().toString()), 'as a read in one hold shows them')
+    t.same(faults, [])
   })
 
   t.test(`${backend}: in_flight above depth that a scrape finds reaches the main thread's listeners once, both episodes apart`, async (t) => {

@@ -10,7 +10,7 @@ import { C_CLOSED, C_QUORUM } from './layout'
 import { SnapshotReader } from './reader'
 import type { Handles } from './handles'
 import type { GroupEntity, TopicEntity } from './entities'
-import type { LatencyQuantiles, QuorumState, Snapshot, TopicSnapshot } from './snapshot'
+import { hasNoCollisions, LatencyQuantiles, QuorumState, Snapshot, TopicSnapshot } from './snapshot'
 
 /** How long the scrape thread holds the registration lock at a time while it reads (observeSliced). */
 export const SLICE_HOLD_MS = 1
@@ -130,13 +130,17 @@ export class Observer {
     const topics: TopicSnapshot[] = []
     const reread = (topic: TopicSnapshot) => reader.topic(topic.key as TopicEntity)
     let sorted: readonly TopicEntity[] | undefined
+    let generation = 0
     let at = 0
     do {
-      if (memory.control[C_CLOSED] === 1) throw new ClosedError('this mq-metrics surface')
       this.#unlocked(memory, () => {
+        if (memory.control[C_CLOSED] === 1) throw new ClosedError('this mq-metrics surface')
         const deadline = performance.now() + holdMs
         registry.sync()
-        sorted ??= reader.beginSliced()
+        if (sorted === undefined) {
+          sorted = reader.beginSliced()
+          generation = registry.generation
+        }
         if (at === sorted.length) return
         const first = topics.length
         at = reader.slice(sorted, at, topics, deadline)
@@ -145,6 +149,11 @@ export class Observer {
       if (at < sorted!.length) between !== undefined ? between(at) : Atomics.wait(gap, 0, 0, SLICE_GAP_MS)
     } while (at < sorted!.length)
     reader.endSliced()
+    // The layout describes the topics of the first hold. A registration or removal since (a group
+    // joining a topic read later, a colliding name) changed what the snapshot holds: a layout of
+    // its own, a new object, so the renderer neither reuses the last scrape's texts nor skips the
+    // merge of colliding series.
+    const layout = registry.generation === generation ? reader.layout : { collisionFree: hasNoCollisions(topics) }
     const snapshot: Snapshot = {
       uptimeSeconds: fields.uptimeSeconds,
       connections: fields.connections,
@@ -154,7 +163,7 @@ export class Observer {
       inSync: fields.inSync,
       latency: fields.latency,
       topics,
-      layout: reader.layout,
+      layout,
     }
     for (const group of reader.underflows) this.#handles.repairInFlight(group)
     return snapshot
