@@ -9,7 +9,7 @@ const path = require('node:path')
 const { Worker } = require('node:worker_threads')
 const { backends } = require('./helpers')
 const { Memory } = require('../dist/core/memory')
-const { C_LOCK } = require('../dist/core/layout')
+const { C_LOCK, C_LOCK_WANTED } = require('../dist/core/layout')
 const { createArena } = require('../dist/core/backend')
 
 const ALIVE = [1_000_001, 1_000_002]
@@ -66,7 +66,7 @@ function setUp(backend) {
       await new Promise((resolve) => setImmediate(resolve))
     }
   }
-  return { control: creator.control, holderTag: holder.lockTag, startWaiter, at }
+  return { control: creator.control, creator, holderTag: holder.lockTag, startWaiter, at }
 }
 
 /** A holder /proc shows alive keeps the lock for 6.5 s of the waiter's clock; the waiter gets it only when released. */
@@ -147,3 +147,27 @@ t.test('a lock is freed only by the tag that holds it', (t) => {
   t.equal(Atomics.load(memory.control, C_LOCK), 0, 'and the lock is free')
   t.end()
 })
+
+t.test('a waiter for the registration lock says so; a holder reading in slices lets it in between two slices', async (t) => {
+  // The scrape thread reads under the registration lock in slices (Observer.observeSliced). A
+  // waiter sleeps between tries: without its flag the holder would take the lock back first, every
+  // time, and the waiter would wait for the whole read.
+  for (const backend of backends()) {
+    const { control, creator, holderTag, startWaiter, at } = setUp(backend)
+    creator.letWaiterIn(60_000)
+    t.equal(Atomics.load(control, C_LOCK), 0, `${backend}: no waiter: letWaiterIn() returns at once, the lock left free`)
+    Atomics.store(control, C_LOCK, holderTag)
+    const waiter = startWaiter()
+    await waiter.waiting
+    await at(0)
+    for (let i = 0; i < 1000 && Atomics.load(control, C_LOCK_WANTED) === 0; i++) await new Promise((resolve) => setTimeout(resolve, 5))
+    t.equal(Atomics.load(control, C_LOCK_WANTED), 1, `${backend}: the waiter, asleep, raised the flag`)
+    Atomics.store(control, C_LOCK, 0) // the slice ends
+    creator.letWaiterIn(60_000)
+    const { tag } = await waiter.acquired
+    t.equal(Atomics.load(control, C_LOCK), tag, `${backend}: letWaiterIn() returned once the waiter held the lock (not after its 60 s)`)
+    t.equal(Atomics.load(control, C_LOCK_WANTED), 0, `${backend}: the flag cleared`)
+    await waiter.worker.terminate()
+  }
+})
+

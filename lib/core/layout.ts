@@ -35,6 +35,7 @@ export const C_NEXT_ANONYMOUS = 9 // lock tags of threads with no row and no kno
 export const C_CLOSED = 10 // 1 once the surface is closed (Registry.close): nothing records or registers after it
 export const C_FAULT_CHANNEL = 11 // arena chunk of the worker fault channel (0 = none yet; see worker-faults.ts)
 export const C_RECOUNT = 12 // 1 once a registration may have left a shared count behind (its lock taken over from a stopped holder, or it threw): the registry's next catch-up sets every one again (entities.ts G_WINDOWED)
+export const C_LOCK_WANTED = 13 // 1 once a thread waiting for the registration lock went to sleep: a holder reading in slices lets it in (Memory.letWaiterIn)
 export const C_ROW_DIRECTORY = 64 // [MAX_ROWS]: chunk holding row r's directory, 0 = none yet
 // BigInt64 cells (indices into the same chunk viewed as a BigInt64Array): numbers that must never
 // wrap over a surface's life.

@@ -35,10 +35,19 @@ export function acquire(cells: Int32Array, index: number, tag: number, memory?: 
 }
 
 /**
+ * acquire() of a lock whose holder may hold it in slices (the registration lock, which a scrape
+ * reads under: Observer.observeSliced): a waiter sets the Int32 cell `wanted` to 1 each time it
+ * goes to sleep, so that the holder, between two slices, leaves it the lock.
+ */
+export function acquireWanted(cells: Int32Array, index: number, tag: number, memory: HolderCheck, wanted: number): boolean {
+  return Atomics.compareExchange(cells, index, 0, tag) !== 0 && contend(cells, index, tag, memory, wanted)
+}
+
+/**
  * acquire() when the lock was held: spin, then sleep briefly, taking it over from a dead holder.
  * true: taken over (the caller puts right what the holder may have left half done).
  */
-function contend(cells: Int32Array, index: number, tag: number, memory?: HolderCheck): boolean {
+function contend(cells: Int32Array, index: number, tag: number, memory?: HolderCheck, wanted = -1): boolean {
   let spins = 0
   let seen = 0
   let seenSince = 0
@@ -62,6 +71,7 @@ function contend(cells: Int32Array, index: number, tag: number, memory?: HolderC
         if (Atomics.compareExchange(cells, index, owner, tag) === owner) return true
       }
     }
+    if (wanted >= 0) Atomics.store(cells, wanted, 1)
     Atomics.wait(sleeper, 0, 0, 0.05)
   }
 }

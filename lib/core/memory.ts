@@ -1,10 +1,10 @@
 // Memory: one thread's view of the shared arena (lib/core/layout.ts) — its row, the chunks it has
 // mapped, the registration lock and the row-owner table that lets rows of exited threads be reused.
 import { Arena, CHUNK_BYTES, chunkOffset } from './backend'
-import { acquire, release } from './lock'
+import { acquire, acquireWanted, release } from './lock'
 import { MAX_TID, ThreadIdentity, ThreadState, taskStat, threadIdentity, threadState } from './threads'
 import {
-  B_ANNOUNCE, B_EPOCH, B_NEXT_ID, B_SURFACE_ID, C_LOCK, C_LOG_DIRECTORIES, C_NEXT_ANONYMOUS, C_NEXT_CHUNK, C_NEXT_ROW, C_RECOUNT, C_ROW_DIRECTORY,
+  B_ANNOUNCE, B_EPOCH, B_NEXT_ID, B_SURFACE_ID, C_LOCK, C_LOCK_WANTED, C_LOG_DIRECTORIES, C_NEXT_ANONYMOUS, C_NEXT_CHUNK, C_NEXT_ROW, C_RECOUNT, C_ROW_DIRECTORY,
   C_ROW_OWNERS, MAIN_ROW, MAX_LOG_CHUNKS, MAX_ROWS, SHARED_ROW, SLOTS_PER_CHUNK,
 } from './layout'
 
@@ -156,7 +156,26 @@ export class Memory {
     this.#heldTag = this.lockTag
     // Taken over: the holder stopped inside a registration, perhaps between its log entry and a
     // shared count (entities.ts G_WINDOWED); the registry's next catch-up sets them all again.
-    if (acquire(this.control, C_LOCK, this.#heldTag, this)) this.control[C_RECOUNT] = 1
+    if (acquireWanted(this.control, C_LOCK, this.#heldTag, this, C_LOCK_WANTED)) this.control[C_RECOUNT] = 1
+  }
+
+  /**
+   * For a holder that reads in slices (Observer.observeSliced), right after unlock(): if a thread
+   * went to sleep waiting for the registration lock since the flag was last cleared, waits (up to
+   * `ms`) until some thread has taken it. A waiter sleeps ~0.1 ms between tries: a holder that
+   * took the lock back at once would keep it from the waiter for the whole read.
+   */
+  letWaiterIn(ms: number): void {
+    const control = this.control
+    if (Atomics.load(control, C_LOCK_WANTED) === 0) return
+    Atomics.store(control, C_LOCK_WANTED, 0)
+    const until = performance.now() + ms
+    while (Atomics.load(control, C_LOCK) === 0 && performance.now() < until);
+  }
+
+  /** The holder of the registration lock forgets who waited (letWaiterIn): a waiter still waiting sets the flag again. */
+  clearWanted(): void {
+    if (this.control[C_LOCK_WANTED] !== 0) Atomics.store(this.control, C_LOCK_WANTED, 0)
   }
 
   /** lock() if the registration lock is free now (or this thread holds it): false, not taken, otherwise. */

@@ -14,12 +14,8 @@ import { hasNoCollisions, LatencyQuantiles, QuorumState, Snapshot, TopicSnapshot
 
 /** How long the scrape thread holds the registration lock at a time while it reads (observeSliced). */
 export const SLICE_HOLD_MS = 1
-/**
- * How long it then leaves the lock free. A waiter sleeps 50 µs between tries (lock.ts): a holder
- * that took the lock again at once would keep it from a waiter for the whole read.
- */
-const SLICE_GAP_MS = 0.2
-const gap = new Int32Array(new SharedArrayBuffer(4))
+/** How long it then waits, at most, for a thread waiting for the lock to take it (Memory.letWaiterIn). */
+const SLICE_GAP_MS = 0.5
 
 /** The numbers of a snapshot that live in the main thread's objects, not in shared memory. */
 export interface ThreadFields {
@@ -117,8 +113,8 @@ export class Observer {
    * observe() for /metrics on the scrape thread, whose read must not keep the broker's own
    * registrations waiting (a new topic, partition, group or window takes the registration lock):
    * the lock is let go every `holdMs` of reading and taken again, with a sync, for the next slice
-   * of topics, each checked in its own hold (with a pause between holds in which a waiter gets
-   * the lock). A topic removed meanwhile is left out, one registered
+   * of topics, each checked in its own hold (between holds, a thread waiting for the lock gets it
+   * first). A topic removed meanwhile is left out, one registered
    * meanwhile is in the next scrape; a topic is read whole within one hold, so no series of it is
    * torn. docs/scrape-thread.md. `between` (tests) replaces the pause: called with the lock free
    * and how many topics of the read's list have been read.
@@ -135,6 +131,7 @@ export class Observer {
     do {
       this.#unlocked(memory, () => {
         if (memory.control[C_CLOSED] === 1) throw new ClosedError('this mq-metrics surface')
+        memory.clearWanted()
         const deadline = performance.now() + holdMs
         registry.sync()
         if (sorted === undefined) {
@@ -146,7 +143,7 @@ export class Observer {
         at = reader.slice(sorted, at, topics, deadline)
         this.#checker.check({ topics: topics.slice(first) } as unknown as Snapshot, reread)
       })
-      if (at < sorted!.length) between !== undefined ? between(at) : Atomics.wait(gap, 0, 0, SLICE_GAP_MS)
+      if (at < sorted!.length) between !== undefined ? between(at) : memory.letWaiterIn(SLICE_GAP_MS)
     } while (at < sorted!.length)
     reader.endSliced()
     // The layout describes the topics of the first hold. A registration or removal since (a group
