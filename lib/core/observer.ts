@@ -10,7 +10,7 @@ import { C_CLOSED, C_QUORUM } from './layout'
 import { SnapshotReader } from './reader'
 import type { Handles } from './handles'
 import type { GroupEntity, TopicEntity } from './entities'
-import { hasNoCollisions, LatencyQuantiles, QuorumState, Snapshot, TopicSnapshot } from './snapshot'
+import { hasNoCollisions, LatencyQuantiles, Layout, QuorumState, Snapshot, TopicSnapshot } from './snapshot'
 
 /** How long the scrape thread holds the registration lock at a time while it reads (observeSliced). */
 export const SLICE_HOLD_MS = 1
@@ -113,11 +113,11 @@ export class Observer {
    * observe() for /metrics on the scrape thread, whose read must not keep the broker's own
    * registrations waiting (a new topic, partition, group or window takes the registration lock):
    * the lock is let go every `holdMs` of reading and taken again, with a sync, for the next slice
-   * of topics, each checked in its own hold (between holds, a thread waiting for the lock gets it
-   * first). A topic removed meanwhile is left out, one registered
-   * meanwhile is in the next scrape; a topic is read whole within one hold, so no series of it is
-   * torn. docs/scrape-thread.md. `between` (tests) replaces the pause: called with the lock free
-   * and how many topics of the read's list have been read.
+   * of topics, each checked in its own hold; between holds, a thread waiting for the lock gets it
+   * first. A topic removed meanwhile is left out, one registered meanwhile is in the next scrape;
+   * a topic is read whole within one hold, so no series of it is torn (docs/scrape-thread.md).
+   * `between` (tests) replaces the wait between holds: called with the lock free and how many
+   * topics of the read's list have been read.
    */
   observeSliced(fields: ThreadFields, holdMs = SLICE_HOLD_MS, between?: (read: number) => void): Snapshot {
     const registry = this.#handles.recorder.registry
@@ -151,17 +151,7 @@ export class Observer {
     // its own, a new object, so the renderer neither reuses the last scrape's texts nor skips the
     // merge of colliding series.
     const layout = registry.generation === generation ? reader.layout : { collisionFree: hasNoCollisions(topics) }
-    const snapshot: Snapshot = {
-      uptimeSeconds: fields.uptimeSeconds,
-      connections: fields.connections,
-      leaderEpoch: fields.leaderEpoch,
-      quorumState: Atomics.load(memory.control, C_QUORUM) as QuorumState,
-      replicas: fields.replicas,
-      inSync: fields.inSync,
-      latency: fields.latency,
-      topics,
-      layout,
-    }
+    const snapshot = snapshotOf(fields, memory.control, topics, layout)
     for (const group of reader.underflows) this.#handles.repairInFlight(group)
     return snapshot
   }
@@ -181,17 +171,7 @@ export class Observer {
     let conservation: ConservationReport | undefined
     this.#unlocked(memory, () => {
       registry.sync()
-      snapshot = {
-        uptimeSeconds: fields.uptimeSeconds,
-        connections: fields.connections,
-        leaderEpoch: fields.leaderEpoch,
-        quorumState: Atomics.load(memory.control, C_QUORUM) as QuorumState,
-        replicas: fields.replicas,
-        inSync: fields.inSync,
-        latency: fields.latency,
-        topics: this.#reader.topics(ackFloors),
-        layout: this.#reader.layout,
-      }
+      snapshot = snapshotOf(fields, memory.control, this.#reader.topics(ackFloors), this.#reader.layout)
       const reread = (topic: TopicSnapshot) => this.#reader.topic(topic.key as TopicEntity)
       // Only /stats shows the report; the scrape path checks (and raises faults) without one.
       if (report) conservation = this.#checker.report(snapshot, reread)
@@ -201,5 +181,20 @@ export class Observer {
     // raced past their own shares): back to 0, with IN_FLIGHT_UNDERFLOW (design §invariants).
     for (const group of this.#reader.underflows) this.#handles.repairInFlight(group)
     return report ? [snapshot, conservation!] : snapshot
+  }
+}
+
+/** A snapshot of `topics`, with the numbers only the main thread holds and the quorum tier now. */
+function snapshotOf(fields: ThreadFields, control: Int32Array, topics: TopicSnapshot[], layout: Layout): Snapshot {
+  return {
+    uptimeSeconds: fields.uptimeSeconds,
+    connections: fields.connections,
+    leaderEpoch: fields.leaderEpoch,
+    quorumState: Atomics.load(control, C_QUORUM) as QuorumState,
+    replicas: fields.replicas,
+    inSync: fields.inSync,
+    latency: fields.latency,
+    topics,
+    layout,
   }
 }
