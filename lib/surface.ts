@@ -137,10 +137,7 @@ export class Surface extends EventEmitter {
       metricsSent: (body) => {
         if (this.#scrapeThread?.recycle(body) !== true) this.#renderer.recycle(body)
       },
-      healthz: () => {
-        const body = this.#healthz()
-        return { statusCode: body.quorum_state === 2 ? 503 : 200, body }
-      },
+      healthz: () => this.#healthz().then((body) => ({ statusCode: body.quorum_state === 2 ? 503 : 200, body })),
       stats: (query) => statsFromQuery(query, () => this.#statsContext()),
       // A request answered 500 INTERNAL: a bug of ours. Told to 'error' listeners if there are
       // any; never thrown (an 'error' event without a listener would end the broker).
@@ -395,9 +392,14 @@ export class Surface extends EventEmitter {
     return { snapshot, faults: this.#faults.view(), config: this.config, conservation, backend: this.backend, backendReason: this.backendReason }
   }
 
-  #healthz() {
+  /**
+   * /healthz: the conservation check first (its faults are in `faults`), read in slices with the
+   * event loop free between them, so a probe of a large surface never holds the broker's thread
+   * for the whole read (docs/endpoints.md).
+   */
+  async #healthz() {
+    await this.#observer.checkSliced()
     const state = this.#quorum.state
-    this.#observe()
     return {
       status: TIER_NAMES[state],
       quorum_state: state,

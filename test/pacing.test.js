@@ -206,9 +206,11 @@ for (const backend of backends()) {
     t.notOk(gzipped.sync)
     let ticks = 0
     const ticker = setInterval(() => ticks++, 1)
+    let scraped = false
+    second.answered.then(() => (scraped = true))
     const health = call(surface, '/healthz')
-    t.ok(health.sync, '/healthz is not paced')
     t.equal((await health.answered).statusCode, 200)
+    t.notOk(scraped, '/healthz is not paced: answered while the scrapes in debt still wait')
     const plain = await second.answered
     const packed = await gzipped.answered
     clearInterval(ticker)
@@ -217,6 +219,31 @@ for (const backend of backends()) {
     t.equal(strip(plain.body.toString('latin1')), expected, 'the paced plain scrape: the whole exposition')
     t.equal(packed.headers['content-encoding'], 'gzip')
     t.equal(strip(zlib.gunzipSync(packed.body).toString('latin1')), expected, 'the paced gzip scrape: the whole exposition')
+  })
+
+  t.test(`${backend}: /healthz checks in slices with the event loop free between them; what the last slice finds is counted`, async (t) => {
+    const surface = surfaceOn(t, backend, {}, { scrapeThread: false })
+    fill(surface, 20) // t0…t19, each with a message in flight
+    const last = surface.topic('zz')
+    last.produced(0, 1, 1)
+    last.group('g').dispatch(1)
+    last.group('g').delivered(1) // delivered, the floor never moved: quietly off by one
+    // Every reading of the clock moves it 5 ms: each hold of the lock (1 ms of reading) reads one topic.
+    const now = performance.now
+    let clock = now.call(performance)
+    performance.now = () => (clock += 5)
+    t.teardown(() => { performance.now = now })
+    let turns = 0
+    let pending = true
+    const spin = () => { if (pending) (turns++, setImmediate(spin)) }
+    setImmediate(spin)
+    const health = call(surface, '/healthz')
+    t.notOk(health.sync, 'not answered inside the call')
+    const res = await health.answered
+    pending = false
+    t.ok(turns >= 20, `the event loop ran between the slices (${turns} turns for 21 topics)`)
+    t.equal(JSON.parse(res.body.toString()).faults, 1, 'the broken group, read in the last slice, is counted')
+    t.equal(surface.stats('faults').counts.CONSERVATION_BROKEN, 1)
   })
 
   t.test(`${backend}: unpaced (scrapeShare 1) and default options answer small scrapes at once`, async (t) => {

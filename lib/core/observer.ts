@@ -39,6 +39,8 @@ export class Observer {
   readonly #reader: SnapshotReader
   readonly #checker: ConservationChecker
   readonly #suspects: SuspectEpisodes | undefined
+  /** The reader of checkSliced() (/healthz), made at its first use. */
+  #probeReader: SnapshotReader | undefined
   readonly #onFault: (fault: FaultRecord) => void
   /** Faults found while the registration lock is held, told once it is free (see #unlocked). */
   #held: FaultRecord[] | undefined
@@ -112,23 +114,51 @@ export class Observer {
   /**
    * observe() for /metrics on the scrape thread, whose read must not keep the broker's own
    * registrations waiting (a new topic, partition, group or window takes the registration lock):
-   * the lock is let go every `holdMs` of reading and taken again, with a sync, for the next slice
-   * of topics, each checked in its own hold; between holds, a thread waiting for the lock gets it
-   * first. A topic removed meanwhile is left out, one registered meanwhile is in the next scrape;
-   * a topic is read whole within one hold, so no series of it is torn (docs/scrape-thread.md).
-   * `between` (tests) replaces the wait between holds: called with the lock free and how many
-   * topics of the read's list have been read.
+   * read in slices (#slices); between holds, a thread waiting for the lock gets it first
+   * (docs/scrape-thread.md). `between` (tests) replaces that wait: called with the lock free and
+   * how many topics of the read's list have been read.
    */
   observeSliced(fields: ThreadFields, holdMs = SLICE_HOLD_MS, between?: (read: number) => void): Snapshot {
+    const memory = this.#handles.recorder.registry.memory
+    const read = this.#slices(this.#reader, holdMs)
+    for (let at = read.step(); at !== undefined; at = read.step()) {
+      if (between !== undefined) between(at)
+      else memory.letWaiterIn(SLICE_GAP_MS)
+    }
+    const [topics, layout] = read.finish()
+    return snapshotOf(fields, memory.control, topics, layout)
+  }
+
+  /**
+   * The conservation check alone, for /healthz on the main thread: in slices with the event loop
+   * free between them, so a probe never holds the broker's thread for a whole read (and the
+   * thread's own batches are complete at every slice: it is between its tasks). Its own reader,
+   * so a snapshot() or /stats meanwhile reads with caches of its own.
+   */
+  async checkSliced(): Promise<void> {
+    const read = this.#slices((this.#probeReader ??= new SnapshotReader(this.#handles.recorder.registry)), SLICE_HOLD_MS)
+    while (read.step() !== undefined) await new Promise((resolve) => setImmediate(resolve))
+    read.finish()
+  }
+
+  /**
+   * A read in slices: each step() holds the registration lock for about `holdMs` of reading,
+   * syncs first and reads on from where the last one stopped; undefined once every topic is read,
+   * else how many of the read's list are. Each topic is read and checked whole within one hold,
+   * so no series of it is torn; a topic removed meanwhile is left out, one registered meanwhile
+   * is in the next read. A block removed meanwhile is not reused before this thread's next task
+   * (docs/reclamation.md). finish() gives the topics read and their layout, and repairs the
+   * underflows found.
+   */
+  #slices(reader: SnapshotReader, holdMs: number): { step(): number | undefined; finish(): [TopicSnapshot[], Layout] } {
     const registry = this.#handles.recorder.registry
     const memory = registry.memory
-    const reader = this.#reader
     const topics: TopicSnapshot[] = []
     const reread = (topic: TopicSnapshot) => reader.topic(topic.key as TopicEntity)
     let sorted: readonly TopicEntity[] | undefined
     let generation = 0
     let at = 0
-    do {
+    const step = (): number | undefined => {
       this.#unlocked(memory, () => {
         if (memory.control[C_CLOSED] === 1) throw new ClosedError('this mq-metrics surface')
         memory.clearWanted()
@@ -143,17 +173,18 @@ export class Observer {
         at = reader.slice(sorted, at, topics, deadline)
         this.#checker.check({ topics: topics.slice(first) } as unknown as Snapshot, reread)
       })
-      if (at < sorted!.length) between !== undefined ? between(at) : memory.letWaiterIn(SLICE_GAP_MS)
-    } while (at < sorted!.length)
-    reader.endSliced()
-    // The layout describes the topics of the first hold. A registration or removal since (a group
-    // joining a topic read later, a colliding name) changed what the snapshot holds: a layout of
-    // its own, a new object, so the renderer neither reuses the last scrape's texts nor skips the
-    // merge of colliding series.
-    const layout = registry.generation === generation ? reader.layout : { collisionFree: hasNoCollisions(topics) }
-    const snapshot = snapshotOf(fields, memory.control, topics, layout)
-    for (const group of reader.underflows) this.#handles.repairInFlight(group)
-    return snapshot
+      return at < sorted!.length ? at : undefined
+    }
+    const finish = (): [TopicSnapshot[], Layout] => {
+      reader.endSliced()
+      for (const group of reader.underflows) this.#handles.repairInFlight(group)
+      // The layout describes the topics of the first hold. A registration or removal since (a
+      // group joining a topic read later, a colliding name) changed what the read holds: a layout
+      // of its own, a new object, so the renderer neither reuses the last scrape's texts nor
+      // skips the merge of colliding series.
+      return [topics, registry.generation === generation ? reader.layout : { collisionFree: hasNoCollisions(topics) }]
+    }
+    return { step, finish }
   }
 
   /**

@@ -32,8 +32,8 @@ export interface HttpHost {
   metricsGzip?(abandoned?: () => boolean): GzipBody | Promise<GzipBody>
   /** A metricsBody() result that nothing reads any more (sent, or compressed): its memory may be reused. */
   metricsSent?(body: Buffer): void
-  /** /healthz: status code and a JSON-able body (bigints allowed). */
-  healthz(): { statusCode: number; body: unknown }
+  /** /healthz: status code and a JSON-able body (bigints allowed), once the conservation check has run. */
+  healthz(): { statusCode: number; body: unknown } | Promise<{ statusCode: number; body: unknown }>
   /** /stats, including its own 400s (missing or unknown filter). */
   stats(query: URLSearchParams): { statusCode: number; body: unknown }
   /** Told about a host method that threw (answered 500); optional. */
@@ -342,8 +342,10 @@ function serve(host: HttpHost, budget: ScrapeBudget, route: Route, query: string
       else answer(metrics)
       return
     }
+    const json = (answer: { statusCode: number; body: unknown }): void => respond(host, req, res, answer.statusCode, JSON_CONTENT_TYPE, Buffer.from(toJSON(answer.body), 'utf8'))
     const answer = route === '/healthz' ? host.healthz() : host.stats(new URLSearchParams(query))
-    respond(host, req, res, answer.statusCode, JSON_CONTENT_TYPE, Buffer.from(toJSON(answer.body), 'utf8'))
+    if ('then' in answer) answer.then(json, (error: unknown) => failed(host, req, res, error))
+    else json(answer)
   } catch (error) {
     failed(host, req, res, error)
   }
@@ -507,10 +509,17 @@ type ClientError = Error & { code?: string; rawPacket?: Buffer; bytesParsed?: nu
 
 /**
  * A request Node could not parse, or one that timed out: answer on the raw socket and close it
- * when no response is under way there (a reply would corrupt that one), else just destroy it.
+ * when no response is under way there (a reply would corrupt that one), else just destroy it. A
+ * response still being made (/metrics or /healthz, answered once their read is done) for a good
+ * request before it on the connection goes out whole first, then the connection closes.
  */
 function onClientError(error: ClientError, socket: Socket): void {
   const inFlight = (socket as Socket & { _httpMessage?: ServerResponse })._httpMessage
+  if (error.code !== 'ECONNRESET' && socket.writable && inFlight != null && !inFlight.headersSent && !inFlight.writableEnded && !inFlight.destroyed) {
+    inFlight.shouldKeepAlive = false
+    inFlight.once('close', () => socket.destroy())
+    return
+  }
   if (error.code !== 'ECONNRESET' && socket.writable && (inFlight == null || !inFlight.headersSent)) {
     const [status, reason, code] = clientErrorStatus(error)
     rawError(socket, status, reason, code, `${reason.toLowerCase()} (${error.code ?? error.message})`, status === 405 ? `Allow: ${ALLOW}\r\n` : '')
