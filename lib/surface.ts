@@ -398,7 +398,9 @@ export class Surface extends EventEmitter {
    * for the whole read (docs/endpoints.md).
    */
   async #healthz() {
+    this.#assertOpen()
     await this.#observer.checkSliced()
+    this.#drainWorkerFaults()
     const state = this.#quorum.state
     return {
       status: TIER_NAMES[state],

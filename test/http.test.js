@@ -265,6 +265,50 @@ t.test('a throwing host answers 500 and the server keeps serving', async (t) => 
   t.equal((await request(server.url, { path: '/metrics' })).status, 200, 'the next scrape succeeds: nothing crashed or stalled')
 })
 
+t.test('a /healthz answered later (a promise): a body that is not JSON is a 500, never an unhandled rejection', async (t) => {
+  const reported = []
+  const circular = {}
+  circular.self = circular
+  const server = await serve(t, fakeHost({
+    healthz: () => Promise.resolve({ statusCode: 200, body: circular }),
+    reportError: (error) => reported.push(error),
+  }))
+  const res = await request(server.url, { path: '/healthz' })
+  t.equal(res.status, 500)
+  t.match(reported, [{ message: /circular/i }], 'reported to the host')
+  t.equal((await request(server.url, { path: '/stats?filter=topics' })).status, 200, 'the server still answers')
+})
+
+t.test('a bad request pipelined behind one whose answer is still being made: that answer goes out whole, then the connection closes; nothing more is read meanwhile', async (t) => {
+  let release
+  const server = await serve(t, fakeHost({ healthz: () => new Promise((resolve) => { release = () => resolve({ statusCode: 200, body: { ok: true } }) }) }))
+  const warnings = []
+  const onWarning = (warning) => warnings.push(warning.name)
+  process.on('warning', onWarning)
+  t.teardown(() => process.off('warning', onWarning))
+  const socket = net.connect(server.port, '127.0.0.1')
+  let received = ''
+  socket.on('data', (chunk) => (received += chunk))
+  socket.on('error', () => {})
+  const closed = new Promise((resolve) => socket.on('close', resolve))
+  await new Promise((resolve) => socket.on('connect', resolve))
+  socket.write('GET /healthz HTTP/1.1\r\nHost: a\r\n\r\n')
+  for (let i = 0; i < 100 && release === undefined; i++) await new Promise((resolve) => setTimeout(resolve, 5))
+  socket.write('BOGUS\x01 / HTTP/1.1\r\n\r\n')
+  socket.setNoDelay(true)
+  for (let i = 0; i < 30; i++) { // each a packet, each a parse error were it read
+    socket.write(`more ${i}\r\n`)
+    await new Promise((resolve) => setTimeout(resolve, 3))
+  }
+  await new Promise((resolve) => setTimeout(resolve, 100))
+  t.equal(received, '', 'nothing written before the pending answer')
+  release()
+  await closed
+  t.match(received, /^HTTP\/1\.1 200 OK\r\n[^]*Connection: close\r\n\r\n\{"ok":true\}$/, 'the pending answer, whole, then the close')
+  await new Promise((resolve) => setImmediate(resolve))
+  t.same(warnings, [], 'no warning (a listener per packet would be MaxListenersExceededWarning)')
+})
+
 t.test('a /metrics body the host renders in slices (a promise) is served like one given at once', async (t) => {
   // If this failed, a large scrape (rendered over several event-loop turns) would be lost, sent
   // without gzip or Content-Length, or a failed render would hang the request instead of a 500.

@@ -239,10 +239,13 @@ for (const backend of backends()) {
     setImmediate(spin)
     const health = call(surface, '/healthz')
     t.notOk(health.sync, 'not answered inside the call')
+    await new Promise((resolve) => setImmediate(resolve))
+    const again = call(surface, '/healthz') // while the first check is under way: it shares it
     const res = await health.answered
     pending = false
     t.ok(turns >= 20, `the event loop ran between the slices (${turns} turns for 21 topics)`)
     t.equal(JSON.parse(res.body.toString()).faults, 1, 'the broken group, read in the last slice, is counted')
+    t.equal(JSON.parse((await again.answered).body.toString()).faults, 1, 'the second probe: the same check')
     t.equal(surface.stats('faults').counts.CONSERVATION_BROKEN, 1)
   })
 

@@ -41,6 +41,8 @@ export class Observer {
   readonly #suspects: SuspectEpisodes | undefined
   /** The reader of checkSliced() (/healthz), made at its first use. */
   #probeReader: SnapshotReader | undefined
+  /** The check checkSliced() has under way. */
+  #probe: Promise<void> | undefined
   readonly #onFault: (fault: FaultRecord) => void
   /** Faults found while the registration lock is held, told once it is free (see #unlocked). */
   #held: FaultRecord[] | undefined
@@ -133,9 +135,14 @@ export class Observer {
    * The conservation check alone, for /healthz on the main thread: in slices with the event loop
    * free between them, so a probe never holds the broker's thread for a whole read (and the
    * thread's own batches are complete at every slice: it is between its tasks). Its own reader,
-   * so a snapshot() or /stats meanwhile reads with caches of its own.
+   * so a snapshot() or /stats meanwhile reads with caches of its own; probes that come while one
+   * check is under way share it.
    */
-  async checkSliced(): Promise<void> {
+  checkSliced(): Promise<void> {
+    return (this.#probe ??= this.#checkSliced().finally(() => (this.#probe = undefined)))
+  }
+
+  async #checkSliced(): Promise<void> {
     const read = this.#slices((this.#probeReader ??= new SnapshotReader(this.#handles.recorder.registry)), SLICE_HOLD_MS)
     while (read.step() !== undefined) await new Promise((resolve) => setImmediate(resolve))
     read.finish()
@@ -145,9 +152,12 @@ export class Observer {
    * A read in slices: each step() holds the registration lock for about `holdMs` of reading,
    * syncs first and reads on from where the last one stopped; undefined once every topic is read,
    * else how many of the read's list are. Each topic is read and checked whole within one hold,
-   * so no series of it is torn; a topic removed meanwhile is left out, one registered meanwhile
-   * is in the next read. A block removed meanwhile is not reused before this thread's next task
-   * (docs/reclamation.md). finish() gives the topics read and their layout, and repairs the
+   * so no series of it is torn; a topic removed meanwhile is left out (its id, never reused, no
+   * longer in its block's tag: registry.isLive), one registered meanwhile is in the next read.
+   * On the scrape thread a block removed meanwhile is not even reused before the read ends (it
+   * announces between its tasks only: docs/reclamation.md); checkSliced() yields between steps,
+   * so there a removed topic's block may be reused, and the tag check is what leaves it out.
+   * finish() gives the topics read and their layout, and repairs the
    * underflows found.
    */
   #slices(reader: SnapshotReader, holdMs: number): { step(): number | undefined; finish(): [TopicSnapshot[], Layout] } {

@@ -78,8 +78,8 @@ export class SnapshotReader {
    * Reads `sorted[from…]` into `out` until `deadline` (performance.now()) has passed, one topic
    * at least; returns the index to go on from. A topic removed since beginSliced() is left out.
    * Caller holds the lock and has synced since its last hold: what another thread registered,
-   * folded or removed meanwhile is in this thread's picture (a block removed meanwhile is not
-   * reused before this thread's next announcement, between its tasks: docs/reclamation.md).
+   * folded or removed meanwhile is in this thread's picture, and a topic removed meanwhile fails
+   * isLive() even if its block was reused (ids are never reused).
    */
   slice(sorted: readonly TopicEntity[], from: number, out: TopicSnapshot[], deadline: number): number {
     this.#caches()

@@ -344,7 +344,7 @@ function serve(host: HttpHost, budget: ScrapeBudget, route: Route, query: string
     }
     const json = (answer: { statusCode: number; body: unknown }): void => respond(host, req, res, answer.statusCode, JSON_CONTENT_TYPE, Buffer.from(toJSON(answer.body), 'utf8'))
     const answer = route === '/healthz' ? host.healthz() : host.stats(new URLSearchParams(query))
-    if ('then' in answer) answer.then(json, (error: unknown) => failed(host, req, res, error))
+    if ('then' in answer) answer.then(json).catch((error: unknown) => failed(host, req, res, error))
     else json(answer)
   } catch (error) {
     failed(host, req, res, error)
@@ -506,6 +506,8 @@ const URI_TOO_LONG: [number, string, string] = [414, 'URI Too Long', 'URI_TOO_LO
 const METHOD_NOT_ALLOWED: [number, string, string] = [405, 'Method Not Allowed', 'METHOD_NOT_ALLOWED']
 
 type ClientError = Error & { code?: string; rawPacket?: Buffer; bytesParsed?: number }
+/** Sockets whose parse error waits for the response under way to go out (onClientError). */
+const closingAfter = new WeakSet<Socket>()
 
 /**
  * A request Node could not parse, or one that timed out: answer on the raw socket and close it
@@ -516,6 +518,10 @@ type ClientError = Error & { code?: string; rawPacket?: Buffer; bytesParsed?: nu
 function onClientError(error: ClientError, socket: Socket): void {
   const inFlight = (socket as Socket & { _httpMessage?: ServerResponse })._httpMessage
   if (error.code !== 'ECONNRESET' && socket.writable && inFlight != null && !inFlight.headersSent && !inFlight.writableEnded && !inFlight.destroyed) {
+    // Read nothing more meanwhile: each packet would be another parse error.
+    if (closingAfter.has(socket)) return
+    closingAfter.add(socket)
+    socket.pause()
     inFlight.shouldKeepAlive = false
     inFlight.once('close', () => socket.destroy())
     return
