@@ -24,7 +24,7 @@ import { Renderer } from './exposition/render'
 import type { SharedSurface } from './worker'
 import { QuorumState, Snapshot, SnapshotWithPartitions, withPartitions } from './core/snapshot'
 import { ResolvedSurfaceOptions, ScrapePacer, ScrapeScheduler, SurfaceOptions, resolveSurfaceOptions } from './http/pacing'
-import { StatsContext, StatsView, StatsViews, statsFromQuery, statsView } from './exposition/stats'
+import { StatsContext, StatsView, StatsViews, statsFromQueryLater, statsView } from './exposition/stats'
 import { WorkerFaultChannel } from './core/worker-faults'
 import { ScrapeThread, ScrapeThreadState } from './scrape/thread'
 
@@ -138,7 +138,7 @@ export class Surface extends EventEmitter {
         if (this.#scrapeThread?.recycle(body) !== true) this.#renderer.recycle(body)
       },
       healthz: () => this.#healthz().then((body) => ({ statusCode: body.quorum_state === 2 ? 503 : 200, body })),
-      stats: (query) => statsFromQuery(query, () => this.#statsContext()),
+      stats: (query) => statsFromQueryLater(query, () => this.#statsContextLater()),
       // A request answered 500 INTERNAL: a bug of ours. Told to 'error' listeners if there are
       // any; never thrown (an 'error' event without a listener would end the broker).
       reportError: (error) => {
@@ -385,6 +385,18 @@ export class Surface extends EventEmitter {
       inSync: this.#quorum.inSync,
       latency: this.config.e2e_latency ? this.#window.quantiles() : null,
     }
+  }
+
+  /**
+   * #statsContext() for /stats over HTTP: the same snapshot and report, read in slices with the
+   * event loop free between them, so a request (mq-stats --watch polls) never holds the broker's
+   * thread for a whole read.
+   */
+  async #statsContextLater(): Promise<StatsContext> {
+    this.#assertOpen()
+    const [snapshot, conservation] = await this.#observer.observeReport(() => this.#threadFields())
+    this.#drainWorkerFaults()
+    return { snapshot, faults: this.#faults.view(), config: this.config, conservation, backend: this.backend, backendReason: this.backendReason }
   }
 
   #statsContext(): StatsContext {

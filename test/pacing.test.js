@@ -249,6 +249,38 @@ for (const backend of backends()) {
     t.equal(surface.stats('faults').counts.CONSERVATION_BROKEN, 1)
   })
 
+  t.test(`${backend}: /stats over HTTP reads in slices with the event loop free between them, and shows what it read`, async (t) => {
+    const surface = surfaceOn(t, backend, {}, { scrapeThread: false })
+    fill(surface, 20)
+    const last = surface.topic('zz')
+    last.produced(0, 1, 1)
+    last.group('g').dispatch(1)
+    last.group('g').delivered(1) // quietly off by one
+    const expected = surface.stats('groups') // read in one hold
+    const balance = surface.stats('conservation', { topic: 'zz' }).topics[0].groups[0]
+    const now = performance.now
+    let clock = now.call(performance)
+    performance.now = () => (clock += 5) // one topic per hold
+    t.teardown(() => { performance.now = now })
+    let turns = 0
+    let pending = true
+    const spin = () => { if (pending) (turns++, setImmediate(spin)) }
+    setImmediate(spin)
+    const groups = call(surface, '/stats?filter=groups')
+    const conservation = call(surface, '/stats?filter=conservation&topic=zz')
+    const bad = call(surface, '/stats?filter=nope')
+    t.ok(bad.sync, 'a bad query is answered at once, before anything is read')
+    t.equal((await bad.answered).statusCode, 400)
+    t.notOk(groups.sync, 'a good one once its read is done')
+    const body = JSON.parse((await groups.answered).body.toString())
+    pending = false
+    t.ok(turns >= 20, `the event loop ran between the slices (${turns} turns for 21 topics)`)
+    t.same(body, JSON.parse(JSON.stringify(expected)), 'the same view as a read in one hold')
+    const row = JSON.parse((await conservation.answered).body.toString()).topics[0].groups[0]
+    t.same([row.residual, row.quiet], [-1, true], 'the conservation view, from the slices: delivered, the floor not moved')
+    t.same(row, JSON.parse(JSON.stringify(balance)), 'as a read in one hold shows it')
+  })
+
   t.test(`${backend}: unpaced (scrapeShare 1) and default options answer small scrapes at once`, async (t) => {
     for (const options of [{ scrapeShare: 1, scrapeBurstMs: 0, scrapeThread: false }, { scrapeThread: false }]) {
       const surface = surfaceOn(t, backend, {}, options)

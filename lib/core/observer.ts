@@ -3,7 +3,7 @@
 // and /healthz; the scrape thread (lib/scrape/) observes for /metrics, from its own view of the
 // same shared memory. The few numbers only the main thread holds (connections, the leader epoch,
 // the last replication round, the latency window) come in as `ThreadFields`.
-import { ConservationChecker, ConservationReport, SharedEpisodes, SuspectEpisodes } from './conservation'
+import { ConservationChecker, ConservationReport, ConservationTopic, SharedEpisodes, SuspectEpisodes } from './conservation'
 import { ClosedError } from './errors'
 import type { FaultRecord } from './faults'
 import { C_CLOSED, C_QUORUM } from './layout'
@@ -142,6 +142,19 @@ export class Observer {
     return (this.#probe ??= this.#checkSliced().finally(() => (this.#probe = undefined)))
   }
 
+  /**
+   * observe(fields, true, true) for /stats over HTTP: the snapshot with every ack floor and the
+   * conservation report, read in slices with the event loop free between them, as checkSliced().
+   * A reader of its own per call. `fields` is asked for once the read is done.
+   */
+  async observeReport(fields: () => ThreadFields): Promise<[Snapshot, ConservationReport]> {
+    const report: ConservationTopic[] = []
+    const read = this.#slices(new SnapshotReader(this.#handles.recorder.registry), SLICE_HOLD_MS, true, report)
+    while (read.step() !== undefined) await new Promise((resolve) => setImmediate(resolve))
+    const [topics, layout] = read.finish()
+    return [snapshotOf(fields(), this.#handles.recorder.registry.memory.control, topics, layout), { topics: report }]
+  }
+
   async #checkSliced(): Promise<void> {
     const read = this.#slices((this.#probeReader ??= new SnapshotReader(this.#handles.recorder.registry)), SLICE_HOLD_MS)
     while (read.step() !== undefined) await new Promise((resolve) => setImmediate(resolve))
@@ -160,7 +173,7 @@ export class Observer {
    * finish() gives the topics read and their layout, and repairs the
    * underflows found.
    */
-  #slices(reader: SnapshotReader, holdMs: number): { step(): number | undefined; finish(): [TopicSnapshot[], Layout] } {
+  #slices(reader: SnapshotReader, holdMs: number, ackFloors = false, report?: ConservationTopic[]): { step(): number | undefined; finish(): [TopicSnapshot[], Layout] } {
     const registry = this.#handles.recorder.registry
     const memory = registry.memory
     const topics: TopicSnapshot[] = []
@@ -180,8 +193,10 @@ export class Observer {
         }
         if (at === sorted.length) return
         const first = topics.length
-        at = reader.slice(sorted, at, topics, deadline)
-        this.#checker.check({ topics: topics.slice(first) } as unknown as Snapshot, reread)
+        at = reader.slice(sorted, at, topics, deadline, ackFloors)
+        const read = { topics: topics.slice(first) } as unknown as Snapshot
+        if (report === undefined) this.#checker.check(read, reread)
+        else report.push(...this.#checker.report(read, reread).topics)
       })
       return at < sorted!.length ? at : undefined
     }

@@ -75,17 +75,17 @@ export class SnapshotReader {
   }
 
   /**
-   * Reads `sorted[from…]` into `out` until `deadline` (performance.now()) has passed, one topic
-   * at least; returns the index to go on from. A topic removed since beginSliced() is left out.
+   * Reads `sorted[from…]` into `out` (with `ackFloors`, each group's floors too) until `deadline`
+   * (performance.now()) has passed, one topic at least; returns the index to go on from. A topic removed since beginSliced() is left out.
    * Caller holds the lock and has synced since its last hold: what another thread registered,
    * folded or removed meanwhile is in this thread's picture, and a topic removed meanwhile fails
    * isLive() even if its block was reused (ids are never reused).
    */
-  slice(sorted: readonly TopicEntity[], from: number, out: TopicSnapshot[], deadline: number): number {
+  slice(sorted: readonly TopicEntity[], from: number, out: TopicSnapshot[], deadline: number, ackFloors = false): number {
     this.#caches()
     let t = from
     do {
-      if (this.#registry.isLive(sorted[t])) out.push(this.#topic(sorted[t], false))
+      if (this.#registry.isLive(sorted[t])) out.push(this.#topic(sorted[t], ackFloors))
       t++
     } while (t < sorted.length && performance.now() < deadline)
     return t

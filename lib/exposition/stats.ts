@@ -162,9 +162,28 @@ export function statsView(view: string, filter: StatsFilter, ctx: StatsContext):
  * and a conservation check cost a scrape; a bad request must not pay for one).
  */
 export function statsFromQuery(query: URLSearchParams, makeContext: () => StatsContext): { statusCode: number; body: unknown } {
-  try {
+  return answered(() => {
     const { view, filter } = parseQuery(query)
-    return { statusCode: 200, body: statsView(view, filter, makeContext()) }
+    return statsView(view, filter, makeContext())
+  })
+}
+
+/**
+ * statsFromQuery() with a context made asynchronously (/stats over HTTP: read in slices, the
+ * event loop free between them). A bad query is answered at once, before anything is read.
+ */
+export function statsFromQueryLater(query: URLSearchParams, makeContext: () => Promise<StatsContext>): { statusCode: number; body: unknown } | Promise<{ statusCode: number; body: unknown }> {
+  let parsed: { view: string; filter: StatsFilter } | undefined
+  const refused = answered(() => (parsed = parseQuery(query)))
+  if (parsed === undefined) return refused
+  const { view, filter } = parsed
+  return makeContext().then((context) => answered(() => statsView(view, filter, context)))
+}
+
+/** 200 with what `make` returns, or the StatsError it throws as its status and JSON error. */
+function answered(make: () => unknown): { statusCode: number; body: unknown } {
+  try {
+    return { statusCode: 200, body: make() }
   } catch (error) {
     if (error instanceof StatsError) {
       return { statusCode: error.statusCode, body: { error: { code: error.code, message: error.message } } }

@@ -35,7 +35,7 @@ export interface HttpHost {
   /** /healthz: status code and a JSON-able body (bigints allowed), once the conservation check has run. */
   healthz(): { statusCode: number; body: unknown } | Promise<{ statusCode: number; body: unknown }>
   /** /stats, including its own 400s (missing or unknown filter). */
-  stats(query: URLSearchParams): { statusCode: number; body: unknown }
+  stats(query: URLSearchParams): { statusCode: number; body: unknown } | Promise<{ statusCode: number; body: unknown }>
   /** Told about a host method that threw (answered 500); optional. */
   reportError?(error: unknown): void
   /** Bounds on what clients can make the broker hold (design §7); defaults when absent. */
