@@ -191,6 +191,33 @@ async function waitingScrape(t, backend) {
   return { surface, waiting }
 }
 
+/** 20 topics with a message in flight each, and a last one, zz, quietly off by one (delivered, its floor never moved). */
+function offByOne(t, backend) {
+  const surface = surfaceOn(t, backend, {}, { scrapeThread: false })
+  fill(surface, 20)
+  const last = surface.topic('zz')
+  last.produced(0, 1, 1)
+  last.group('g').dispatch(1)
+  last.group('g').delivered(1)
+  return surface
+}
+
+/**
+ * From now on every reading of the clock moves it 5 ms, so each hold of the lock (1 ms of reading)
+ * reads one topic; and the event loop's turns are counted until `stop()` (returns their number).
+ */
+function oneTopicPerHold(t) {
+  const now = performance.now
+  let clock = now.call(performance)
+  performance.now = () => (clock += 5)
+  t.teardown(() => { performance.now = now })
+  let turns = 0
+  let pending = true
+  const spin = () => { if (pending) (turns++, setImmediate(spin)) }
+  setImmediate(spin)
+  return () => ((pending = false), turns)
+}
+
 for (const backend of backends()) {
   t.test(`${backend}: a scrape in debt waits, the event loop stays free, the body is exact`, async (t) => {
     const surface = surfaceOn(t, backend, {}, { scrapeShare: 0.1, scrapeBurstMs: 0, scrapeThread: false })
@@ -222,27 +249,14 @@ for (const backend of backends()) {
   })
 
   t.test(`${backend}: /healthz checks in slices with the event loop free between them; what the last slice finds is counted`, async (t) => {
-    const surface = surfaceOn(t, backend, {}, { scrapeThread: false })
-    fill(surface, 20) // t0…t19, each with a message in flight
-    const last = surface.topic('zz')
-    last.produced(0, 1, 1)
-    last.group('g').dispatch(1)
-    last.group('g').delivered(1) // delivered, the floor never moved: quietly off by one
-    // Every reading of the clock moves it 5 ms: each hold of the lock (1 ms of reading) reads one topic.
-    const now = performance.now
-    let clock = now.call(performance)
-    performance.now = () => (clock += 5)
-    t.teardown(() => { performance.now = now })
-    let turns = 0
-    let pending = true
-    const spin = () => { if (pending) (turns++, setImmediate(spin)) }
-    setImmediate(spin)
+    const surface = offByOne(t, backend)
+    const stop = oneTopicPerHold(t)
     const health = call(surface, '/healthz')
     t.notOk(health.sync, 'not answered inside the call')
     await new Promise((resolve) => setImmediate(resolve))
     const again = call(surface, '/healthz') // while the first check is under way: it shares it
     const res = await health.answered
-    pending = false
+    const turns = stop()
     t.ok(turns >= 20, `the event loop ran between the slices (${turns} turns for 21 topics)`)
     t.equal(JSON.parse(res.body.toString()).faults, 1, 'the broken group, read in the last slice, is counted')
     t.equal(JSON.parse((await again.answered).body.toString()).faults, 1, 'the second probe: the same check')
@@ -250,22 +264,10 @@ for (const backend of backends()) {
   })
 
   t.test(`${backend}: /stats over HTTP reads in slices with the event loop free between them, and shows what it read`, async (t) => {
-    const surface = surfaceOn(t, backend, {}, { scrapeThread: false })
-    fill(surface, 20)
-    const last = surface.topic('zz')
-    last.produced(0, 1, 1)
-    last.group('g').dispatch(1)
-    last.group('g').delivered(1) // quietly off by one
+    const surface = offByOne(t, backend)
     const expected = surface.stats('groups') // read in one hold
     const balance = surface.stats('conservation', { topic: 'zz' }).topics[0].groups[0]
-    const now = performance.now
-    let clock = now.call(performance)
-    performance.now = () => (clock += 5) // one topic per hold
-    t.teardown(() => { performance.now = now })
-    let turns = 0
-    let pending = true
-    const spin = () => { if (pending) (turns++, setImmediate(spin)) }
-    setImmediate(spin)
+    const stop = oneTopicPerHold(t)
     const groups = call(surface, '/stats?filter=groups')
     const conservation = call(surface, '/stats?filter=conservation&topic=zz')
     const bad = call(surface, '/stats?filter=nope')
@@ -273,7 +275,7 @@ for (const backend of backends()) {
     t.equal((await bad.answered).statusCode, 400)
     t.notOk(groups.sync, 'a good one once its read is done')
     const body = JSON.parse((await groups.answered).body.toString())
-    pending = false
+    const turns = stop()
     t.ok(turns >= 20, `the event loop ran between the slices (${turns} turns for 21 topics)`)
     t.same(body, JSON.parse(JSON.stringify(expected)), 'the same view as a read in one hold')
     const row = JSON.parse((await conservation.answered).body.toString()).topics[0].groups[0]

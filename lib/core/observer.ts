@@ -150,14 +150,14 @@ export class Observer {
   async observeReport(fields: () => ThreadFields): Promise<[Snapshot, ConservationReport]> {
     const report: ConservationTopic[] = []
     const read = this.#slices(new SnapshotReader(this.#handles.recorder.registry), SLICE_HOLD_MS, true, report)
-    while (read.step() !== undefined) await new Promise((resolve) => setImmediate(resolve))
+    await stepsApart(read)
     const [topics, layout] = read.finish()
     return [snapshotOf(fields(), this.#handles.recorder.registry.memory.control, topics, layout), { topics: report }]
   }
 
   async #checkSliced(): Promise<void> {
     const read = this.#slices((this.#probeReader ??= new SnapshotReader(this.#handles.recorder.registry)), SLICE_HOLD_MS)
-    while (read.step() !== undefined) await new Promise((resolve) => setImmediate(resolve))
+    await stepsApart(read)
     read.finish()
   }
 
@@ -170,8 +170,7 @@ export class Observer {
    * On the scrape thread a block removed meanwhile is not even reused before the read ends (it
    * announces between its tasks only: docs/reclamation.md); checkSliced() yields between steps,
    * so there a removed topic's block may be reused, and the tag check is what leaves it out.
-   * finish() gives the topics read and their layout, and repairs the
-   * underflows found.
+   * finish() gives the topics read and their layout, and repairs the underflows found.
    */
   #slices(reader: SnapshotReader, holdMs: number, ackFloors = false, report?: ConservationTopic[]): { step(): number | undefined; finish(): [TopicSnapshot[], Layout] } {
     const registry = this.#handles.recorder.registry
@@ -253,4 +252,9 @@ function snapshotOf(fields: ThreadFields, control: Int32Array, topics: TopicSnap
     topics,
     layout,
   }
+}
+
+/** Every step of a read in slices, with the event loop free between two steps. */
+async function stepsApart(read: { step(): number | undefined }): Promise<void> {
+  while (read.step() !== undefined) await new Promise((resolve) => setImmediate(resolve))
 }
