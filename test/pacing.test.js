@@ -283,6 +283,36 @@ for (const backend of backends()) {
     t.same(row, JSON.parse(JSON.stringify(balance)), 'as a read in one hold shows it')
   })
 
+  t.test(`${backend}: /stats requests that come while a read is under way share one read, made after them`, async (t) => {
+    const surface = offByOne(t, backend)
+    const { SnapshotReader } = require('../dist/core/reader.js')
+    const begin = SnapshotReader.prototype.beginSliced
+    let reads = 0
+    let counting = true // reads in one hold (surface.stats()) begin the same way: not counted
+    SnapshotReader.prototype.beginSliced = function (...args) { reads += counting ? 1 : 0; return begin.apply(this, args) }
+    t.teardown(() => { SnapshotReader.prototype.beginSliced = begin })
+    const stop = oneTopicPerHold(t)
+    t.teardown(stop)
+    const produced = (body) => JSON.parse(body.toString()).topics.find((x) => x.topic === 't0').produced
+    const first = call(surface, '/stats?filter=topics')
+    for (let i = 0; i < 3; i++) await new Promise((resolve) => setImmediate(resolve)) // t0 (read first) is read
+    t.equal(reads, 1)
+    surface.topic('t0').produced(0, 11, 7) // recorded after t0 was read, before the next requests
+    const later = Array.from({ length: 8 }, () => call(surface, '/stats?filter=topics'))
+    counting = false
+    const expected = surface.stats('topics')
+    counting = true
+    const before = produced((await first.answered).body)
+    const answers = await Promise.all(later.map((c) => c.answered))
+    stop()
+    t.equal(reads, 2, 'nine requests, two reads: the one under way and one queued behind it')
+    t.equal(produced(answers[0].body), before + 1, 'the first answer does not show the message recorded after its read passed t0; the later ones do')
+    for (const res of answers) t.same(JSON.parse(res.body.toString()), JSON.parse(JSON.stringify(expected)), 'each later answer: the view a read in one hold gives now')
+    const again = call(surface, '/stats?filter=topics') // nothing under way: a read of its own
+    await again.answered
+    t.equal(reads, 3)
+  })
+
   t.test(`${backend}: unpaced (scrapeShare 1) and default options answer small scrapes at once`, async (t) => {
     for (const options of [{ scrapeShare: 1, scrapeBurstMs: 0, scrapeThread: false }, { scrapeThread: false }]) {
       const surface = surfaceOn(t, backend, {}, options)

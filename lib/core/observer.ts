@@ -43,6 +43,9 @@ export class Observer {
   #probeReader: SnapshotReader | undefined
   /** The check checkSliced() has under way. */
   #probe: Promise<void> | undefined
+  /** The read observeReport() has under way, and the one queued behind it (see observeReport). */
+  #report: Promise<[Snapshot, ConservationReport]> | undefined
+  #reportNext: Promise<[Snapshot, ConservationReport]> | undefined
   readonly #onFault: (fault: FaultRecord) => void
   /** Faults found while the registration lock is held, told once it is free (see #unlocked). */
   #held: FaultRecord[] | undefined
@@ -145,9 +148,33 @@ export class Observer {
   /**
    * observe(fields, true, true) for /stats over HTTP: the snapshot with every ack floor and the
    * conservation report, read in slices with the event loop free between them, as checkSliced().
-   * A reader of its own per call. `fields` is asked for once the read is done.
+   * Every answer is read after its request came (a broker that recorded, then asked, sees what it
+   * recorded), and however many requests come at once at most two reads exist: one under way, and
+   * one queued behind it that every request coming meanwhile shares (it starts when the first
+   * ends). The views (stats.ts) copy what they sort, so sharing a snapshot is safe. `fields` is
+   * asked for once a read is done.
    */
-  async observeReport(fields: () => ThreadFields): Promise<[Snapshot, ConservationReport]> {
+  observeReport(fields: () => ThreadFields): Promise<[Snapshot, ConservationReport]> {
+    if (this.#reportNext !== undefined) return this.#reportNext
+    if (this.#report === undefined) return this.#startReport(fields)
+    const after = () => {
+      this.#reportNext = undefined
+      return this.#startReport(fields)
+    }
+    return (this.#reportNext = this.#report.then(after, after))
+  }
+
+  #startReport(fields: () => ThreadFields): Promise<[Snapshot, ConservationReport]> {
+    const read = this.#readReport(fields)
+    this.#report = read
+    const done = () => {
+      if (this.#report === read) this.#report = undefined
+    }
+    read.then(done, done)
+    return read
+  }
+
+  async #readReport(fields: () => ThreadFields): Promise<[Snapshot, ConservationReport]> {
     const report: ConservationTopic[] = []
     const read = this.#slices(new SnapshotReader(this.#handles.recorder.registry), SLICE_HOLD_MS, true, report)
     await stepsApart(read)
