@@ -239,7 +239,7 @@ export class Surface extends EventEmitter {
 
   /** design §7: one view of the numbers, typed per view (an unknown view is a StatsError). */
   stats<V extends StatsView>(view: V, filter: { topic?: string; group?: string } = {}): StatsViews[V] {
-    if (filter === null || typeof filter !== 'object') throw new TypeError(`stats filter must be an object, got ${describe(filter)}`)
+    if (filter === null || typeof filter !== 'object' || Array.isArray(filter)) throw new TypeError(`stats filter must be an object, got ${describe(filter)}`)
     return statsView(view, filter, this.#statsContext()) as StatsViews[V]
   }
 

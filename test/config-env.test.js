@@ -166,7 +166,7 @@ for (const backend of backends()) {
     const server = await within(5000, 'listen on a free port', surface.listen({ port: 0 }))
     t.equal(await get(server.port), 200, 'a later listen() on a free port serves')
     let current = server
-    for (const [what, options, name] of [['port -1', { port: -1 }, 'RangeError'], ['port 70000', { port: 70000 }, 'RangeError'], ['port "80"', { port: '80' }, 'TypeError'], ['host ""', { port: 0, host: '' }, 'TypeError'], ['a misspelt option (hostname)', { port: 0, hostname: '0.0.0.0' }, 'TypeError']]) {
+    for (const [what, options, name] of [['port -1', { port: -1 }, 'RangeError'], ['port 70000', { port: 70000 }, 'RangeError'], ['port "80"', { port: '80' }, 'TypeError'], ['host ""', { port: 0, host: '' }, 'TypeError'], ['a misspelt option (hostname)', { port: 0, hostname: '0.0.0.0' }, 'TypeError'], ['an array', [], 'TypeError']]) {
       await current.close()
       const bad = await within(5000, what, surface.listen(options).then(() => null, (e) => e))
       t.equal(bad?.name, name, `listen with ${what} → ${name}`)

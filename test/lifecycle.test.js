@@ -176,6 +176,8 @@ for (const backend of backends()) {
     t.equal(topic.group('latest', { from: 'earliest' }), latest, 'an existing group: the start is ignored')
     t.throws(() => topic.group('x', { from: 'oldest' }), TypeError)
     t.throws(() => topic.group('x', { settle_window: 33 }), RangeError)
+    t.throws(() => topic.group('x', []), { name: 'TypeError', message: 'group options must be an object, got an array' })
+    t.notOk(s.stats('groups').groups.some((g) => g.group === 'x'), 'and no group x was registered')
     t.throws(() => topic.group('latest', { settle_window: 64 }), /registered with settle_window 1024/)
     t.same(codes(faults), [])
     t.end()

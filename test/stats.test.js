@@ -209,6 +209,10 @@ t.test('statsView rejects a filter object with an unknown key (a typo must not w
     t.throws(() => statsView('groups', filter, context()), { name: 'StatsError', code: 'INVALID_QUERY', message: /unknown stats filter key ".+" \(known: topic, group\)/ }, JSON.stringify(filter))
   }
   t.same(statsView('topics', { topic: 'a.b' }, context()).topics.map((x) => x.topic), ['a.b'], 'the known keys narrow as before')
+  t.throws(() => statsView('topics', [], context()), { name: 'StatsError', code: 'INVALID_QUERY', message: /must be an object/ }, 'an array is not a filter (it would read as no filter)')
+  const surface = require('../dist').createSurface({}, { scrapeThread: false })
+  t.teardown(() => surface.close())
+  for (const filter of [null, [], 'a.b']) t.throws(() => surface.stats('topics', filter), { name: 'TypeError', message: /^stats filter must be an object, got / }, `surface.stats() with ${JSON.stringify(filter)}`)
 })
 
 t.test('statsFromQuery: validation before the context is built', async (t) => {

@@ -218,7 +218,9 @@ export class Topic {
       this.#refuseReadOnly(number, (known === undefined ? this.lastSeqKnown(number) : this.#recorder.highest(known)) + count, known)
       return 0
     }
-    return this.#appendLocked(known ?? this.#resolvePartition(partition, 0), bytes, count)
+    const seq = this.#appendLocked(known ?? this.#resolvePartition(partition, 0), bytes, count)
+    if (seq === 0) throw new RangeError(`append() of ${count} message(s) to partition ${String(partition)} would number one past 2^53 - 1 (last_seq ${this.lastSeq(partition)}): seqs are safe integers; nothing was appended`)
+    return seq
   }
 
   /**
@@ -229,6 +231,7 @@ export class Topic {
    * thread's claim of the hint and the two would number the same message. The lock costs two
    * compare-and-swaps of an Int32 (a BigInt64 compare-and-swap on the hint itself cost 5× that).
    * Its writes follow its last call with no loop between: a terminated thread leaves none half made.
+   * 0: the last seq would pass 2^53 − 1 (nothing written).
    */
   #appendLocked(slot: number, bytes: number, count: number): number {
     const c = slot >>> Chunk.Shift
@@ -246,6 +249,7 @@ export class Topic {
       const hint = hints[at]
       seq = (hint > 0 ? hint : this.#recorder.highest(slot)) + count
       this.alive() // a removal that landed while this thread waited for the lock
+      if (seq > MAX_SAFE) return 0 // past 2^53 − 1 seqs are no longer distinct: refused, nothing written (append() throws)
       if (counters[index] + count + counters[index + 1] + bytes > MAX_SAFE) this.#room(count, bytes)
       // Writing marker (cell 2): a reader that finds it set knows the counters and last_seq may disagree.
       counters[index + 2] = 1
@@ -358,7 +362,7 @@ export class Topic {
     let window = DEFAULT_SETTLE_WINDOW
     let latest = false
     if (options !== undefined) {
-      if (options === null || typeof options !== 'object') throw new TypeError(`group options must be an object, got ${describe(options)}`)
+      if (options === null || typeof options !== 'object' || Array.isArray(options)) throw new TypeError(`group options must be an object, got ${describe(options)}`)
       for (const key of Object.keys(options)) {
         if (key !== 'max_in_flight' && key !== 'from' && key !== 'settle_window') {
           throw new TypeError(`unknown group option ${JSON.stringify(key)} (known: max_in_flight, from, settle_window)`)

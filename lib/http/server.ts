@@ -280,7 +280,7 @@ export function listen(host: HttpHost, options: ListenOptions = {}): Promise<Htt
 }
 
 function listenOptions(options: ListenOptions): { port: number; hostname: string } {
-  if (options === null || typeof options !== 'object') {
+  if (options === null || typeof options !== 'object' || Array.isArray(options)) {
     throw new TypeError(`listen options must be an object, got ${describe(options)}`)
   }
   for (const key of Object.keys(options)) {
