@@ -170,12 +170,15 @@ for (const [backend, scrapeThread] of backends().flatMap((b) => [[b, false], [b,
     await until(5000, () => first.body !== undefined, 'the first scrape')
     const copy = Buffer.from(first.body)
     t.ok(copy.length > 65536, `a ${copy.length}-byte body (the renderer recycles bodies over 64 KiB)`)
-    // A scrape that finds no room looks at the stalled client (503), one 300 ms later cuts it.
+    // A scrape that finds no room looks at the stalled client (503), one 2 s later (the clock
+    // moved on: Date.now, which the server reads, runs 2.1 s ahead from here) cuts it.
     const probe = stalled()
     surface.handler({ url: '/metrics', method: 'GET', headers: {} }, probe)
     await until(5000, () => probe.body !== undefined, 'the probe')
-    t.equal(probe.statusCode, 503, 'no room yet: the stalled client has not been seen stalled for 250 ms')
-    await new Promise((resolve) => setTimeout(resolve, 300))
+    t.equal(probe.statusCode, 503, 'no room yet: the stalled client has not been seen stalled for 2 s')
+    const now = Date.now
+    Date.now = () => now() + 2100
+    t.teardown(() => { Date.now = now })
     const second = stalled()
     surface.handler({ url: '/metrics', method: 'GET', headers: {} }, second)
     await until(5000, () => second.body !== undefined, 'the second scrape')
@@ -230,11 +233,18 @@ t.test('a client that reads a large body slowly keeps its response; one that sto
     return state
   }
 
+  // The slow reader reads between the two looks (4 MB, however long a loaded machine takes for
+  // it): the kernel takes bytes from the server's socket meanwhile, whatever it buffers. The
+  // second look comes more than 2 s (STALLED_MS) after the first, so a look that missed the
+  // progress would cut it.
   const reader = client(true)
   await until(5000, () => reader.received > 0, 'the slow reader starts')
   await sleep(300)
   t.equal(await status(), 503, 'no room: the reader is looked at')
-  await sleep(300)
+  const looked = Date.now()
+  const mark = reader.received
+  await until(20_000, () => reader.received >= mark + (4 << 20), 'the slow reader reads 4 MB more')
+  await sleep(Math.max(0, looked + 2200 - Date.now()))
   t.equal(await status(), 503, 'a reader that took bytes since the last look keeps its response')
   t.notOk(reader.closed, 'and its connection')
   await until(20_000, () => reader.received >= big.length, 'the slow reader gets the whole body')
@@ -244,8 +254,10 @@ t.test('a client that reads a large body slowly keeps its response; one that sto
   await until(5000, () => stopped.received > 0, 'the stopped client gets its status line')
   await sleep(300)
   t.equal(await status(), 503, 'no room: the stopped client is looked at')
-  await sleep(300)
-  t.equal(await status(), 200, 'a client that took nothing for 250 ms is cut, and the scrape answered')
+  await sleep(1000)
+  t.equal(await status(), 503, 'taking nothing for 1 s is not yet stalled')
+  await sleep(1200)
+  t.equal(await status(), 200, 'a client that took nothing for 2 s is cut, and the scrape answered')
   // It reads again: what the kernel had buffered, then the end of a connection the server closed.
   stopped.socket.removeAllListeners('data')
   stopped.socket.on('data', (chunk) => (stopped.received += chunk.length))

@@ -51,7 +51,7 @@ for (const backend of backends()) {
     t.equal(refused.status, 503, 'a third, while the first two are young: no room')
     t.match(refused.head, /retry-after: 1/i)
     t.match(refused.head, /SCRAPES_IN_FLIGHT|content-type: application\/json/i)
-    await new Promise((resolve) => setTimeout(resolve, 300)) // the first two have taken nothing for 250 ms
+    await new Promise((resolve) => setTimeout(resolve, 2100)) // the first two have taken nothing for 2 s (STALLED_MS)
     const normal = await get(server.port, '/metrics')
     t.equal(normal.status, 200, 'a reading client is served: room is made by cutting a stalled one')
     t.ok(Math.abs(normal.bytes - size) < 100, 'the whole body (the uptime line aside)')

@@ -80,8 +80,14 @@ type Route = '/metrics' | '/healthz' | '/stats'
 const ROUTES: ReadonlySet<string> = new Set<Route>(['/metrics', '/healthz', '/stats'])
 /** What a scrape refused for lack of room tells the client to wait before trying again (s). */
 const RETRY_AFTER_SECONDS = 1
-/** A response whose client has taken none of its pending bytes for this long has stalled, and may be cut. */
-const STALLED_MS = 250
+/**
+ * A response whose client has taken none of its pending bytes for this long has stalled, and may
+ * be cut. What the server sees of a reader is the kernel taking bytes from the socket, and the
+ * kernel lets a reader's reads through in steps (the receiver's window updates), not byte by byte:
+ * a slow but steady reader can show nothing for a few hundred milliseconds. 2 s leaves it room; a
+ * stopped client still frees its body at the next scrape that finds no room 2 s on.
+ */
+const STALLED_MS = 2000
 const DEFAULT_LIMITS = { maxConnections: 1024, maxScrapeBytes: 64 * 2 ** 20 }
 
 /**
