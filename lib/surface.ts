@@ -314,7 +314,7 @@ export class Surface extends EventEmitter {
     return { kind: 'mq-metrics/shared-surface', version: 1, arena: this.#arena.share(), config: { ...this.config } }
   }
 
-  /** Slot bookkeeping, for leak checks (soak test). */
+  /** @internal Slot bookkeeping, for leak checks (tests; users read arenaUsage().slotsInUse). */
   slotsInUse(): number {
     return this.#registry.slotsInUse()
   }

@@ -313,6 +313,23 @@ for (const backend of backends()) {
     t.equal(reads, 3)
   })
 
+  t.test(`${backend}: close() while a /stats read is under way and one is queued: every request gets 503`, async (t) => {
+    const surface = offByOne(t, backend)
+    const stop = oneTopicPerHold(t)
+    t.teardown(stop)
+    let errors = 0
+    surface.on('error', () => errors++)
+    const first = call(surface, '/stats?filter=groups')
+    await new Promise((resolve) => setImmediate(resolve))
+    const queued = [call(surface, '/stats?filter=topics'), call(surface, '/stats?filter=conservation')]
+    await surface.close()
+    for (const res of await Promise.all([first, ...queued].map((c) => c.answered))) {
+      t.equal(res.statusCode, 503)
+      t.match(JSON.parse(res.body.toString()), { error: { code: 'SURFACE_CLOSED' } })
+    }
+    t.equal(errors, 0, "no 'error' event: a closed surface is not a failure")
+  })
+
   t.test(`${backend}: unpaced (scrapeShare 1) and default options answer small scrapes at once`, async (t) => {
     for (const options of [{ scrapeShare: 1, scrapeBurstMs: 0, scrapeThread: false }, { scrapeThread: false }]) {
       const surface = surfaceOn(t, backend, {}, options)

@@ -57,8 +57,8 @@ const ALERTS = [
 const NEVER = ['MqDlqAboveDropped', 'MqPartitionLastSeqDecreased', 'MqLeaderEpochDecreased', 'MqConservationBroken', 'MqLatencyQuantilesOutOfOrder', 'MqBrokerDown', 'MqBrokersAllDown']
 
 /**
- * The findings the spec forces on `promtool check metrics`, and only those. design §2 fixes the
- * name `mq_e2e_latency_ms` (the seed's name, kept so dashboards match) and makes it a gauge with
+ * The findings design §2 forces on `promtool check metrics`, and only those. design §2 fixes the
+ * name `mq_e2e_latency_ms` (the name first specified, kept so dashboards match) and makes it a gauge with
  * a `quantile` label of p50/p90/p99 (a summary would need a 0..1 quantile value plus _sum and
  * _count, which the estimator does not expose). promtool's linter flags exactly that: the
  * abbreviated unit `ms` once per family, and the `quantile` label on a non-summary once per

@@ -69,6 +69,7 @@ for (const backend of backends()) {
       t.throws(() => surface.replicationRound(round), RangeError, JSON.stringify(round))
     }
     t.throws(() => surface.replicationRound(null), TypeError)
+    t.throws(() => surface.replicationRound([]), { name: 'TypeError', message: /expects { replicas, inSync }, got an array/ })
     // A misspelt field is an error, not a round read from the fields that happen to be right.
     t.throws(() => surface.replicationRound({ replicas: 3, inSync: 3, insync: 1 }), { name: 'TypeError', message: 'unknown replicationRound field "insync" (known: replicas, inSync)' })
     t.throws(() => surface.replicationRound({ replicas: 3, in_sync: 3 }), TypeError)

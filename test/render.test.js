@@ -2,7 +2,7 @@
 // The /metrics renderer (design §2, §3) against hand-reviewed golden files, byte for byte, and
 // against a deliberately naive reference renderer on seeded random snapshots. Run
 // `npx tsc -p tsconfig.json` first. `UPDATE_GOLDEN=1` rewrites test/golden/*.prom — review every
-// changed line against the spec before committing one.
+// changed line against design §2 and §3 before committing one.
 const t = require('tap')
 const fs = require('node:fs')
 const path = require('node:path')
@@ -488,7 +488,7 @@ t.test('promtool check metrics accepts every golden exposition', async (t) => {
     t.skip(`${bin} not installed; CI installs Debian's prometheus package`)
     return
   }
-  // The findings the spec forces, both on mq_e2e_latency_ms and nothing else:
+  // The findings design §2 forces, both on mq_e2e_latency_ms and nothing else:
   // - design §2 names the family `mq_e2e_latency_ms`: an abbreviated unit (ms), not base seconds.
   // - design §2 gives it a `quantile` label (p50/p90/p99) while its TYPE is gauge: the estimator is
   //   not a Prometheus summary (no _sum/_count, and the quantile values are not numbers).
@@ -505,7 +505,7 @@ t.test('promtool check metrics accepts every golden exposition', async (t) => {
     const run = spawnSync(bin, ['check', 'metrics'], { input: fs.readFileSync(golden(name)), encoding: 'utf8' })
     const findings = (run.stdout + run.stderr).split('\n').map((l) => l.trim()).filter(Boolean)
     const withLatency = name === 'busy'
-    t.same(findings, withLatency ? forced : [], `${name}: ${withLatency ? 'only the findings the spec forces' : 'no findings'}`)
+    t.same(findings, withLatency ? forced : [], `${name}: ${withLatency ? 'only the findings design §2 forces' : 'no findings'}`)
     t.equal(run.status, withLatency ? 3 : 0, `${name}: promtool exits ${withLatency ? '3 (lint findings only)' : '0'}, not 1 (parse error)`)
   }
 })

@@ -192,12 +192,12 @@ export class LatencyWindow {
     return this.#quantiles(this.#readWindow(), 0)
   }
 
-  /** Samples in the sealed window (0 before the first rotation). */
+  /** @internal Samples in the sealed window (0 before the first rotation); for tests. */
   sealedCount(): number {
     return this.#sealedCount
   }
 
-  /** A copy of the per-bucket counts that `quantiles()` reads right now. */
+  /** @internal A copy of the per-bucket counts that `quantiles()` reads right now; for tests. */
   windowCounts(): Float64Array {
     return this.#readWindow().slice()
   }

@@ -162,7 +162,7 @@ export class Memory {
   /**
    * For a holder that reads in slices (Observer.observeSliced), right after unlock(): if a thread
    * went to sleep waiting for the registration lock since the flag was last cleared, waits (up to
-   * `ms`) until some thread has taken it. A waiter sleeps ~0.1 ms between tries: a holder that
+   * `ms`) until some thread has taken it. A waiter sleeps ~0.05 ms between tries: a holder that
    * took the lock back at once would keep it from the waiter for the whole read.
    */
   letWaiterIn(ms: number): void {

@@ -260,7 +260,7 @@ export class Observer {
       else this.#checker.check(snapshot, reread)
     })
     // Groups the read found with in_flight below 0 (more settled than dispatched, by threads that
-    // raced past their own shares): back to 0, with IN_FLIGHT_UNDERFLOW (design §invariants).
+    // raced past their own shares): back to 0, with IN_FLIGHT_UNDERFLOW (design §5).
     for (const group of this.#reader.underflows) this.#handles.repairInFlight(group)
     return report ? [snapshot, conservation!] : snapshot
   }

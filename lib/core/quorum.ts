@@ -59,7 +59,7 @@ export class Quorum {
 
   /** Validates the round, stores the new tier, and returns the change (or null if none). */
   round(round: unknown): QuorumEvent | null {
-    if (round === null || typeof round !== 'object') {
+    if (round === null || typeof round !== 'object' || Array.isArray(round)) {
       throw new TypeError(`replicationRound expects { replicas, inSync }, got ${describe(round)}`)
     }
     for (const key of Object.keys(round)) {

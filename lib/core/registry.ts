@@ -58,7 +58,7 @@ export class Registry {
   #retiring: GroupEntity[] = []
   readonly #free = new Map<number, FreeQueue>() // block key (kind and size: blockKey) → freed blocks, oldest first
   readonly #sharedChunks: Float64Array[] = [] // the shared row's chunks by number (#sharedF64)
-  /** slot → amount moved out of a row when it neared 2^53 (design §counters: 64-bit counters). */
+  /** slot → amount moved out of a row when it neared 2^53 (design §4: 64-bit counters). */
   readonly folds = new Map<number, bigint>()
   readonly #log: RegistrationLog
   /** The log generation this thread's picture follows (−1: none yet), and how far it replayed it. */

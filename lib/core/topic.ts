@@ -219,7 +219,7 @@ export class Topic {
       return 0
     }
     const seq = this.#appendLocked(known ?? this.#resolvePartition(partition, 0), bytes, count)
-    if (seq === 0) throw new RangeError(`append() of ${count} message(s) to partition ${String(partition)} would number one past 2^53 - 1 (last_seq ${this.lastSeq(partition)}): seqs are safe integers; nothing was appended`)
+    if (seq === 0) throw new RangeError(`append() of ${count} message(s) to partition ${String(partition)} would number seqs past 2^53 - 1 (last_seq ${this.lastSeq(partition)}): seqs are safe integers; nothing was appended`)
     return seq
   }
 
