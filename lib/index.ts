@@ -1,6 +1,6 @@
 // The public API (design §12) and nothing else: internals are not re-exported.
 import { Config } from './core/config'
-import { SurfaceOptions } from './http/pacing'
+import { SurfaceOptions } from './http/options'
 import { Surface } from './surface'
 import { SharedSurface, WorkerRecorder } from './worker'
 
@@ -11,7 +11,7 @@ export { StatsError } from './exposition/stats'
 export type { StatsErrorCode, StatsView, StatsViews, TopicsView, PartitionsView, GroupsView, QuorumView, LatencyView, ConservationView, FaultsView, CollisionsView, ConfigView } from './exposition/stats'
 export type { WriteAnswer, QuorumEvent } from './core/quorum'
 export type { Config } from './core/config'
-export type { SurfaceOptions, ResolvedSurfaceOptions } from './http/pacing'
+export type { SurfaceOptions, ResolvedSurfaceOptions } from './http/options'
 export type { FaultRecord, FaultCode } from './core/faults'
 export type { Topic, GroupOptions } from './core/topic'
 export type { Group, Outcome } from './core/group'

@@ -6,7 +6,8 @@
 const t = require('tap')
 const zlib = require('node:zlib')
 const { lib, backends, surfaceOn, within } = require('./helpers')
-const { ScrapePacer, ScrapeScheduler, resolveSurfaceOptions, DEFAULT_SCRAPE_SHARE, DEFAULT_SCRAPE_BURST_MS } = require('../dist/http/pacing.js')
+const { ScrapePacer, ScrapeScheduler } = require('../dist/http/pacing.js')
+const { resolveSurfaceOptions, DEFAULT_SCRAPE_SHARE, DEFAULT_SCRAPE_BURST_MS } = require('../dist/http/options.js')
 
 /** The exposition without its uptime line (the one value that moves between two renders of one state). */
 const strip = (s) => s.replace(/^mq_broker_uptime_seconds .*$/m, '')

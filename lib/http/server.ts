@@ -10,6 +10,7 @@ import { GZIP_LEVEL, GzipBody } from '../exposition/gzip'
 import { METRICS_CONTENT_TYPE } from '../exposition/allowlist'
 import { toJSON } from '../core/json'
 import { describe } from '../core/labels'
+import { DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_SCRAPE_BYTES } from './options'
 import { ScrapeAbandoned } from './pacing'
 import { UsageError } from '../core/errors'
 
@@ -88,7 +89,7 @@ const RETRY_AFTER_SECONDS = 1
  * stopped client still frees its body at the next scrape that finds no room 2 s on.
  */
 const STALLED_MS = 2000
-const DEFAULT_LIMITS = { maxConnections: 1024, maxScrapeBytes: 64 * 2 ** 20 }
+const DEFAULT_LIMITS = { maxConnections: DEFAULT_MAX_CONNECTIONS, maxScrapeBytes: DEFAULT_MAX_SCRAPE_BYTES }
 
 /**
  * Bytes of a response's socket that its stream handle has not handed to the kernel yet. The
