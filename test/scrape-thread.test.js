@@ -223,6 +223,43 @@ for (const backend of backends()) {
     t.equal(surface.stats('faults').total, 0, 'a note, not a broker fault: nothing counted')
   })
 
+  t.test(`${backend}: a scrape thread that cannot start (a thread limit): scrapes served here, the fault log says so, a start tried again later`, async (t) => {
+    const threads = require('node:worker_threads')
+    const RealWorker = threads.Worker
+    let refusals = 1
+    threads.Worker = class extends RealWorker {
+      constructor(...args) {
+        if (refusals > 0) {
+          refusals--
+          throw Object.assign(new Error('EAGAIN: resource temporarily unavailable, uv_thread_create'), { code: 'EAGAIN' })
+        }
+        super(...args)
+      }
+    }
+    t.teardown(() => { threads.Worker = RealWorker })
+    const surface = surfaceOn(t, backend)
+    fill(surface, 5)
+    const notes = []
+    surface.on('fault', (f) => notes.push(f))
+    let errors = 0
+    surface.on('error', () => errors++)
+    const server = await surface.listen({ port: 0 })
+    const [plain, gzip] = await Promise.all([
+      within(20_000, 'scrape', request(server.port, { path: '/metrics' })),
+      within(20_000, 'scrape', request(server.port, { path: '/metrics', headers: { 'accept-encoding': 'gzip' } })),
+    ])
+    t.equal(plain.status, 200, 'the scrape is answered, rendered on the main thread')
+    t.equal(strip(plain.text), strip(surface.render()))
+    t.equal(gzip.status, 200, 'and the one waiting behind it')
+    t.equal(strip(zlib.gunzipSync(gzip.body).toString('utf8')), strip(surface.render()))
+    t.equal(errors, 0, 'no 500')
+    t.match(notes, [{ code: 'SCRAPE_THREAD_FAILED', labels: { reason: /EAGAIN/ } }], 'one line in the fault log')
+    t.match(surface.scrapeThread, { mode: 'main', failures: 1, lastFailure: /EAGAIN/ })
+    t.ok(await waitFor(() => surface.scrapeThread.mode === 'thread', 5000), 'after its back-off a start is tried again')
+    t.equal((await request(server.port, { path: '/metrics' })).status, 200)
+    t.equal(surface.scrapeThread.scrapes, 1, 'and the thread, started this time, answered')
+  })
+
   t.test(`${backend}: close() with a scrape in the thread: 503 SURFACE_CLOSED, and the thread is gone`, async (t) => {
     const surface = surfaceOn(t, backend)
     fill(surface, 2000)

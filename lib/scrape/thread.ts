@@ -170,10 +170,25 @@ export class ScrapeThread {
         this.#serveHere(job)
         continue
       }
-      let worker: Worker
+      let worker = this.#worker
+      if (worker === undefined) {
+        try {
+          worker = this.#start()
+        } catch (error) {
+          // The thread cannot start (a limit on threads, a permission model without workers): as
+          // if it had died — this scrape and those waiting are served here, after the back-off a
+          // start is tried again.
+          if (this.#closed) {
+            job.reject(new ClosedError('this mq-metrics surface'))
+            continue
+          }
+          this.#queue.unshift(job)
+          this.#failed(error instanceof Error ? error.message.split('\n')[0] : String(error))
+          continue
+        }
+      }
       let request: ScrapeRequest
       try {
-        worker = this.#worker ?? this.#start()
         request = { id: this.#nextId++, gzip: job.gzip, fields: this.#host.fields() }
       } catch (error) {
         job.reject(error)
