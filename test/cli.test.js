@@ -401,6 +401,34 @@ t.test('several brokers read as one cluster: worst tier, the leader, a stale lea
   t.notMatch((await run(['--url', a.url])).stdout, /cluster/, 'one broker: no cluster line')
 })
 
+t.test('a broker whose answer never ends (or is huge): exit 3, one line, a bounded read; the others are still shown', async (t) => {
+  const good = await broker(t)
+  const flood = http.createServer((req, res) => {
+    res.writeHead(200, { 'content-type': 'application/json' })
+    const chunk = Buffer.alloc(1 << 20, 97)
+    let sent = 0
+    const write = () => { while (sent++ < 600 && !res.destroyed) if (!res.write(chunk)) return res.once('drain', write); res.end() }
+    write()
+  })
+  await new Promise((resolve) => flood.listen(0, '127.0.0.1', resolve))
+  t.teardown(() => new Promise((resolve) => { flood.closeAllConnections(); flood.close(resolve) }))
+  const url = `http://127.0.0.1:${flood.address().port}`
+  const r = await run(['--url', good.url, '--url', url])
+  t.equal(r.code, 3)
+  t.match(r.stdout, new RegExp(`${good.url} +0 healthy`), "the healthy broker is shown")
+  t.match(r.stdout, /bad answer/, 'the flood: a bad answer')
+  t.match(r.stderr, /^mq-stats: http:\S+: GET \/healthz answered more than 64 MiB: not a \/stats answer\n$/)
+  const used = process.memoryUsage().rss
+  t.ok(used < 1.5 * 2 ** 30, `the read stopped at the bound (rss ${Math.round(used / 2 ** 20)} MB; 600 MB read whole would pass 1 GB)`)
+})
+
+t.test('keys and titles from a broker cannot move the cursor', async (t) => {
+  const hostile = await broker(t, { override: { topics: [200, JSON.stringify({ filter: 'topics', topics: [{ '\u001b[31mRED\u001b[2J': 1 }], '\u001b]0;title\u0007': { a: 1 } })] } })
+  const r = await run(['--url', hostile.url, 'topics'])
+  t.notMatch(r.stdout, /\u001b/, 'no escape byte reaches the terminal')
+  t.match(r.stdout, /\\u001b\[31mRED/, 'the key is shown escaped')
+})
+
 t.test('--urls-from FILE: one URL per line, or Prometheus file_sd JSON', async (t) => {
   const a = await broker(t, { epoch: 2, leader: true })
   const b = await broker(t, { epoch: 2 })
@@ -409,8 +437,9 @@ t.test('--urls-from FILE: one URL per line, or Prometheus file_sd JSON', async (
     'sd.json': JSON.stringify([{ targets: [new URL(a.url).host], labels: { job: 'mq' } }, { targets: [new URL(b.url).host] }]),
     'empty.txt': '# nothing\n',
     'bad.json': '[{"targets": [1]}]',
+    'bom.json': `\uFEFF${JSON.stringify([{ targets: [new URL(a.url).host, new URL(b.url).host] }])}`, // as some editors save it
   })
-  for (const file of ['nodes.txt', 'sd.json']) {
+  for (const file of ['nodes.txt', 'sd.json', 'bom.json']) {
     const r = await run(['--urls-from', path.join(dir, file)])
     t.equal(r.code, 0, `${file}: ${r.stderr}`)
     t.match(r.stdout, new RegExp(`${a.url} .*\\n${b.url} [^]*cluster  worst 0 healthy  leader ${a.url} \\(epoch 2\\)`), `${file}: both brokers, then the cluster line`)

@@ -168,7 +168,7 @@ function parseArgs(argv: readonly string[], env: NodeJS.ProcessEnv): Options {
 function urlsFrom(file: string): string[] {
   let content: string
   try {
-    content = fs.readFileSync(file, 'utf8')
+    content = fs.readFileSync(file, 'utf8').replace(/^\uFEFF/, '') // a byte order mark, as some editors write
   } catch (error) {
     throw new UsageError(`cannot read --urls-from ${JSON.stringify(file)}: ${(error as NodeJS.ErrnoException).code ?? (error as Error).message}`)
   }
@@ -280,6 +280,7 @@ async function getJson(base: string, path: string, token: string | undefined, in
     ;({ statusCode, text } = await get(base + path, headers, signal))
   } catch (error) {
     if (interrupt?.aborted) throw new Interrupted()
+    if (error instanceof BrokerError) throw error
     if (timeout.aborted) throw new BrokerError(`unreachable: GET ${path} timed out after ${REQUEST_TIMEOUT_MS / 1000} s`, 'unreachable')
     throw new BrokerError(`unreachable: ${(error as Error).message}`, 'unreachable')
   }
@@ -301,6 +302,9 @@ async function getJson(base: string, path: string, token: string | undefined, in
   return body
 }
 
+/** The longest answer read from a broker (characters): /stats of a large broker is a few MB. */
+const MAX_ANSWER_CHARS = 64 * 2 ** 20
+
 /**
  * One GET with node:http(s), not fetch(): fetch refuses the ports the Fetch standard calls bad
  * (6000, 6665–6669, 10080, …) whatever listens there, and a broker may serve on one. Redirects
@@ -313,7 +317,13 @@ function get(url: string, headers: Record<string, string>, signal: AbortSignal):
     const request = client.request(target, { headers, signal, agent: false }, (response) => {
       response.setEncoding('utf8')
       let text = ''
-      response.on('data', (chunk: string) => (text += chunk))
+      response.on('data', (chunk: string) => {
+        text += chunk
+        if (text.length <= MAX_ANSWER_CHARS) return
+        // Not a /stats answer (the largest are a few MB): read no further, hold no more.
+        request.destroy()
+        reject(new BrokerError(`GET ${target.pathname} answered more than ${MAX_ANSWER_CHARS / 2 ** 20} MiB: not a /stats answer`, 'bad answer'))
+      })
       response.on('end', () => resolve({ statusCode: response.statusCode ?? 0, text }))
       response.on('error', reject)
     })
@@ -547,7 +557,7 @@ function renderView(body: JsonObject, colour: boolean): string {
   const out: string[] = []
   if (scalars.length > 0) out.push(table(['key', 'value'], scalars, colour))
   const titled = sections.length > 1 || scalars.length > 0
-  for (const s of sections) out.push(titled ? `${s.title}:\n${s.text}` : s.text)
+  for (const s of sections) out.push(titled ? `${terminalSafe(s.title)}:\n${s.text}` : s.text)
   return out.join('\n')
 }
 
@@ -602,7 +612,8 @@ function terminalSafe(value: string): string {
   return value.replace(/[\u0000-\u001f\u007f-\u009f]/g, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, '0')}`)
 }
 
-function table(header: string[], rows: Cell[][], colour: boolean): string {
+function table(raw: string[], rows: Cell[][], colour: boolean): string {
+  const header = raw.map(terminalSafe) // keys come from the broker's JSON too
   const width = (s: string) => [...s].length
   const widths = header.map((h, c) => Math.max(width(h), ...rows.map((r) => width(r[c].text))))
   const numeric = header.map((_, c) => rows.some((r) => !r[c].empty) && rows.every((r) => r[c].numeric || r[c].empty === true))
