@@ -398,6 +398,9 @@ t.test('several brokers read as one cluster: worst tier, the leader, a stale lea
   const partial = await run(['--url', healthy[0].url, '--url', down])
   t.equal(partial.code, 3, 'an unreachable node: exit 3')
   t.match(partial.stdout, /  1 of 2 unreachable\n$/)
+  const dark = await run(['--url', down, '--url', `http://127.0.0.1:${await closedPort()}`])
+  t.equal(dark.code, 3)
+  t.match(dark.stdout, /\ncluster  worst unknown \(no broker read\)  leader: none  .*2 of 2 unreachable\n$/, 'no broker read: no tier made up')
   t.notMatch((await run(['--url', a.url])).stdout, /cluster/, 'one broker: no cluster line')
 })
 
@@ -417,7 +420,7 @@ t.test('a broker whose answer never ends (or is huge): exit 3, one line, a bound
   t.equal(r.code, 3)
   t.match(r.stdout, new RegExp(`${good.url} +0 healthy`), "the healthy broker is shown")
   t.match(r.stdout, /bad answer/, 'the flood: a bad answer')
-  t.match(r.stderr, /^mq-stats: http:\S+: GET \/healthz answered more than 64 MiB: not a \/stats answer\n$/)
+  t.match(r.stderr, /^mq-stats: http:\S+: GET \/\S+ answered more than 64 MiB: not an mq-metrics answer\n$/)
   const used = process.memoryUsage().rss
   t.ok(used < 1.5 * 2 ** 30, `the read stopped at the bound (rss ${Math.round(used / 2 ** 20)} MB; 600 MB read whole would pass 1 GB)`)
 })

@@ -322,7 +322,7 @@ function get(url: string, headers: Record<string, string>, signal: AbortSignal):
         if (text.length <= MAX_ANSWER_CHARS) return
         // Not a /stats answer (the largest are a few MB): read no further, hold no more.
         request.destroy()
-        reject(new BrokerError(`GET ${target.pathname} answered more than ${MAX_ANSWER_CHARS / 2 ** 20} MiB: not a /stats answer`, 'bad answer'))
+        reject(new BrokerError(`GET ${target.pathname} answered more than ${MAX_ANSWER_CHARS / 2 ** 20} MiB: not an mq-metrics answer`, 'bad answer'))
       })
       response.on('end', () => resolve({ statusCode: response.statusCode ?? 0, text }))
       response.on('error', reject)
@@ -521,9 +521,10 @@ function clusterLine(brokers: BrokerRead[], colour: boolean): string {
   const read = brokers.filter((b) => b.error === undefined)
   const u = (b: BrokerRead) => terminalSafe(b.url)
   const parts: string[] = []
+  // No broker read: no tier to show (the exit status, 3, says why), not one nobody reported.
   const worst = read.length === 0 ? 2 : Math.max(...read.map((b) => b.quorumState!))
   const worstAt = read.filter((b) => b.quorumState === worst).map(u)
-  const tier = `worst ${worst} ${TIER_WORDS[worst]}${read.length > 1 && worst > 0 ? ` (${worstAt.join(', ')})` : ''}`
+  const tier = read.length === 0 ? 'worst unknown (no broker read)' : `worst ${worst} ${TIER_WORDS[worst]}${read.length > 1 && worst > 0 ? ` (${worstAt.join(', ')})` : ''}`
   parts.push(colour ? `${COLOURS[worst]}${tier}${RESET}` : tier)
   const epoch = (b: BrokerRead) => (typeof b.healthz?.leader_epoch === 'number' ? b.healthz.leader_epoch : -1)
   const top = Math.max(-1, ...read.map(epoch))
