@@ -268,6 +268,7 @@ t.test('usage errors exit 64 with one line; --help exits 0', async (t) => {
     [['topics', 'groups'], /only one VIEW/],
     [['--watch', '0'], /--watch needs a number of seconds/],
     [['--watch', 'soon'], /--watch needs a number of seconds/],
+    [['--watch', '.'], /--watch needs a number of seconds/],
     [['--watch'], /--watch needs a value/],
     [['--url', 'ftp://x'], /--url needs an http or https URL/],
     [['--url', 'localhost'], /--url needs an absolute http\(s\) URL/],
@@ -353,6 +354,11 @@ t.test('colour only on a TTY without NO_COLOR', async (t) => {
   }
   t.equal(await main(['--url', by[1].url, '--watch', '0.1'], { NO_COLOR: '1' }, { stdout: watching, stderr: err, signal: interrupt.signal }), 1, 'an interrupted watch returns the last status')
   t.ok(frames.every((f) => f.startsWith('\x1b[H\x1b[2J')), 'on a TTY every frame clears the screen and starts from home')
+  const half = new AbortController()
+  const shown = []
+  const quick = { isTTY: false, write: (s) => { shown.push(s); half.abort() } }
+  t.equal(await main(['--url', by[1].url, '--watch', '.5'], {}, { stdout: quick, stderr: err, signal: half.signal }), 1, '--watch .5 is half a second, as 0.5 is')
+  t.match(shown[0], /every 0\.5s/)
 })
 
 t.test('parseExactJSON keeps integers beyond 2^53 exact', async (t) => {
@@ -447,6 +453,9 @@ t.test('--urls-from FILE: one URL per line, or Prometheus file_sd JSON', async (
     t.equal(r.code, 0, `${file}: ${r.stderr}`)
     t.match(r.stdout, new RegExp(`${a.url} .*\\n${b.url} [^]*cluster  worst 0 healthy  leader ${a.url} \\(epoch 2\\)`), `${file}: both brokers, then the cluster line`)
   }
+  const twice = await run(['--url', a.url, '--urls-from', path.join(dir, 'nodes.txt')])
+  t.equal(twice.stdout.split(a.url).length - 1, 2, 'a broker named twice is one row (and the cluster line names it as leader once)')
+  t.notMatch(twice.stdout, /2 leaders/)
   for (const [file, message] of [['missing.txt', /cannot read --urls-from "\S+missing\.txt": ENOENT/], ['empty.txt', /lists no URL/], ['bad.json', /file_sd JSON must be/]]) {
     const r = await run(['--urls-from', path.join(dir, file)])
     t.equal(r.code, 64, `${file}: a usage error`)

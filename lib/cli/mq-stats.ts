@@ -143,7 +143,7 @@ function parseArgs(argv: readonly string[], env: NodeJS.ProcessEnv): Options {
         token = value
         break
       case '--watch': {
-        const seconds = /^\d+(\.\d+)?$/.test(value!) ? Number(value) : NaN
+        const seconds = /^(\d+(\.\d+)?|\.\d+)$/.test(value!) ? Number(value) : NaN
         if (!(seconds >= 0.1 && seconds <= 86400)) throw new UsageError(`--watch needs a number of seconds from 0.1 to 86400, got ${JSON.stringify(value)}`)
         options.watchSeconds = seconds
         break
@@ -160,6 +160,8 @@ function parseArgs(argv: readonly string[], env: NodeJS.ProcessEnv): Options {
     }
   }
   if (options.urls.length === 0) options.urls.push(DEFAULT_URL)
+  // A broker named twice (--url and a --urls-from file) is one broker: read and counted once.
+  options.urls = [...new Set(options.urls)]
   options.token = token ?? (env.MQ_STATS_TOKEN || undefined)
   return options
 }
