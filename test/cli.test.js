@@ -431,6 +431,17 @@ t.test('a broker whose answer never ends (or is huge): exit 3, one line, a bound
   t.ok(used < 1.5 * 2 ** 30, `the read stopped at the bound (rss ${Math.round(used / 2 ** 20)} MB; 600 MB read whole would pass 1 GB)`)
 })
 
+t.test('a server that does not speak HTTP: a bad answer, not unreachable', async (t) => {
+  const net = require('node:net')
+  const server = net.createServer((socket) => socket.resume().end('SSH-2.0-OpenSSH_9.2\r\n')) // resume: it sees the client close
+  await new Promise((resolve) => server.listen(0, '127.0.0.1', resolve))
+  t.teardown(() => new Promise((resolve) => server.close(() => resolve())))
+  const r = await run(['--url', `http://127.0.0.1:${server.address().port}`])
+  t.equal(r.code, 3)
+  t.match(r.stdout, /bad answer/)
+  t.match(r.stderr, /did not answer with HTTP \(HPE_\w+\)\n$/)
+})
+
 t.test('keys and titles from a broker cannot move the cursor', async (t) => {
   const hostile = await broker(t, { override: { topics: [200, JSON.stringify({ filter: 'topics', topics: [{ '\u001b[31mRED\u001b[2J': 1 }], '\u001b]0;title\u0007': { a: 1 } })] } })
   const r = await run(['--url', hostile.url, 'topics'])

@@ -283,6 +283,9 @@ async function getJson(base: string, path: string, token: string | undefined, in
   } catch (error) {
     if (interrupt?.aborted) throw new Interrupted()
     if (error instanceof BrokerError) throw error
+    // Reached, but what came back is not HTTP (llhttp's parse errors are HPE_…): a bad answer.
+    const code = (error as NodeJS.ErrnoException).code
+    if (typeof code === 'string' && code.startsWith('HPE_')) throw new BrokerError(`GET ${path} did not answer with HTTP (${code})`, 'bad answer')
     if (timeout.aborted) throw new BrokerError(`unreachable: GET ${path} timed out after ${REQUEST_TIMEOUT_MS / 1000} s`, 'unreachable')
     throw new BrokerError(`unreachable: ${(error as Error).message}`, 'unreachable')
   }
