@@ -10,7 +10,7 @@ import { ClosedError, UsageError } from './core/errors'
 import { FaultLog, FaultRecord } from './core/faults'
 import type { GzipBody } from './exposition/gzip'
 import { HttpHost, createHandler, listen as listenHttp } from './http/server'
-import { describe, validateName } from './core/labels'
+import { describe, isPlainObject, validateName } from './core/labels'
 import { LATENCY_BUCKETS, LatencyEstimator, LatencyWindow, QuantilesFromCounts, latencyEstimator } from './core/latency'
 import { C_NEXT_SLOT, MAIN_ROW } from './core/layout'
 import { Memory } from './core/memory'
@@ -240,7 +240,7 @@ export class Surface extends EventEmitter {
 
   /** design §7: one view of the numbers, typed per view (an unknown view is a StatsError). */
   stats<V extends StatsView>(view: V, filter: { topic?: string; group?: string } = {}): StatsViews[V] {
-    if (filter === null || typeof filter !== 'object' || Array.isArray(filter)) throw new TypeError(`stats filter must be an object, got ${describe(filter)}`)
+    if (!isPlainObject(filter)) throw new TypeError(`stats filter must be an object, got ${describe(filter)}`)
     return statsView(view, filter, this.#statsContext()) as StatsViews[V]
   }
 
@@ -397,11 +397,15 @@ export class Surface extends EventEmitter {
     this.#assertOpen()
     const [snapshot, conservation] = await this.#observer.observeReport(() => this.#threadFields())
     this.#drainWorkerFaults()
-    return { snapshot, faults: this.#faults.view(), config: this.config, conservation, backend: this.backend, backendReason: this.backendReason }
+    return this.#contextOf(snapshot, conservation)
   }
 
   #statsContext(): StatsContext {
     const [snapshot, conservation] = this.#observe(true, true)
+    return this.#contextOf(snapshot, conservation)
+  }
+
+  #contextOf(snapshot: Snapshot, conservation: ConservationReport): StatsContext {
     return { snapshot, faults: this.#faults.view(), config: this.config, conservation, backend: this.backend, backendReason: this.backendReason }
   }
 

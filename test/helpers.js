@@ -159,7 +159,21 @@ async function waitFor(fn, ms, interval = 25) {
   }
 }
 
-module.exports = { lib, dist, backends, surfaceOn, faultsOf, topicNumbers, prng, within, jsonFromChild, request, sleep, waitFor }
+/**
+ * From now on every reading of performance.now() moves the clock `stepMs` on (a slice of work
+ * that checks it ends at once, on any machine). Returns what puts the real clock back; teardown
+ * does too.
+ */
+function steppingClock(t, stepMs) {
+  const realNow = performance.now
+  let clock = realNow.call(performance)
+  performance.now = () => (clock += stepMs)
+  const restore = () => { performance.now = realNow }
+  t.teardown(restore)
+  return restore
+}
+
+module.exports = { lib, dist, backends, surfaceOn, faultsOf, topicNumbers, prng, within, jsonFromChild, request, sleep, waitFor, steppingClock }
 
 /**
  * A worker thread that makes the calls a test scripts, one at a time: `await worker.call('t', 'g',

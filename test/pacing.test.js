@@ -5,7 +5,7 @@
 // while a scrape waits, /healthz not held back, close() while a scrape waits.
 const t = require('tap')
 const zlib = require('node:zlib')
-const { lib, backends, surfaceOn, within } = require('./helpers')
+const { lib, backends, surfaceOn, within, steppingClock } = require('./helpers')
 const { ScrapePacer, ScrapeScheduler } = require('../dist/http/pacing.js')
 const { resolveSurfaceOptions, DEFAULT_SCRAPE_SHARE, DEFAULT_SCRAPE_BURST_MS } = require('../dist/http/options.js')
 
@@ -208,10 +208,7 @@ function offByOne(t, backend) {
  * reads one topic; and the event loop's turns are counted until `stop()` (returns their number).
  */
 function oneTopicPerHold(t) {
-  const now = performance.now
-  let clock = now.call(performance)
-  performance.now = () => (clock += 5)
-  t.teardown(() => { performance.now = now })
+  steppingClock(t, 5)
   let turns = 0
   let pending = true
   const spin = () => { if (pending) (turns++, setImmediate(spin)) }
@@ -454,10 +451,7 @@ for (const backend of backends()) {
     }
     // A clock that moves 50 ms at every read: every slice ends at its first clock check, so each
     // scrape takes many slices on any machine (unpaced: the pacer never waits at share 1).
-    const realNow = performance.now
-    let fake = realNow.call(performance)
-    performance.now = () => (fake += 50)
-    t.teardown(() => { performance.now = realNow })
+    const realClock = steppingClock(t, 50)
     const t0 = surface.topic('q0')
     const expected = [strip(surface.render())]
     const answered = []
@@ -475,7 +469,7 @@ for (const backend of backends()) {
     t.notOk(b.sync, 'the second waits for its turn')
     t.notOk(c.sync)
     const [ra, rb, rc] = await Promise.all([a.answered, b.answered, c.answered])
-    performance.now = realNow
+    realClock()
     t.same(answered, [100, 200, 300], 'answered in order of arrival')
     t.equal(strip(ra.body.toString('latin1')), expected[0], 'the first: the state at its request')
     t.equal(strip(rb.body.toString('latin1')), expected[1], 'the second: the state after the first one answered')

@@ -11,7 +11,7 @@ const { Renderer } = require('../dist/exposition/render.js')
 const { formatFloat, writeDigits } = require('../dist/exposition/digits.js')
 const { METRICS, METRICS_CONTENT_TYPE } = require('../dist/exposition/allowlist.js')
 const { sanitizeLabelValue, escapeLabelValue, escapeHelp } = require('../dist/core/labels.js')
-const { prng } = require('./helpers')
+const { prng, steppingClock } = require('./helpers')
 
 const GOLDEN = path.join(__dirname, 'golden')
 const TWO_53 = 2 ** 53
@@ -540,10 +540,7 @@ t.test('a render advanced in slices writes exactly what a render in one go write
  */
 async function scrapeWhileMeddling(t, surface, handles, headers, seq) {
   const before = surface.render()
-  const realNow = performance.now
-  let fake = realNow.call(performance)
-  performance.now = () => (fake += 50)
-  t.teardown(() => { performance.now = realNow })
+  const realClock = steppingClock(t, 50) // every slice ends at its first clock check
   let slicesSeen = 0
   let done = false
   const answer = await new Promise((resolve, reject) => {
@@ -568,7 +565,7 @@ async function scrapeWhileMeddling(t, surface, handles, headers, seq) {
       reject(error)
     }
   })
-  performance.now = realNow
+  realClock()
   return { answer, before, slicesSeen }
 }
 

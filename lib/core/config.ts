@@ -1,7 +1,7 @@
 // design §8: configuration is read once, at startup. Unknown keys and wrongly-typed values are a
 // ConfigError naming the key; the result is frozen, so nothing can change afterwards.
 import { ConfigError } from './errors'
-import { describe } from './labels'
+import { describe, isPlainObject } from './labels'
 
 export interface Config {
   metrics_enabled?: boolean
@@ -48,7 +48,7 @@ const KEYS: Record<keyof Config, { kind: Kind; default: unknown; max?: number }>
  */
 export function ownFields(input: unknown, what: string, known: readonly string[], unknown: string): (key: string) => unknown {
   if (input === undefined) input = {}
-  if (input === null || typeof input !== 'object' || Array.isArray(input)) {
+  if (!isPlainObject(input)) {
     throw new ConfigError(what, `must be an object, got ${describe(input)}`)
   }
   const given = input as Record<string, unknown>

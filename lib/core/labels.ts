@@ -48,6 +48,11 @@ export function validateName(what: string, name: unknown): string {
   return name
 }
 
+/** An object as an options or filter argument must be: not null, not an array (it would read as no options). */
+export function isPlainObject(value: unknown): value is Record<string, unknown> {
+  return value !== null && typeof value === 'object' && !Array.isArray(value)
+}
+
 export function describe(value: unknown): string {
   if (typeof value === 'string') return `the string ${JSON.stringify(value.length > 40 ? value.slice(0, 40) + '…' : value)}`
   if (typeof value === 'bigint') return `the bigint ${value}n`

@@ -2,7 +2,7 @@
 // Int32 cell of the shared control block — the gauge, /healthz, /stats, mq-stats and
 // admitWrite() all read that cell, so there is no second copy to drift (and worker threads see
 // read_only at once).
-import { describe } from './labels'
+import { describe, isPlainObject } from './labels'
 import { C_QUORUM } from './layout'
 import type { QuorumState } from './snapshot'
 
@@ -59,7 +59,7 @@ export class Quorum {
 
   /** Validates the round, stores the new tier, and returns the change (or null if none). */
   round(round: unknown): QuorumEvent | null {
-    if (round === null || typeof round !== 'object' || Array.isArray(round)) {
+    if (!isPlainObject(round)) {
       throw new TypeError(`replicationRound expects { replicas, inSync }, got ${describe(round)}`)
     }
     for (const key of Object.keys(round)) {

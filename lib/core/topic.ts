@@ -1,6 +1,6 @@
 // A topic handle: produced()/append() on its partitions, and the registry of its group handles.
 import { FatalInvariantError } from './errors'
-import { describe, validateName } from './labels'
+import { describe, isPlainObject, validateName } from './labels'
 import { MAX_IN_FLIGHT_LIMIT } from './config'
 import { DEFAULT_SETTLE_WINDOW, GroupEntity, P_BASE, P_LOCK, TopicEntity } from './entities'
 import { acquire, release } from './lock'
@@ -362,7 +362,7 @@ export class Topic {
     let window = DEFAULT_SETTLE_WINDOW
     let latest = false
     if (options !== undefined) {
-      if (options === null || typeof options !== 'object' || Array.isArray(options)) throw new TypeError(`group options must be an object, got ${describe(options)}`)
+      if (!isPlainObject(options)) throw new TypeError(`group options must be an object, got ${describe(options)}`)
       for (const key of Object.keys(options)) {
         if (key !== 'max_in_flight' && key !== 'from' && key !== 'settle_window') {
           throw new TypeError(`unknown group option ${JSON.stringify(key)} (known: max_in_flight, from, settle_window)`)

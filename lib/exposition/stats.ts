@@ -8,6 +8,7 @@
 //            conservation), only the topics that have such a group.
 // The broker-wide views (quorum, latency, faults, config) ignore both.
 import { MqMetricsError } from '../core/errors'
+import { isPlainObject } from '../core/labels'
 import type { ConservationReport } from '../core/conservation'
 import type { ResolvedConfig } from '../core/config'
 import type { FaultLogView } from '../core/faults'
@@ -227,7 +228,7 @@ interface Narrow {
 
 function checkFilter(filter: unknown): Narrow {
   if (filter === undefined || filter === null) return { topic: undefined, group: undefined }
-  if (typeof filter !== 'object' || Array.isArray(filter)) throw new StatsError('INVALID_QUERY', 'the stats filter must be an object { topic?, group? }')
+  if (!isPlainObject(filter)) throw new StatsError('INVALID_QUERY', 'the stats filter must be an object { topic?, group? }')
   for (const key of Object.keys(filter)) {
     // A typo (`topics`) must not quietly show every topic: the HTTP query rejects it as well.
     if (key !== 'topic' && key !== 'group') throw new StatsError('INVALID_QUERY', `unknown stats filter key ${JSON.stringify(key)} (known: topic, group)`)

@@ -9,7 +9,7 @@ import { gzip } from 'node:zlib'
 import { GZIP_LEVEL, GzipBody } from '../exposition/gzip'
 import { METRICS_CONTENT_TYPE } from '../exposition/allowlist'
 import { toJSON } from '../core/json'
-import { describe } from '../core/labels'
+import { describe, isPlainObject } from '../core/labels'
 import { DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_SCRAPE_BYTES } from './options'
 import { ScrapeAbandoned } from './pacing'
 import { UsageError } from '../core/errors'
@@ -287,7 +287,7 @@ export function listen(host: HttpHost, options: ListenOptions = {}): Promise<Htt
 }
 
 function listenOptions(options: ListenOptions): { port: number; hostname: string } {
-  if (options === null || typeof options !== 'object' || Array.isArray(options)) {
+  if (!isPlainObject(options)) {
     throw new TypeError(`listen options must be an object, got ${describe(options)}`)
   }
   for (const key of Object.keys(options)) {
