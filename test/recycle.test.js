@@ -218,35 +218,49 @@ t.test('a client that reads a large body slowly keeps its response; one that sto
     }).on('error', reject)
   })
   const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms))
-  /** A raw client of /metrics that reads a chunk every 10 ms (`slow`), or nothing after the status line. */
+  /**
+   * A raw client of /metrics that reads a chunk every 10 ms while it has fewer than `allowed` bytes
+   * (`slow`; `allow(n)` moves the bound and reads on), or nothing after the status line. The test
+   * says how far the slow reader gets, so how fast the machine reads cannot decide what a look sees.
+   */
   const client = (slow) => {
     const socket = net.connect(server.port, '127.0.0.1')
-    const state = { socket, received: 0, closed: false }
+    const state = { socket, received: 0, closed: false, allowed: 1, waiting: false }
+    const next = () => {
+      if (state.received < state.allowed) setTimeout(() => socket.resume(), 10)
+      else state.waiting = true
+    }
+    state.allow = (bytes) => {
+      state.allowed = bytes
+      if (state.waiting) (state.waiting = false, next())
+    }
     socket.write('GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n')
     socket.on('close', () => (state.closed = true))
     socket.on('error', () => {})
     socket.on('data', (chunk) => {
       state.received += chunk.length
       socket.pause()
-      if (slow) setTimeout(() => socket.resume(), 10)
+      if (slow) next()
     })
     return state
   }
 
-  // The slow reader reads between the two looks (4 MB, however long a loaded machine takes for
-  // it): the kernel takes bytes from the server's socket meanwhile, whatever it buffers. The
-  // second look comes more than 2 s (STALLED_MS) after the first, so a look that missed the
-  // progress would cut it.
+  // The slow reader reads 4 MB between the two looks, then nothing until the second: the kernel
+  // takes bytes from the server's socket meanwhile, whatever it buffers. The second look comes
+  // more than 2 s (STALLED_MS) after the first, so a look that missed the progress would cut it.
   const reader = client(true)
   await until(5000, () => reader.received > 0, 'the slow reader starts')
   await sleep(300)
   t.equal(await status(), 503, 'no room: the reader is looked at')
   const looked = Date.now()
   const mark = reader.received
+  reader.allow(mark + (4 << 20))
   await until(20_000, () => reader.received >= mark + (4 << 20), 'the slow reader reads 4 MB more')
+  t.ok(reader.received < big.length - (4 << 20), 'and has most of the body still to read')
   await sleep(Math.max(0, looked + 2200 - Date.now()))
   t.equal(await status(), 503, 'a reader that took bytes since the last look keeps its response')
   t.notOk(reader.closed, 'and its connection')
+  reader.allow(Infinity)
   await until(20_000, () => reader.received >= big.length, 'the slow reader gets the whole body')
   reader.socket.destroy()
 
