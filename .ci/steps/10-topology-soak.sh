@@ -2,8 +2,8 @@
 # Topology churn with worker threads (test/topology-soak.js): 200,000 topic create/remove cycles,
 # each with a group removed, while 3 workers record on the live topics; on each backend. Every
 # surviving counter must equal what the threads recorded, no fault may be raised, and memory (RSS
-# included, by quarter medians), the registration log and the
-# slots reserved must stay bounded by what is alive. One TAP point per backend.
+# beyond the arena's chunks included, by quarter medians), the registration log and the slots
+# reserved must stay bounded by what is alive. One TAP point per backend.
 set -u
 cd "$(dirname "$0")/../.."
 backends="js"
