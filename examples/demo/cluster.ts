@@ -40,8 +40,8 @@ export interface ClusterOptions {
   /** Messages per second the leader takes, over all topics. */
   rate: number
   scenario: ClusterScenario
-  /** Seconds per phase of the scenario's cycle. */
-  phase: number
+  /** Seconds per phase of the scenario's cycle; 'manual': no timer, Cluster.advance() moves it (tests). */
+  phase: number | 'manual'
   /** Where the addresses, the scrape config and the events go. */
   line: (text: string) => void
 }
@@ -74,6 +74,8 @@ export interface Cluster {
   readonly nodes: readonly { id: string; url: string; alive: boolean; isolated: boolean; leads: boolean; epoch: number; surface: Surface | undefined }[]
   /** Every live node's conservation residuals are 0 (the demo's own check, for tests). */
   residuals(): { node: string; topic: string; group: string; residual: number | bigint | null }[]
+  /** Moves the scenario to its next phase now (what the phase timer does; with phase 'manual', only this). */
+  advance(): Promise<void>
   stop(): Promise<void>
 }
 
@@ -267,8 +269,9 @@ export async function runCluster(options: ClusterOptions): Promise<Cluster> {
   const timers = [
     setInterval(round, ROUND_MS),
     setInterval(tick, TICK_MS),
-    setInterval(() => void advance().catch((error) => event(`scenario error: ${(error as Error).message}`)), options.phase * 1000),
   ]
+  const phaseLength = options.phase
+  if (phaseLength !== 'manual') timers.push(setInterval(() => void advance().catch((error) => event(`scenario error: ${(error as Error).message}`)), phaseLength * 1000))
 
   return {
     get nodes() {
@@ -282,6 +285,7 @@ export async function runCluster(options: ClusterOptions): Promise<Cluster> {
       }
       return out
     },
+    advance,
     async stop() {
       if (stopped) return
       stopped = true
