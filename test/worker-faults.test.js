@@ -33,6 +33,16 @@ for (const backend of backends()) {
     const surface = surfaceOn(t, backend)
     const events = []
     surface.on('fault', (f) => events.push(f))
+    // Records per drain, counted at the drain: the surface's own drain timer (every second) may
+    // run during the storm on a slow machine, and then two drains share the records.
+    const drain = WorkerFaultChannel.prototype.drain
+    const perDrain = []
+    WorkerFaultChannel.prototype.drain = function () {
+      const records = drain.call(this)
+      perDrain.push(records.filter((f) => f.code === 'IN_FLIGHT_UNDERFLOW').length)
+      return records
+    }
+    t.teardown(() => { WorkerFaultChannel.prototype.drain = drain })
     await raise(surface, 'underflow', 12_000)
     surface.render() // a drain
     await raise(surface, 'floor', 7)
@@ -46,7 +56,8 @@ for (const backend of backends()) {
     t.equal(events.filter((f) => f.code === 'ACK_FLOOR_INVALID').length, 7, 'the 7 arrive as events')
     const underflows = events.filter((f) => f.code === 'IN_FLIGHT_UNDERFLOW').length
     const summaries = events.filter((f) => f.code === 'FAULTS_SUPPRESSED' && f.labels.code === 'IN_FLIGHT_UNDERFLOW')
-    t.ok(underflows <= RING_SLOTS, `at most a ring's worth of records per drain (${underflows})`)
+    t.ok(perDrain.some((n) => n > 0) && perDrain.every((n) => n <= RING_SLOTS), `at most a ring's worth of records per drain (${perDrain.filter((n) => n > 0)})`)
+    t.ok(underflows < 12_000, `the storm was summarised, not recorded whole (${underflows} records)`)
     t.equal(underflows + summaries.reduce((sum, f) => sum + f.attempted, 0), 12_000, 'records and summaries account for every fault')
     t.ok(faults.recent.some((f) => f.code === 'FAULTS_SUPPRESSED'), 'the summary is on /stats?filter=faults too')
     t.notOk('FAULTS_SUPPRESSED' in faults.counts, 'a summary is not a fault of its own')
