@@ -360,7 +360,7 @@ for (const backend of backends()) {
     await t.test('slowloris: one header byte a second is cut off by the 10 s header timeout', async (t) => {
       const result = await slow
       t.ok(result.closed, `the server closed the slow socket (within the test's 20 s bound; it had sent ${result.bytes} bytes)`)
-      t.ok(result.ms >= 9_000 && result.ms <= 13_000, `cut off at the header timeout: ${result.ms} ms (expected 10 s, checked every 1 s)`)
+      t.ok(result.ms >= 9_000 && result.ms <= 16_000, `cut off at the header timeout: ${result.ms} ms (expected 10 s, checked every 1 s; up to 5 s more for a loaded machine's timers)`)
       t.equal(result.response.status, 408, 'answered 408 before the close')
       t.equal(result.response.json?.error?.code, 'REQUEST_TIMEOUT', 'as JSON REQUEST_TIMEOUT')
     })

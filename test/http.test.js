@@ -351,7 +351,7 @@ t.test('slowloris: a client that never finishes its headers is cut off (headersT
   const answer = await raw(server.port, 'GET /metrics HTTP/1.1\r\nHost: x\r\n', { timeoutMs: 20_000 })
   const seconds = (Date.now() - started) / 1000
   t.match(answer, /^HTTP\/1\.1 408 Request Timeout\r\n/, '408 on the raw socket')
-  t.ok(seconds >= 9 && seconds < 13, `closed after ${seconds.toFixed(1)} s (headersTimeout 10 s, checked every second)`)
+  t.ok(seconds >= 9 && seconds < 16, `closed after ${seconds.toFixed(1)} s (headersTimeout 10 s, checked every second; up to 5 s more for a loaded machine's timers)`)
 })
 
 t.test('listen: options, independence, close()', async (t) => {
