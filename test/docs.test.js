@@ -19,6 +19,17 @@ const project = fs.mkdtempSync(path.join(os.tmpdir(), 'mq-docs-'))
 fs.mkdirSync(path.join(project, 'node_modules'))
 fs.symlinkSync(root, path.join(project, 'node_modules', 'mq-metrics'), 'dir')
 t.teardown(() => fs.rmSync(project, { recursive: true, force: true }))
+// Every fault an example raises is written to its stderr: an example that does not listen for
+// faults (it would show them itself) must raise none, or it teaches a misuse.
+const preload = path.join(project, 'faults-shown.js')
+fs.writeFileSync(preload, `
+const { Surface } = require(${JSON.stringify(path.join(root, 'dist', 'surface.js'))})
+const emit = Surface.prototype.emit
+Surface.prototype.emit = function (event, ...args) {
+  if (event === 'fault') process.stderr.write('FAULT ' + args[0].code + ' ' + JSON.stringify(args[0].labels) + '\\n')
+  return emit.call(this, event, ...args)
+}
+`)
 
 function blocks(text) {
   const found = []
@@ -54,9 +65,10 @@ for (const doc of documents) {
       fs.writeFileSync(file, js)
       const env = { ...process.env }
       delete env.MQ_METRICS_BACKEND
-      const r = spawnSync(process.execPath, [file], { cwd: dir, encoding: 'utf8', timeout: 30_000, env })
+      const r = spawnSync(process.execPath, ['--require', preload, file], { cwd: dir, encoding: 'utf8', timeout: 30_000, env })
       t.equal(r.status, 0, `${doc} block ${i + 1} (line ${block.line}) runs and exits 0`, { stdout: r.stdout, stderr: r.stderr })
       t.notMatch(r.stderr, /Error|Warning/, `${doc} block ${i + 1} (line ${block.line}) writes no error`)
+      if (!/\.on\('fault'/.test(block.code)) t.notMatch(r.stderr, /^FAULT /m, `${doc} block ${i + 1} (line ${block.line}) raises no fault (it listens for none)`)
     }
   })
 }
