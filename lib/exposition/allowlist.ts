@@ -26,7 +26,7 @@ export const METRICS: readonly MetricDefinition[] = Object.freeze([
   define('mq_quorum_state', 'gauge', [], 'Replication quorum state: 0 healthy, 1 soft, 2 read_only.'),
   define('mq_topic_messages_produced_total', 'counter', ['topic'], 'Messages durably appended to the topic by a publish.'),
   define('mq_topic_messages_delivered_total', 'counter', ['topic'], 'Acknowledged successful deliveries of messages of the topic, summed over its consumer groups.'),
-  define('mq_topic_messages_dropped_total', 'counter', ['topic'], 'Messages of the topic that exceeded max_attempts, counted once whether or not the DLQ write succeeded.'),
+  define('mq_topic_messages_dropped_total', 'counter', ['topic'], 'Messages of the topic given up on (retries exhausted, expired, discarded), summed over its consumer groups, whether or not the DLQ write succeeded.'),
   define('mq_topic_messages_dlq_total', 'counter', ['topic'], 'Dropped messages of the topic that were successfully written to the dead-letter queue.'),
   define('mq_topic_bytes_total', 'counter', ['topic'], 'Bytes of the topic appended to disk.'),
   define('mq_partition_depth', 'gauge', ['topic', 'partition'], 'Unconsumed messages in the partition: last_seq minus the slowest group\'s ack floor.'),
