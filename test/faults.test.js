@@ -137,6 +137,58 @@ for (const backend of backends()) {
     }
   })
 
+  t.test(`${backend}: previous and attempted are what faults.md's table says, code by code`, async (t) => {
+    const surface = surfaceOn(t, backend, { max_in_flight: 2 })
+    const seen = []
+    surface.on('fault', (f) => seen.push([f.code, f.previous, f.attempted]))
+    const last = () => seen[seen.length - 1]
+    const topic = surface.topic('t')
+    const group = topic.group('g', { settle_window: 64 })
+    surface.setLeaderEpoch(5)
+    surface.setLeaderEpoch(4)
+    t.same(last(), ['EPOCH_REGRESSION', 5, 4])
+    topic.append(0, 30, 3) // seqs 1…3
+    t.throws(() => topic.produced(0, 2, 10))
+    t.same(last(), ['SEQ_REGRESSION', 3, 2], 'last_seq, the batch\'s first seq')
+    t.throws(() => topic.produced(0, 9, 30, 3)) // seqs 7…9
+    t.same(last(), ['SEQ_GAP', 3, 7], 'last_seq, the batch\'s first seq')
+    group.redeliver(0, 1) // no window yet on this partition
+    t.same(last(), ['NOT_IN_FLIGHT', 0, 1], 'before the partition has a window: the floor, the seq')
+    group.settle(0, 1, 'delivered')
+    group.settle(0, 1, 'delivered')
+    t.same(last(), ['ALREADY_SETTLED', 1, 1], 'the floor, the seq')
+    group.send(0, 2)
+    group.send(0, 2)
+    t.same(last(), ['ALREADY_IN_FLIGHT', 1, 2], 'the floor, the seq')
+    group.redeliver(0, 3)
+    t.same(last(), ['NOT_IN_FLIGHT', 1, 3], 'with a window: the floor, the seq')
+    group.settle(0, 4, 'delivered')
+    t.same(last(), ['SEQ_NOT_APPENDED', 3, 4], 'last_seq, the seq')
+    topic.append(0, 970, 97) // up to 100
+    group.settle(0, 80, 'dropped')
+    t.same(last(), ['SETTLE_WINDOW_EXCEEDED', 65, 80], 'floor + settle_window, the seq')
+    group.send(0, 3)
+    group.send(0, 4)
+    t.same(last(), ['IN_FLIGHT_LIMIT_PASSED', 2, 3], 'max_in_flight, in_flight after the call')
+    const floors = topic.group('floors')
+    floors.ackFloor(0, 5)
+    floors.ackFloor(0, 4)
+    t.same(last(), ['ACK_FLOOR_INVALID', 5, 4], 'the floor kept, the floor given')
+    floors.dispatch(1)
+    floors.delivered(3)
+    t.same(last(), ['IN_FLIGHT_UNDERFLOW', 1, -2], 'in_flight before, what it would have become')
+    floors.dropped(2)
+    floors.deadLettered(5)
+    t.same(last(), ['DLQ_WITHOUT_DROP', 2, 5], 'drops not yet matched by a DLQ success, the count given')
+    surface.connectionClosed()
+    t.same(last(), ['CONNECTIONS_UNDERFLOW', 0, -1])
+    surface.replicationRound({ replicas: 3, inSync: 1 })
+    t.equal(topic.append(0, 1, 4), 0)
+    t.same(last(), ['WRITE_WHILE_READ_ONLY', 100, 104], 'append(): last_seq, last_seq + count')
+    t.equal(topic.produced(0, 101, 10), false)
+    t.same(last(), ['WRITE_WHILE_READ_ONLY', 100, 101], 'produced(): last_seq, the seq given')
+  })
+
   t.test(`${backend}: a removed topic's old handle throws RemovedTopicError and records nothing`, async (t) => {
     const surface = surfaceOn(t, backend)
     const old = surface.topic('x')

@@ -561,6 +561,7 @@ export class Group {
       } else if (op === Op.Send) {
         if (inFlight) {
           fault = 'ALREADY_IN_FLIGHT'
+          previous = floor
         } else {
           total = this.#inFlightAll() + 1
           if (!initialized) headers[header + W_BASE] = floor + 1
@@ -568,7 +569,7 @@ export class Group {
           row[index + GroupCell.InFlight] += 1
         }
       } else if (op === Op.Redeliver) {
-        if (!inFlight) fault = 'NOT_IN_FLIGHT'
+        if (!inFlight) (fault = 'NOT_IN_FLIGHT'), (previous = floor)
         else if (row[index + GroupCell.Retries] + 1 <= MAX_SAFE) row[index + GroupCell.Retries] += 1
         else this.#recorder.add(row, index + GroupCell.Retries, this.#slot + GroupCell.Retries, 1, this.#topic.entity, this.entity)
       } else {
