@@ -256,7 +256,7 @@ export class Surface extends EventEmitter {
     // would otherwise both bind, and close() would know only the second.
     if (this.#server || this.#starting) {
       const where = this.#server ? `listening on ${this.#server.url}` : 'starting its server'
-      throw new UsageError('ALREADY_LISTENING', `mq-metrics is already ${where}; close() it first`)
+      throw new UsageError('ALREADY_LISTENING', `mq-metrics is already ${where}: close the server listen() returned first (its close(); surface.close() ends the whole surface)`)
     }
     const attempt = this.#start(options)
     this.#starting = attempt

@@ -54,6 +54,14 @@ export function checkCount(what: string, value: unknown): number {
   return value
 }
 
+/** The seq of a per-message call: a message's, so from 1 (the first message of a partition has seq 1). */
+export function checkSeq(value: unknown): number {
+  const rule = 'seq must be an integer from 1 to 2^53 - 1 (the first message of a partition has seq 1)'
+  if (typeof value !== 'number') throw new TypeError(`${rule}, got ${describe(value)}`)
+  if (!Number.isSafeInteger(value) || value < 1) throw new RangeError(`${rule}, got ${describe(value)}`)
+  return value
+}
+
 export function checkPartition(value: unknown): number {
   if (typeof value !== 'number') throw new TypeError(`partition must be an integer, got ${describe(value)}`)
   if (!Number.isInteger(value) || value < 0 || value > MAX_PARTITION) {

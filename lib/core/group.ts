@@ -7,7 +7,7 @@ import { acquire, release } from './lock'
 import { Memory } from './memory'
 import { G_LOCK, G_WINDOWED, GroupEntity, T_PARTITIONS, TopicEntity, W_BASE, W_HEADER, W_PENDING, W_SETTLED } from './entities'
 import { clearPassed, finishFloorMove, finishWindows } from './window'
-import { Chunk, GroupCell, checkCount, checkPartition, goneError } from './checks'
+import { Chunk, GroupCell, checkCount, checkPartition, checkSeq, goneError } from './checks'
 import type { Recorder } from './recording'
 import type { FaultCode } from './faults'
 
@@ -476,9 +476,7 @@ export class Group {
    * group's lock: any thread may send, redeliver or settle any message.
    */
   #perMessage(partition: number, seq: number, op: Op): number {
-    if (!isCount(seq) || seq === 0) {
-      if (checkCount('seq', seq) === 0) throw new RangeError('seq must be at least 1 (the first message of a partition has seq 1), got 0')
-    }
+    if (!isCount(seq) || seq === 0) checkSeq(seq)
     let lane = this.#lanes[partition]
     if (lane === undefined || typeof partition !== 'number') {
       // Nothing of a partition's window exists until a call writes to it: a query or a refused

@@ -371,7 +371,7 @@ export class Topic {
       const override = options.max_in_flight
       if (override !== undefined) {
         if (typeof override !== 'number' || !Number.isInteger(override) || override < 1 || override > MAX_IN_FLIGHT_LIMIT) {
-          throw new RangeError(`max_in_flight must be an integer from 1 to ${MAX_IN_FLIGHT_LIMIT}, got ${describe(override)}`)
+          throw new (typeof override === 'number' ? RangeError : TypeError)(`max_in_flight must be an integer from 1 to ${MAX_IN_FLIGHT_LIMIT}, got ${describe(override)}`)
         }
         maxInFlight = override
       }
@@ -382,7 +382,7 @@ export class Topic {
       if (options.settle_window !== undefined) {
         const w = options.settle_window
         if (typeof w !== 'number' || !Number.isInteger(w) || w < 32 || w > MAX_SETTLE_WINDOW || w % 32 !== 0) {
-          throw new RangeError(`settle_window must be a multiple of 32 from 32 to ${MAX_SETTLE_WINDOW}, got ${describe(w)}`)
+          throw new (typeof w === 'number' ? RangeError : TypeError)(`settle_window must be a multiple of 32 from 32 to ${MAX_SETTLE_WINDOW}, got ${describe(w)}`)
         }
         window = w
       }
