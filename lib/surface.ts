@@ -321,7 +321,7 @@ export class Surface extends EventEmitter {
   }
 
   /** Diagnostics for leak checks: slots in use and ever reserved, arena chunks, registration log bytes, thread rows in use. */
-  arenaUsage(): { slotsInUse: number; slotsReserved: number; chunks: number; logBytes: number; threadRows: number } {
+  arenaUsage(): { slotsInUse: number; slotsReserved: number; freeBlocks: number; chunks: number; logBytes: number; threadRows: number } {
     return this.#registry.arenaUsage()
   }
 

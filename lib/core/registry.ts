@@ -810,17 +810,20 @@ export class Registry {
 
   /**
    * Memory the registry holds in the arena, for leak checks: slots in use and ever handed out
-   * (freed blocks are reused, so this stops growing once churn reaches a steady state), arena
-   * chunks allocated, the registration log's length in bytes (compacted: bounded by what is
-   * alive), and thread rows claimed (the main thread's included; rows of exited threads are
+   * (freed blocks are reused, so this stops growing once churn reaches a steady state), freed
+   * blocks waiting for reuse, arena chunks allocated, the registration log's length in bytes
+   * (compacted: bounded by what is alive and the freed blocks, one checkpoint entry each), and thread rows claimed (the main thread's included; rows of exited threads are
    * reused, so this counts threads alive at once, not attaches).
    */
-  arenaUsage(): { slotsInUse: number; slotsReserved: number; chunks: number; logBytes: number; threadRows: number } {
+  arenaUsage(): { slotsInUse: number; slotsReserved: number; freeBlocks: number; chunks: number; logBytes: number; threadRows: number } {
     const control = this.memory.control
+    let freeBlocks = 0
+    for (const queue of this.#free.values()) freeBlocks += queue.slots.length - queue.head
     return {
       threadRows: this.memory.rowCount() - 1, // row 0 is the shared row, not a thread
       slotsInUse: this.slotsInUse(),
       slotsReserved: control[C_NEXT_SLOT],
+      freeBlocks,
       chunks: Atomics.load(control, C_NEXT_CHUNK),
       logBytes: Atomics.load(control, C_LOG_END) * 4,
     }
