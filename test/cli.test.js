@@ -449,6 +449,27 @@ t.test('keys and titles from a broker cannot move the cursor', async (t) => {
   t.match(r.stdout, /\\u001b\[31mRED/, 'the key is shown escaped')
 })
 
+t.test('names that reorder or hide text are shown escaped; wide and combining characters keep the columns aligned', async (t) => {
+  const topics = [
+    { topic: 'plain', produced: 1 },
+    { topic: '日本語', produced: 22 },
+    { topic: 'cafe\u0301', produced: 333 },
+    { topic: 'abc\u202edef', produced: 4 },
+    { topic: 'zero\u200bwidth', produced: 5 },
+  ]
+  const named = await broker(t, { override: { topics: [200, JSON.stringify({ filter: 'topics', topics })] } })
+  const r = await run(['--url', named.url, 'topics'])
+  t.equal(r.code, 0, r.stderr)
+  t.notMatch(r.stdout, /[\u202e\u200b]/, 'no right-to-left override or zero-width space reaches the terminal')
+  t.match(r.stdout, /abc\\u202edef/)
+  t.match(r.stdout, /zero\\u200bwidth/)
+  const { displayWidth } = require('../dist/cli/mq-stats.js')
+  const rows = r.stdout.split('\n').filter((l) => /plain|日本語|cafe|abc|zero/.test(l))
+  t.equal(rows.length, 5)
+  const ends = rows.map((l) => displayWidth(l.slice(0, l.search(/\d+\s*$/)) + l.match(/\d+\s*$/)[0].trimEnd()))
+  t.ok(ends.every((e) => e === ends[0]), `the produced column ends at one terminal column on every row (${ends})`)
+})
+
 t.test('--urls-from FILE: one URL per line, or Prometheus file_sd JSON', async (t) => {
   const a = await broker(t, { epoch: 2, leader: true })
   const b = await broker(t, { epoch: 2 })

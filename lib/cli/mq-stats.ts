@@ -613,14 +613,44 @@ function inline(value: Json): string {
   return String(value)
 }
 
-/** Raw topic and group names are arbitrary strings: never let one move the cursor or clear the screen. */
+/**
+ * Raw topic and group names are arbitrary strings: never let one move the cursor, clear the screen,
+ * or reorder what follows it. Control characters, invisible format characters (a right-to-left
+ * override, a zero-width space), line and paragraph separators and lone surrogates are shown escaped.
+ */
 function terminalSafe(value: string): string {
-  return value.replace(/[\u0000-\u001f\u007f-\u009f]/g, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, '0')}`)
+  return value.replace(/[\p{Cc}\p{Cf}\p{Zl}\p{Zp}\p{Cs}]/gu, (c) => {
+    const code = c.codePointAt(0)!
+    return code > 0xffff ? `\\u{${code.toString(16)}}` : `\\u${code.toString(16).padStart(4, '0')}`
+  })
+}
+
+/**
+ * Columns a string takes in a terminal, near enough for table alignment: combining marks take none,
+ * East Asian wide and fullwidth characters (and emoji) two, the rest one.
+ */
+export function displayWidth(text: string): number {
+  let width = 0
+  for (const c of text) {
+    const code = c.codePointAt(0)!
+    if (/\p{M}/u.test(c)) continue
+    width += isWide(code) ? 2 : 1
+  }
+  return width
+}
+
+function isWide(code: number): boolean {
+  return (
+    (code >= 0x1100 && code <= 0x115f) || (code >= 0x2e80 && code <= 0xa4cf && code !== 0x303f) ||
+    (code >= 0xac00 && code <= 0xd7a3) || (code >= 0xf900 && code <= 0xfaff) || (code >= 0xfe30 && code <= 0xfe4f) ||
+    (code >= 0xff00 && code <= 0xff60) || (code >= 0xffe0 && code <= 0xffe6) || (code >= 0x1f300 && code <= 0x1f6ff) ||
+    (code >= 0x1f900 && code <= 0x1faff) || (code >= 0x20000 && code <= 0x3fffd)
+  )
 }
 
 function table(raw: string[], rows: Cell[][], colour: boolean): string {
   const header = raw.map(terminalSafe) // keys come from the broker's JSON too
-  const width = (s: string) => [...s].length
+  const width = displayWidth
   const widths = header.map((h, c) => Math.max(width(h), ...rows.map((r) => width(r[c].text))))
   const numeric = header.map((_, c) => rows.some((r) => !r[c].empty) && rows.every((r) => r[c].numeric || r[c].empty === true))
   const line = (cells: Cell[]) =>
