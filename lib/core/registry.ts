@@ -812,8 +812,9 @@ export class Registry {
    * Memory the registry holds in the arena, for leak checks: slots in use and ever handed out
    * (freed blocks are reused, so this stops growing once churn reaches a steady state), freed
    * blocks waiting for reuse, arena chunks allocated, the registration log's length in bytes
-   * (compacted: bounded by what is alive and the freed blocks, one checkpoint entry each), and thread rows claimed (the main thread's included; rows of exited threads are
-   * reused, so this counts threads alive at once, not attaches).
+   * (compacted: bounded by what is alive and the freed blocks, one checkpoint entry each), and
+   * thread rows claimed (the main thread's included; rows of exited threads are reused, so this
+   * counts threads alive at once, not attaches).
    */
   arenaUsage(): { slotsInUse: number; slotsReserved: number; freeBlocks: number; chunks: number; logBytes: number; threadRows: number } {
     const control = this.memory.control
