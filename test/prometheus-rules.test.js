@@ -1,7 +1,8 @@
 'use strict'
 // The shipped rules (prometheus/mq-alerts.yml, and the cluster rules mq-cluster.rules.yml) must
-// load in Prometheus and pass their unit tests (*.test.yml), and operations.md's example rule must do what it says, checked by promtool from Debian's `prometheus`
-// package. Without promtool the test is skipped locally, but fails in CI, which installs it.
+// load in Prometheus and pass their unit tests (*.test.yml), and operations.md's example rule must
+// do what it says, checked by promtool from Debian's `prometheus` package. Without promtool the
+// test is skipped locally, but fails in CI, which installs it.
 // PROMTOOL=/path/to/promtool overrides the binary found on PATH.
 const t = require('tap')
 require('./helpers') // children spawned here start without tap's hooks (see helpers.js)
