@@ -19,7 +19,7 @@ import { keepAnnouncing } from './core/reclamation'
 import { Handles } from './core/handles'
 import { Recorder } from './core/recording'
 import type { Topic } from './core/topic'
-import { Registry } from './core/registry'
+import { ArenaUsage, Registry } from './core/registry'
 import { Renderer } from './exposition/render'
 import type { SharedSurface } from './worker'
 import { QuorumState, Snapshot, SnapshotWithPartitions, withPartitions } from './core/snapshot'
@@ -320,8 +320,8 @@ export class Surface extends EventEmitter {
     return this.#registry.slotsInUse()
   }
 
-  /** Diagnostics for leak checks: slots in use and ever reserved, arena chunks, registration log bytes, thread rows in use. */
-  arenaUsage(): { slotsInUse: number; slotsReserved: number; freeBlocks: number; chunks: number; logBytes: number; threadRows: number } {
+  /** Diagnostics for leak checks: slots in use and ever reserved, freed blocks waiting for reuse, arena chunks, registration log bytes, thread rows in use. */
+  arenaUsage(): ArenaUsage {
     return this.#registry.arenaUsage()
   }
 

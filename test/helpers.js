@@ -173,7 +173,20 @@ function steppingClock(t, stepMs) {
   return restore
 }
 
-module.exports = { lib, dist, backends, surfaceOn, faultsOf, topicNumbers, prng, within, jsonFromChild, request, sleep, waitFor, steppingClock }
+/**
+ * Date.now() — which the server's stall checks and the scrape thread's back-off read — runs `ms`
+ * ahead of the real clock (behind, if negative) from now on: a test moves the library's time
+ * instead of sleeping through it. Returns what puts the real clock back; teardown does too.
+ */
+function shiftedDateNow(t, ms) {
+  const realNow = Date.now
+  Date.now = () => realNow() + ms
+  const restore = () => { Date.now = realNow }
+  t.teardown(restore)
+  return restore
+}
+
+module.exports = { lib, dist, backends, surfaceOn, faultsOf, topicNumbers, prng, within, jsonFromChild, request, sleep, waitFor, steppingClock, shiftedDateNow }
 
 /**
  * A worker thread that makes the calls a test scripts, one at a time: `await worker.call('t', 'g',

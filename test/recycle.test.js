@@ -7,7 +7,7 @@ const net = require('node:net')
 const zlib = require('node:zlib')
 const { listen } = require('../dist/http/server.js')
 const { Renderer } = require('../dist/exposition/render.js')
-const { backends, surfaceOn } = require('./helpers')
+const { backends, surfaceOn, shiftedDateNow } = require('./helpers')
 
 /** Resolves once `predicate()` holds, polling every 10 ms; rejects after `ms`. */
 async function until(ms, predicate, what = 'condition') {
@@ -176,9 +176,7 @@ for (const [backend, scrapeThread] of backends().flatMap((b) => [[b, false], [b,
     surface.handler({ url: '/metrics', method: 'GET', headers: {} }, probe)
     await until(5000, () => probe.body !== undefined, 'the probe')
     t.equal(probe.statusCode, 503, 'no room yet: the stalled client has not been seen stalled for 2 s')
-    const now = Date.now
-    Date.now = () => now() + 2100
-    t.teardown(() => { Date.now = now })
+    shiftedDateNow(t, 2100)
     const second = stalled()
     surface.handler({ url: '/metrics', method: 'GET', headers: {} }, second)
     await until(5000, () => second.body !== undefined, 'the second scrape')
@@ -268,16 +266,14 @@ t.test('a client that reads a large body slowly keeps its response; one that sto
   await until(5000, () => stopped.received > 0, 'the stopped client gets its status line')
   await sleep(300)
   t.equal(await status(), 503, 'no room: the stopped client is looked at')
-  // The server's clock (Date.now) moves on, not the test's: the looks land 1 s and 2.1 s after
-  // the first however slow the machine.
-  const now = Date.now
-  const from = now()
-  t.teardown(() => { Date.now = now })
-  Date.now = () => from + 1000
+  // The server's clock (Date.now) moves on, not the test's: the looks land 1 s and 2.1 s (plus
+  // the moments the test itself takes) after the first, however slow the machine.
+  let restore = shiftedDateNow(t, 1000)
   t.equal(await status(), 503, 'taking nothing for 1 s is not yet stalled')
-  Date.now = () => from + 2100
+  restore()
+  restore = shiftedDateNow(t, 2100)
   t.equal(await status(), 200, 'a client that took nothing for 2 s is cut, and the scrape answered')
-  Date.now = now
+  restore()
   // It reads again: what the kernel had buffered, then the end of a connection the server closed.
   stopped.socket.removeAllListeners('data')
   stopped.socket.on('data', (chunk) => (stopped.received += chunk.length))

@@ -7,7 +7,7 @@ const t = require('tap')
 const zlib = require('node:zlib')
 const path = require('node:path')
 const { Worker } = require('node:worker_threads')
-const { backends, surfaceOn, faultsOf, request, within, waitFor } = require('./helpers')
+const { backends, surfaceOn, faultsOf, request, within, waitFor, shiftedDateNow } = require('./helpers')
 const SLICED = path.join(__dirname, 'fixtures', 'sliced-observer.js')
 
 /** A request through surface.handler() with a recording response: resolves with it once answered. */
@@ -37,18 +37,6 @@ function fill(surface, topics) {
       group.delivered(1)
     }
   }
-}
-
-/**
- * Date.now (which the scrape thread's back-off reads) runs 5 s behind until the returned function
- * is called: checks made "during the back-off" stay inside it on a slow machine.
- */
-function heldBack(t) {
-  const now = Date.now
-  Date.now = () => now() - 5000
-  const restore = () => { Date.now = now }
-  t.teardown(restore)
-  return restore
 }
 
 for (const backend of backends()) {
@@ -220,7 +208,7 @@ for (const backend of backends()) {
     } finally {
       delete process.env.MQ_METRICS_SCRAPE_THREAD_EXIT
     }
-    const restore = heldBack(t) // the checks below are inside the back-off, however slow the machine
+    const restore = shiftedDateNow(t, -5000) // the checks below are inside the 1 s back-off, however slow the machine
     t.equal(res.status, 200, 'the scrape the thread died in is answered (rendered on the main thread)')
     t.equal(strip(res.text), strip(surface.render()))
     t.match(notes, [{ code: 'SCRAPE_THREAD_FAILED', labels: { reason: /exited with code 1/ } }], 'one line in the fault log, to the listeners too')
@@ -262,7 +250,7 @@ for (const backend of backends()) {
       within(20_000, 'scrape', request(server.port, { path: '/metrics' })),
       within(20_000, 'scrape', request(server.port, { path: '/metrics', headers: { 'accept-encoding': 'gzip' } })),
     ])
-    const restore = heldBack(t)
+    const restore = shiftedDateNow(t, -5000)
     t.equal(plain.status, 200, 'the scrape is answered, rendered on the main thread')
     t.equal(strip(plain.text), strip(surface.render()))
     t.equal(gzip.status, 200, 'and the one waiting behind it')

@@ -48,6 +48,16 @@ function amountRows(amounts: readonly bigint[]): bigint[][] {
   return rows
 }
 
+/** What Registry.arenaUsage() reports (surface.arenaUsage(): docs/api.md). */
+export interface ArenaUsage {
+  slotsInUse: number
+  slotsReserved: number
+  freeBlocks: number
+  chunks: number
+  logBytes: number
+  threadRows: number
+}
+
 export class Registry {
   readonly memory: Memory
   readonly config: ResolvedConfig
@@ -803,9 +813,18 @@ export class Registry {
 
   /** Slots handed out and not freed (for the soak test's leak check). */
   slotsInUse(): number {
-    let freed = 0
-    for (const [key, queue] of this.#free) freed += (key >>> KIND_BITS) * (queue.slots.length - queue.head)
-    return this.memory.control[C_NEXT_SLOT] - freed
+    return this.memory.control[C_NEXT_SLOT] - this.#freed().slots
+  }
+
+  /** The freed blocks waiting for reuse, and the slots they hold. */
+  #freed(): { blocks: number; slots: number } {
+    let blocks = 0
+    let slots = 0
+    for (const [key, queue] of this.#free) {
+      blocks += queue.slots.length - queue.head
+      slots += (key >>> KIND_BITS) * (queue.slots.length - queue.head)
+    }
+    return { blocks, slots }
   }
 
   /**
@@ -816,15 +835,14 @@ export class Registry {
    * thread rows claimed (the main thread's included; rows of exited threads are reused, so this
    * counts threads alive at once, not attaches).
    */
-  arenaUsage(): { slotsInUse: number; slotsReserved: number; freeBlocks: number; chunks: number; logBytes: number; threadRows: number } {
+  arenaUsage(): ArenaUsage {
     const control = this.memory.control
-    let freeBlocks = 0
-    for (const queue of this.#free.values()) freeBlocks += queue.slots.length - queue.head
+    const freed = this.#freed()
     return {
       threadRows: this.memory.rowCount() - 1, // row 0 is the shared row, not a thread
-      slotsInUse: this.slotsInUse(),
+      slotsInUse: control[C_NEXT_SLOT] - freed.slots,
       slotsReserved: control[C_NEXT_SLOT],
-      freeBlocks,
+      freeBlocks: freed.blocks,
       chunks: Atomics.load(control, C_NEXT_CHUNK),
       logBytes: Atomics.load(control, C_LOG_END) * 4,
     }
