@@ -122,6 +122,11 @@ export class GroupEntity {
 
 export class TopicEntity {
   alive = true
+  /**
+   * While it retires into its label's carry (removed while another live topic has its label, its
+   * last counts still adding to the shared series): its removal's epoch. 0 otherwise.
+   */
+  retireEpoch = 0
   /** Ascending partition numbers and the slot of each one's last_seq (parallel). Replaced, never mutated. */
   partitionNumbers: readonly number[] = NONE
   partitionSlots: readonly number[] = NONE
@@ -149,6 +154,24 @@ export class TopicEntity {
     for (let g = 0; g < this.groups.length; g++) if (this.groups[g].name === name) return this.groups[g]
     return undefined
   }
+}
+
+/**
+ * What removed topics and groups left in the series of a label they shared with live ones
+ * (docs/design.md §3.5): counters keep growing from where the merged series stood, and last_seq
+ * keeps its highest value, as long as a live topic has the label. The registry's picture, replayed
+ * from the log (Entry.Carry) like every thread's; the reader adds the cells of what still retires.
+ */
+export class LabelCarry {
+  produced: Count = 0
+  bytes: Count = 0
+  delivered: Count = 0
+  dropped: Count = 0
+  dlq: Count = 0
+  /** Partition number → the highest last_seq a removed topic of the label reached there. */
+  readonly lastSeq = new Map<number, number>()
+  /** Group label → the retries of the removed groups with that label. */
+  readonly retries = new Map<string, Count>()
 }
 
 /** Index of `partition` in an ascending array, or −1. Dense partitions 0…n−1 sit at their own index. */

@@ -12,7 +12,10 @@ export const enum Entry {
   Skip = 1,
   /** id(2), slot, name. */
   Topic = 2,
-  /** id(2), epoch(2): the topic's blocks wait for the epoch (reclamation.ts). */
+  /**
+   * id(2), epoch(2), keep: the topic's blocks wait for the epoch (reclamation.ts). keep 1: another
+   * live topic has its label, and the topic retires into the label's carry (TopicRetired) instead.
+   */
   RemoveTopic = 3,
   /** topicId(2), partition, slot. */
   Partition = 4,
@@ -36,6 +39,27 @@ export const enum Entry {
   CheckpointEnd = 11,
   /** groupId(2), partition, slot: a group's settlement window on a partition. */
   Window = 12,
+  /**
+   * topicId(2), kind (CarryKind), partition, amount(2), and for retries the group label: a share
+   * of a removed topic or group added to the carry of the topic's label (entities.ts LabelCarry).
+   * The topic is any of the label's, live or retiring.
+   */
+  Carry = 13,
+  /** topicId(2): a topic retiring into its label's carry has retired (its Carry entries came first); its blocks become free. */
+  TopicRetired = 14,
+}
+
+/** What an Entry.Carry adds to. */
+export const enum CarryKind {
+  Produced = 0,
+  Bytes = 1,
+  Delivered = 2,
+  Dropped = 3,
+  Dlq = 4,
+  /** The highest value wins (partition names which). */
+  LastSeq = 5,
+  /** The entry's text names the group label. */
+  Retries = 6,
 }
 
 const TYPE_BITS = 4
@@ -108,7 +132,7 @@ export class RegistrationLog {
     const type = (log[within] & TYPE_MASK) as Entry
     if (type === Entry.Skip) return { log, fields: within + 1, type, next: position + (LOG_CHUNK_INTS - within) }
     const length = log[within] >>> TYPE_BITS
-    if (length < 1 || type > Entry.Window || type < Entry.Skip) {
+    if (length < 1 || type > Entry.TopicRetired || type < Entry.Skip) {
       throw new Error(`mq-metrics: corrupt registration log entry ${type} at ${position}`)
     }
     return { log, fields: within + 1, type, next: position + length }

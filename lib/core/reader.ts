@@ -8,7 +8,7 @@ import { G_DELIVERED, G_DLQ, G_DROPPED, G_IN_FLIGHT, G_LOCK, G_RETRIES, G_START,
 import { release } from './lock'
 import { finishWindows } from './window'
 import { Registry } from './registry'
-import { Count, GroupSnapshot, Layout, MAX_SAFE, TopicSnapshot, addCount, hasNoCollisions } from './snapshot'
+import { Carried, Count, GroupSnapshot, Layout, MAX_SAFE, TopicSnapshot, addCount, hasNoCollisions } from './snapshot'
 
 const ZERO_ROWS: Float64Array[] = []
 
@@ -52,8 +52,8 @@ export class SnapshotReader {
    */
   topics(ackFloors = false): TopicSnapshot[] {
     const sorted = this.beginSliced()
-    const out: TopicSnapshot[] = new Array(sorted.length)
-    for (let t = 0; t < sorted.length; t++) out[t] = this.#topic(sorted[t], ackFloors)
+    const out: TopicSnapshot[] = []
+    if (sorted.length !== 0) this.slice(sorted, 0, out, Infinity, ackFloors)
     this.endSliced()
     return out
   }
@@ -69,7 +69,7 @@ export class SnapshotReader {
     if (this.#sortedAt !== registry.generation) {
       this.#sortedTopics = [...registry.topics.values()].sort(byLabelThenName)
       this.#sortedAt = registry.generation
-      this.#layout = { collisionFree: hasNoCollisions(this.#sortedTopics) }
+      this.#layout = { collisionFree: hasNoCollisions(this.#sortedTopics) && !this.#carrying() }
     }
     return this.#sortedTopics
   }
@@ -84,11 +84,80 @@ export class SnapshotReader {
   slice(sorted: readonly TopicEntity[], from: number, out: TopicSnapshot[], deadline: number, ackFloors = false): number {
     this.#caches()
     let t = from
+    let label: string | undefined
     do {
-      if (this.#registry.isLive(sorted[t])) out.push(this.#topic(sorted[t], ackFloors))
+      const topic = sorted[t]
+      if (this.#registry.isLive(topic)) {
+        const snapshot = this.#topic(topic, ackFloors)
+        // The first live topic of its label carries what removed names left in the label's series.
+        if (topic.label !== label) {
+          label = topic.label
+          const carried = this.#carried(label)
+          if (carried !== undefined) snapshot.carried = carried
+        }
+        out.push(snapshot)
+      }
       t++
-    } while (t < sorted.length && performance.now() < deadline)
+      // A label's topics are read in one hold: a removal between two holds would count a topic
+      // read live in the first as retiring in the second (twice in one series).
+    } while (t < sorted.length && (deadline === Infinity || sorted[t].label === sorted[t - 1].label || performance.now() < deadline))
     return t
+  }
+
+  /** Whether any label's series has something carried (a retiring or retired topic, or a group's). */
+  #carrying(): boolean {
+    const registry = this.#registry
+    if (registry.carries.size !== 0 || !registry.retiringTopics().next().done) return true
+    for (const topic of registry.topics.values()) for (const group of topic.retiring) if (registry.groupLabelLive(topic.label, group.label)) return true
+    return false
+  }
+
+  /**
+   * What removed names left in `label`'s series (design §3.5): the carry they retired into, the
+   * cells of the topics still retiring (a late call may still land there), and the retries of the
+   * label's retiring groups whose group label a live group has. undefined: nothing.
+   */
+  #carried(label: string): Carried | undefined {
+    const registry = this.#registry
+    const carry = registry.carries.get(label)
+    let retiring: TopicEntity[] | undefined
+    for (const topic of registry.retiringTopics()) if (topic.label === label) (retiring ??= []).push(topic)
+    let groups: GroupEntity[] | undefined
+    for (const topic of registry.liveWithLabel(label)) for (const group of topic.retiring) if (registry.groupLabelLive(label, group.label)) (groups ??= []).push(group)
+    if (carry === undefined && retiring === undefined && groups === undefined) return undefined
+    const carried: Carried & { lastSeq: Map<number, number>; retries: Map<string, Count> } = {
+      produced: carry?.produced ?? 0,
+      bytes: carry?.bytes ?? 0,
+      delivered: carry?.delivered ?? 0,
+      dropped: carry?.dropped ?? 0,
+      dlq: carry?.dlq ?? 0,
+      lastSeq: new Map(carry?.lastSeq),
+      retries: new Map(carry?.retries),
+    }
+    const retries = (group: GroupEntity) => carried.retries.set(group.label, addCount(carried.retries.get(group.label) ?? 0, this.#count(group.slot + G_RETRIES)))
+    for (const topic of retiring ?? []) {
+      carried.produced = addCount(carried.produced, this.#count(topic.slot))
+      carried.bytes = addCount(carried.bytes, this.#count(topic.slot + 1))
+      carried.delivered = addCount(addCount(carried.delivered, topic.retiredDelivered), this.#sumOf(topic, G_DELIVERED))
+      carried.dropped = addCount(addCount(carried.dropped, topic.retiredDropped), this.#sumOf(topic, G_DROPPED))
+      carried.dlq = addCount(addCount(carried.dlq, topic.retiredDlq), this.#sumOf(topic, G_DLQ))
+      topic.partitionNumbers.forEach((partition, p) => {
+        const seq = this.#max(topic.partitionSlots[p])
+        if (seq > (carried.lastSeq.get(partition) ?? 0)) carried.lastSeq.set(partition, seq)
+      })
+      for (const group of topic.groups) retries(group)
+      for (const group of topic.retiring) retries(group)
+    }
+    for (const group of groups ?? []) retries(group)
+    return carried
+  }
+
+  /** Σ of one cell over a retiring topic's groups (those removed with it, and those removed before). */
+  #sumOf(topic: TopicEntity, cell: number): Count {
+    let sum: Count = 0
+    for (const group of topic.groups) sum = addCount(sum, this.#count(group.slot + cell))
+    for (const group of topic.retiring) sum = addCount(sum, this.#count(group.slot + cell))
+    return sum
   }
 
   /** The end of a read: a group removed (or its topic) while its lock was held is met no more, forgotten here. */

@@ -9,11 +9,11 @@
 // recording call can still write into them (reclamation.ts). Recording never touches the log.
 import { ResolvedConfig } from './config'
 import {
-  COMPACT_MIN_INTS, DEFAULT_SETTLE_WINDOW, FLOOR_SLOTS, FreeQueue, G_DELIVERED, G_DLQ, G_DROPPED, G_START, G_TAG, G_WINDOWED, GONE_CHECK_MS, GROUP_SLOTS, GroupEntity, inserted, P_BASE, PARTITION_SLOTS, sameNumbers, T_PARTITIONS, TOPIC_SLOTS, TopicEntity, windowSlots, withGroup,
+  COMPACT_MIN_INTS, DEFAULT_SETTLE_WINDOW, FLOOR_SLOTS, FreeQueue, G_DELIVERED, G_DLQ, G_DROPPED, G_RETRIES, G_START, LabelCarry, G_TAG, G_WINDOWED, GONE_CHECK_MS, GROUP_SLOTS, GroupEntity, inserted, P_BASE, PARTITION_SLOTS, sameNumbers, T_PARTITIONS, TOPIC_SLOTS, TopicEntity, windowSlots, withGroup,
 } from './entities'
 import { ClosedError, LimitError, RemovedGroupError, RemovedTopicError } from './errors'
 import { sanitizeLabelValue } from './labels'
-import { Entry, RegistrationLog, narrow, readText, wide, wideAmount } from './log'
+import { CarryKind, Entry, RegistrationLog, narrow, readText, wide, wideAmount } from './log'
 import { B_NEXT_ID, C_CLOSED, C_LOG_CHECKPOINT, C_LOG_END, C_LOG_GENERATION, C_NEXT_CHUNK, C_NEXT_SLOT, C_RECOUNT, SHARED_ROW, SLOTS_PER_CHUNK } from './layout'
 import { Memory } from './memory'
 import { advanceEpoch, catchUpEpoch, nextEpoch, passedEpoch, ring } from './reclamation'
@@ -63,7 +63,16 @@ export class Registry {
   readonly config: ResolvedConfig
   readonly topics = new Map<string, TopicEntity>() // live topics by raw name
   readonly #topicsById = new Map<number, TopicEntity>()
-  readonly #groupsById = new Map<number, GroupEntity>() // live and retiring
+  readonly #groupsById = new Map<number, GroupEntity>() // live and retiring (a retiring topic's too)
+  /** Live topics by label: the label's series lives while one does (design §3.5). */
+  readonly #byLabel = new Map<string, TopicEntity[]>()
+  /**
+   * Topics removed while another live topic had their label, in removal (epoch) order: their
+   * counts still add to the label's series until they retire into its carry (TopicEntity.retireEpoch).
+   */
+  readonly #retiringTopics = new Map<number, TopicEntity>()
+  /** Label → what its removed topics and groups left in its series (LabelCarry), while a live topic has the label. */
+  readonly carries = new Map<string, LabelCarry>()
   /** Retiring groups, every topic's (see TopicEntity.retiring). */
   #retiring: GroupEntity[] = []
   readonly #free = new Map<number, FreeQueue>() // block key (kind and size: blockKey) → freed blocks, oldest first
@@ -76,8 +85,8 @@ export class Registry {
   #cursor = 0
   /** While a checkpoint is replayed over an existing picture: the ids it names (the rest are gone). */
   #seen: Set<number> | undefined
-  /** The name in the entry this thread is appending (applied from the string it has, not re-read: one copy). */
-  #appending: { position: number; text: string } | undefined
+  /** The names in the entries this thread is appending, by position (applied from the strings it has, not re-read: one copy). */
+  #appending: Map<number, string> | undefined
   /** The highest epoch known passed by every other thread (reclamation.ts), and when /proc was last asked. */
   #passed = 0
   /**
@@ -217,8 +226,10 @@ export class Registry {
       // nextEpoch() to advanceEpoch() the lock must be this thread's alone, as for any registration
       // (lock.ts: taken from a holder only once it is gone, or unknown for LOCK_STEAL_MS).
       const epoch = nextEpoch(this.memory)
-      this.#append(Entry.RemoveTopic, [...wide(topic.id), ...wide(epoch)])
+      const keep = this.#byLabel.get(topic.label)!.length > 1 ? 1 : 0 // its label's series stays: it retires into the carry
+      this.#append(Entry.RemoveTopic, [...wide(topic.id), ...wide(epoch), keep])
       advanceEpoch(this.memory, epoch)
+      this.#retirePassed()
       return true
     })
   }
@@ -240,9 +251,25 @@ export class Registry {
     })
   }
 
-  /** Retires the removed groups no call can still write into (the reader calls it before a read). Caller locks. */
+  /** Retires the removed groups and topics no call can still write into (the reader calls it before a read). Caller locks. */
   reclaim(): void {
-    if (this.#retiring.length > 0) this.#retirePassed()
+    if (this.#retiring.length > 0 || this.#retiringTopics.size > 0) this.#retirePassed()
+  }
+
+  /** The topics retiring into their label's carry (see #retiringTopics). */
+  retiringTopics(): IterableIterator<TopicEntity> {
+    return this.#retiringTopics.values()
+  }
+
+  /** The live topics with `label` (none: an empty array). */
+  liveWithLabel(label: string): readonly TopicEntity[] {
+    return this.#byLabel.get(label) ?? NO_TOPICS
+  }
+
+  /** Whether a live group of a live topic with label `label` has the group label `groupLabel`. */
+  groupLabelLive(label: string, groupLabel: string): boolean {
+    for (const topic of this.liveWithLabel(label)) for (const group of topic.groups) if (group.label === groupLabel) return true
+    return false
   }
 
   /** The slot of `partition`'s last_seq, registering the partition if it is new. */
@@ -397,10 +424,10 @@ export class Registry {
       else this.#assertGroupAlive(group)
       const amount = row[index]
       const control = this.memory.control
-      const [position, end] = this.#log.write(this.#logGeneration, control[C_LOG_END], Entry.Fold, [slot, ...wide(amount)])
+      const end = this.#log.write(this.#logGeneration, control[C_LOG_END], Entry.Fold, [slot, ...wide(amount)])[1]
       row[index] -= amount
       control[C_LOG_END] = end
-      this.#published(position, end)
+      this.#published(end)
     })
   }
 
@@ -522,8 +549,16 @@ export class Registry {
     return epoch <= this.#passed
   }
 
-  /** Retiring groups whose epoch has passed: their final counts move into their topics. Caller locks. */
+  /**
+   * Retiring groups whose epoch has passed: their final counts move into their topics (and their
+   * retries into their label's carry, while a live group has that label). Retiring topics whose
+   * epoch has passed: their final counts move into their label's carry. Caller locks.
+   */
   #retirePassed(): void {
+    for (const topic of [...this.#retiringTopics.values()]) {
+      if (!this.#hasPassed(topic.retireEpoch)) break
+      this.#appendAll([...this.#topicCarry(topic), [Entry.TopicRetired, wide(topic.id)]])
+    }
     // #retiring is in epoch order (removals are appended in epoch order; a checkpoint's are sorted).
     for (const group of [...this.#retiring]) {
       if (!this.#hasPassed(group.retireEpoch)) break
@@ -531,10 +566,37 @@ export class Registry {
       // Amounts past an entry's 64 bits go first in entries of the topic alone; the group's own
       // entry, last, retires it. All are published at once: a thread stopped before that leaves none.
       const rows = amountRows([this.exactSum(slot + G_DELIVERED), this.exactSum(slot + G_DROPPED), this.exactSum(slot + G_DLQ)])
-      this.#appendAll(rows.map((amounts, r) => [Entry.Retired, [
+      const carried = this.groupLabelLive(group.topic.label, group.label) ? carryEntries(group.topic.id, CarryKind.Retries, 0, this.exactSum(slot + G_RETRIES), group.label) : []
+      this.#appendAll([...carried, ...rows.map((amounts, r): [Entry, number[]] => [Entry.Retired, [
         ...wide(group.topic.id), ...(r === rows.length - 1 ? wide(group.id) : [0, 0]), ...amounts.flatMap((a) => wide(a)),
-      ]]))
+      ]])])
     }
+  }
+
+  /**
+   * The entries that move a retiring topic's final counts into its label's carry: its counters;
+   * its last_seq where a live topic of the label has the partition; its groups' retries where a
+   * live group has their label (the rest has no series left to add to). Caller locks.
+   */
+  #topicCarry(topic: TopicEntity): [Entry, number[], string?][] {
+    const live = this.liveWithLabel(topic.label)
+    const groups = [...topic.groups, ...topic.retiring]
+    const sum = (cell: number, retired: Count) => groups.reduce((total, group) => total + this.exactSum(group.slot + cell), BigInt(retired))
+    const entries = [
+      ...carryEntries(topic.id, CarryKind.Produced, 0, this.exactSum(topic.slot)),
+      ...carryEntries(topic.id, CarryKind.Bytes, 0, this.exactSum(topic.slot + 1)),
+      ...carryEntries(topic.id, CarryKind.Delivered, 0, sum(G_DELIVERED, topic.retiredDelivered)),
+      ...carryEntries(topic.id, CarryKind.Dropped, 0, sum(G_DROPPED, topic.retiredDropped)),
+      ...carryEntries(topic.id, CarryKind.Dlq, 0, sum(G_DLQ, topic.retiredDlq)),
+    ]
+    topic.partitionNumbers.forEach((partition, p) => {
+      const lastSeq = this.highest(topic.partitionSlots[p])
+      if (lastSeq > 0 && live.some((t) => t.partitionSlot(partition) !== undefined)) entries.push(...carryEntries(topic.id, CarryKind.LastSeq, partition, BigInt(lastSeq)))
+    })
+    const retries = new Map<string, bigint>()
+    for (const group of groups) retries.set(group.label, (retries.get(group.label) ?? 0n) + this.exactSum(group.slot + G_RETRIES))
+    for (const [label, amount] of retries) if (this.groupLabelLive(topic.label, label)) entries.push(...carryEntries(topic.id, CarryKind.Retries, 0, amount, label))
+    return entries
   }
 
   /** Appends one entry, publishes it with a single store, and applies it locally. Caller locks and has synced. */
@@ -542,25 +604,24 @@ export class Registry {
     this.#appendAll([[type, fields, text]])
   }
 
-  /** Appends entries (one at most with text) and publishes them with one store. Caller locks and has synced. */
+  /** Appends entries and publishes them with one store. Caller locks and has synced. */
   #appendAll(entries: [Entry, number[], string?][]): void {
     const control = this.memory.control
     let end = control[C_LOG_END]
-    let textAt = 0
-    let text: string | undefined
+    let texts: Map<number, string> | undefined
     for (const [type, fields, its] of entries) {
       const [position, next] = this.#log.write(this.#logGeneration, end, type, fields, its)
-      if (its !== undefined) (textAt = position), (text = its)
+      if (its !== undefined) (texts ??= new Map()).set(position, its)
       end = next
     }
     Atomics.store(control, C_LOG_END, end)
-    this.#published(textAt, end, text)
+    this.#published(end, texts)
   }
 
-  /** An entry just published (at `position`, ending at `end`): applied locally, the log compacted when due. */
-  #published(position: number, end: number, text?: string): void {
+  /** Entries just published (up to `end`, with the texts they hold by position): applied locally, the log compacted when due. */
+  #published(end: number, texts?: Map<number, string>): void {
     const control = this.memory.control
-    this.#appending = text === undefined ? undefined : { position, text }
+    this.#appending = texts
     try {
       while (this.#cursor < end) this.#applyAt(this.#cursor)
     } finally {
@@ -582,7 +643,7 @@ export class Registry {
     const put = (type: Entry, fields: number[], text?: string) => {
       end = this.#log.write(next, end, type, fields, text)[1]
     }
-    for (const topic of this.#topicsById.values()) {
+    const restate = (topic: TopicEntity) => {
       const topicId = wide(topic.id)
       put(Entry.Topic, [...topicId, topic.slot], topic.name)
       for (let p = 0; p < topic.partitionNumbers.length; p++) put(Entry.Partition, [...topicId, topic.partitionNumbers[p], topic.partitionSlots[p]])
@@ -591,13 +652,29 @@ export class Registry {
         put(Entry.Group, [...topicId, ...groupId, group.slot, group.maxInFlight, group.window], group.name)
         for (let f = 0; f < group.floorPartitions.length; f++) put(Entry.Floor, [...groupId, group.floorPartitions[f], group.floorSlots[f]])
         for (let w = 0; w < group.windowPartitions.length; w++) put(Entry.Window, [...groupId, group.windowPartitions[w], group.windowSlots[w]])
-        if (!group.alive) put(Entry.RemoveGroup, [...groupId, ...wide(group.retireEpoch)])
+        if (group.retireEpoch !== 0) put(Entry.RemoveGroup, [...groupId, ...wide(group.retireEpoch)])
       }
       if (topic.retiredDelivered !== 0 || topic.retiredDropped !== 0 || topic.retiredDlq !== 0) {
         for (const amounts of amountRows([BigInt(topic.retiredDelivered), BigInt(topic.retiredDropped), BigInt(topic.retiredDlq)])) {
           put(Entry.Retired, [...topicId, 0, 0, ...amounts.flatMap((a) => wide(a))])
         }
       }
+    }
+    // Retiring topics first: each one's removal (keep) retires it whatever else the checkpoint
+    // names, and a live topic of the same name, restated after it, takes the name back.
+    for (const topic of this.#retiringTopics.values()) {
+      restate(topic)
+      put(Entry.RemoveTopic, [...wide(topic.id), ...wide(topic.retireEpoch), 1])
+    }
+    for (const topic of this.#topicsById.values()) restate(topic)
+    // The carries, each on a live topic of its label (there is one while the carry exists).
+    for (const [label, carry] of this.carries) {
+      const anchor = this.#byLabel.get(label)![0].id
+      for (const [kind, amount] of [[CarryKind.Produced, carry.produced], [CarryKind.Bytes, carry.bytes], [CarryKind.Delivered, carry.delivered], [CarryKind.Dropped, carry.dropped], [CarryKind.Dlq, carry.dlq]] as const) {
+        for (const [type, fields] of carryEntries(anchor, kind, 0, BigInt(amount))) put(type, fields)
+      }
+      for (const [partition, lastSeq] of carry.lastSeq) for (const [type, fields] of carryEntries(anchor, CarryKind.LastSeq, partition, BigInt(lastSeq))) put(type, fields)
+      for (const [groupLabel, retries] of carry.retries) for (const [type, fields, text] of carryEntries(anchor, CarryKind.Retries, 0, BigInt(retries), groupLabel)) put(type, fields, text)
     }
     for (const [slot, amount] of this.folds) for (const [part] of amountRows([amount])) put(Entry.Fold, [slot, ...wide(part)])
     for (const [key, queue] of this.#free) {
@@ -619,7 +696,8 @@ export class Registry {
     this.#seen = new Set()
     this.folds.clear()
     this.#free.clear()
-    for (const topic of this.#topicsById.values()) {
+    this.carries.clear()
+    for (const topic of [...this.#topicsById.values(), ...this.#retiringTopics.values()]) {
       topic.retiredDelivered = topic.retiredDropped = topic.retiredDlq = 0
       for (const group of topic.retiring) group.retireEpoch = 0
       topic.retiring = []
@@ -629,6 +707,8 @@ export class Registry {
 
   /** The checkpoint is replayed: whatever it did not name is gone. */
   #endCheckpoint(seen: Set<number>): void {
+    // A retiring topic the checkpoint does not name has retired: its blocks are in the free queues it restated.
+    for (const [id, topic] of [...this.#retiringTopics]) if (!seen.has(id)) this.#retiredTopic(topic)
     for (const topic of [...this.#topicsById.values()]) {
       if (!seen.has(topic.id)) {
         this.#forgetTopic(topic)
@@ -641,16 +721,68 @@ export class Registry {
   }
 
   #forgetTopic(topic: TopicEntity): void {
+    this.#leaveLive(topic)
+    for (const group of [...topic.groups, ...topic.retiring]) this.#groupsById.delete(group.id)
+    // The label's series leaves with its last live topic: what retired into it, or still retires, goes too.
+    if (this.liveWithLabel(topic.label).length === 0) {
+      this.carries.delete(topic.label)
+      for (const retiring of [...this.#retiringTopics.values()]) {
+        if (retiring.label !== topic.label) continue
+        this.#releaseTopic(retiring, retiring.retireEpoch)
+        this.#retiredTopic(retiring)
+      }
+    }
+    this.onTopicRemoved?.(topic)
+  }
+
+  /** The topic is no longer live (removed, retiring or not): out of the names, ids and labels; its groups too. */
+  #leaveLive(topic: TopicEntity): void {
     topic.alive = false
     // A checkpoint replayed over an old picture may name a new topic of the same name first.
     if (this.topics.get(topic.name) === topic) this.topics.delete(topic.name)
     this.#topicsById.delete(topic.id)
-    for (const group of [...topic.groups, ...topic.retiring]) {
-      group.alive = false
-      this.#groupsById.delete(group.id)
+    const live = this.#byLabel.get(topic.label)
+    if (live !== undefined) {
+      const rest = live.filter((t) => t !== topic)
+      if (rest.length === 0) this.#byLabel.delete(topic.label)
+      else this.#byLabel.set(topic.label, rest)
     }
+    for (const group of [...topic.groups, ...topic.retiring]) group.alive = false
     this.#retiring = this.#retiring.filter((group) => group.topic !== topic)
+  }
+
+  /**
+   * A topic removed while another live topic has its label (RemoveTopic with keep): it retires
+   * into the label's carry once its epoch has passed (#retirePassed); until then the reader adds
+   * its cells to the label's series. Its groups stay known by id (entries name them) until then.
+   */
+  #keepTopic(topic: TopicEntity, epoch: number): void {
+    this.#leaveLive(topic)
+    topic.retireEpoch = epoch
+    if (epoch > this.#owedEpoch) this.#owedEpoch = epoch
+    this.#retiringTopics.set(topic.id, topic)
+    // What no live topic or group of the label has any more has no series to add to.
+    const carry = this.carries.get(topic.label)
+    if (carry !== undefined) {
+      const live = this.liveWithLabel(topic.label)
+      for (const partition of [...carry.lastSeq.keys()]) if (!live.some((t) => t.partitionSlot(partition) !== undefined)) carry.lastSeq.delete(partition)
+      for (const label of [...carry.retries.keys()]) if (!this.groupLabelLive(topic.label, label)) carry.retries.delete(label)
+    }
     this.onTopicRemoved?.(topic)
+  }
+
+  /** A topic's blocks (its cells, its partitions', its groups') freed at `epoch`. */
+  #releaseTopic(topic: TopicEntity, epoch: number): void {
+    for (const slot of topic.partitionSlots) this.#release(KEY_PARTITION, slot, epoch)
+    for (const group of [...topic.groups, ...topic.retiring]) this.#releaseGroup(group, epoch)
+    this.#release(KEY_TOPIC, topic.slot, epoch)
+  }
+
+  /** A retiring topic is done with (retired into its carry, or its label's series gone): forgotten. */
+  #retiredTopic(topic: TopicEntity): void {
+    this.#retiringTopics.delete(topic.id)
+    for (const group of [...topic.groups, ...topic.retiring]) this.#groupsById.delete(group.id)
+    this.generation++
   }
 
   #forgetGroup(group: GroupEntity): void {
@@ -673,31 +805,76 @@ export class Registry {
       case Entry.Topic: {
         const id = narrow(log[f], log[f + 1])
         this.#seen?.add(id)
-        if (this.#topicsById.has(id)) return // a checkpoint restating a topic this thread knows
+        const known = this.#topicsById.get(id)
+        if (known !== undefined) {
+          // A checkpoint restating a topic this thread knows (the name is its own again, should a
+          // retiring topic of the same name, restated before it, have taken it).
+          this.topics.set(known.name, known)
+          return
+        }
+        if (this.#retiringTopics.has(id)) return
         const name = this.#textAt(position, log, f + 3)
         this.#take(KEY_TOPIC, log[f + 2])
         const topic = new TopicEntity(id, name, sanitizeLabelValue(name), log[f + 2])
         this.topics.set(name, topic)
         this.#topicsById.set(topic.id, topic)
+        this.#byLabel.set(topic.label, [...this.liveWithLabel(topic.label), topic])
         break
       }
       case Entry.RemoveTopic: {
-        const topic = this.#topicsById.get(narrow(log[f], log[f + 1]))!
+        const id = narrow(log[f], log[f + 1])
         const epoch = narrow(log[f + 2], log[f + 3])
+        const kept = this.#retiringTopics.get(id)
+        if (kept !== undefined) {
+          // A checkpoint restating a topic this thread knows retiring: its retiring groups, just
+          // restated, retire with it, not on their own.
+          this.#retiring = this.#retiring.filter((group) => group.topic !== kept)
+          return
+        }
+        const topic = this.#topicsById.get(id)!
         // Its tags cleared (by whichever thread replays it first: the remover, or, if that thread
         // stopped just after publishing it, the next one): every handle of it throws from now on.
         this.#clearTag(topic.slot, topic.id)
         for (const group of topic.groups) this.#clearTag(group.slot, group.id)
-        // Every thread replays the same entries into the same queues, so it queues the same
-        // blocks in the same order. They wait for the removal's epoch (reclamation.ts).
-        for (const slot of topic.partitionSlots) this.#release(KEY_PARTITION, slot, epoch)
-        for (const group of [...topic.groups, ...topic.retiring]) this.#releaseGroup(group, epoch)
-        this.#release(KEY_TOPIC, topic.slot, epoch)
-        this.#forgetTopic(topic)
+        if (log[f + 4] === 1) {
+          // Another live topic has its label: its counts stay in the label's series (design §3.5).
+          this.#keepTopic(topic, epoch)
+        } else {
+          // Every thread replays the same entries into the same queues, so it queues the same
+          // blocks in the same order. They wait for the removal's epoch (reclamation.ts).
+          this.#releaseTopic(topic, epoch)
+          this.#forgetTopic(topic)
+        }
+        break
+      }
+      case Entry.TopicRetired: {
+        const topic = this.#retiringTopics.get(narrow(log[f], log[f + 1]))!
+        this.#releaseTopic(topic, topic.retireEpoch)
+        this.#retiredTopic(topic)
+        return
+      }
+      case Entry.Carry: {
+        const label = this.#topicOf(log, f).label
+        let carry = this.carries.get(label)
+        if (carry === undefined) this.carries.set(label, (carry = new LabelCarry()))
+        const amount = exact(wideAmount(log[f + 4], log[f + 5]))
+        switch (log[f + 2] as CarryKind) {
+          case CarryKind.Produced: carry.produced = addCount(carry.produced, amount); break
+          case CarryKind.Bytes: carry.bytes = addCount(carry.bytes, amount); break
+          case CarryKind.Delivered: carry.delivered = addCount(carry.delivered, amount); break
+          case CarryKind.Dropped: carry.dropped = addCount(carry.dropped, amount); break
+          case CarryKind.Dlq: carry.dlq = addCount(carry.dlq, amount); break
+          case CarryKind.LastSeq: carry.lastSeq.set(log[f + 3], Math.max(carry.lastSeq.get(log[f + 3]) ?? 0, Number(amount))); break
+          case CarryKind.Retries: {
+            const groupLabel = this.#textAt(position, log, f + 6)
+            carry.retries.set(groupLabel, addCount(carry.retries.get(groupLabel) ?? 0, amount))
+            break
+          }
+        }
         break
       }
       case Entry.Partition: {
-        const topic = this.#topicsById.get(narrow(log[f], log[f + 1]))!
+        const topic = this.#topicOf(log, f)
         if (topic.partitionSlot(log[f + 2]) !== undefined) return
         this.#take(KEY_PARTITION, log[f + 3])
         ;[topic.partitionNumbers, topic.partitionSlots] = inserted(topic.partitionNumbers, topic.partitionSlots, log[f + 2], log[f + 3])
@@ -707,7 +884,7 @@ export class Registry {
         const id = narrow(log[f + 2], log[f + 3])
         this.#seen?.add(id)
         if (this.#groupsById.has(id)) return
-        const topic = this.#topicsById.get(narrow(log[f], log[f + 1]))!
+        const topic = this.#topicOf(log, f)
         const name = this.#textAt(position, log, f + 7)
         this.#take(KEY_GROUP, log[f + 4])
         const group = new GroupEntity(topic, id, name, sanitizeLabelValue(name), log[f + 4], log[f + 5], log[f + 6])
@@ -726,11 +903,13 @@ export class Registry {
         topic.groups = topic.groups.filter((g) => g !== group)
         topic.retiring = [...topic.retiring, group]
         this.#retiring.push(group)
+        // No live group has its label any more: the label's series of it is gone, and so is what it carried.
+        if (!this.groupLabelLive(topic.label, group.label)) this.carries.get(topic.label)?.retries.delete(group.label)
         if (wasLive) this.onGroupRemoved?.(group)
         break
       }
       case Entry.Retired: {
-        const topic = this.#topicsById.get(narrow(log[f], log[f + 1]))!
+        const topic = this.#topicOf(log, f)
         topic.retiredDelivered = addCount(topic.retiredDelivered, exact(wideAmount(log[f + 4], log[f + 5])))
         topic.retiredDropped = addCount(topic.retiredDropped, exact(wideAmount(log[f + 6], log[f + 7])))
         topic.retiredDlq = addCount(topic.retiredDlq, exact(wideAmount(log[f + 8], log[f + 9])))
@@ -776,9 +955,15 @@ export class Registry {
     this.generation++
   }
 
+  /** The topic (live, or retiring into its label's carry) whose id an entry's first two fields hold. */
+  #topicOf(log: Int32Array, f: number): TopicEntity {
+    const id = narrow(log[f], log[f + 1])
+    return this.#topicsById.get(id) ?? this.#retiringTopics.get(id)!
+  }
+
   #textAt(position: number, log: Int32Array, at: number): string {
     const appending = this.#appending
-    return appending !== undefined && appending.position === position ? appending.text : readText(log, at)
+    return appending?.get(position) ?? readText(log, at)
   }
 
   /** A block is in use again: drop it from the free queue and forget its old folds. */
@@ -847,6 +1032,14 @@ export class Registry {
       logBytes: Atomics.load(control, C_LOG_END) * 4,
     }
   }
+}
+
+const NO_TOPICS: readonly TopicEntity[] = []
+
+/** Entry.Carry entries adding `amount` (split where it passes one entry's 64 bits) of `kind` to the carry of `topicId`'s label. */
+function carryEntries(topicId: number, kind: CarryKind, partition: number, amount: bigint, text?: string): [Entry, number[], string?][] {
+  if (amount === 0n) return []
+  return amountRows([amount]).map(([part]) => [Entry.Carry, [...wide(topicId), kind, partition, ...wide(part)], text])
 }
 
 /** A bigint amount as a Count: a number while it is safe. */

@@ -93,6 +93,25 @@ export interface TopicSnapshot {
   groups: GroupSnapshot[]
   /** Stable identity of the live topic (same object across snapshots until removeTopic). */
   key: object
+  /**
+   * On the first live topic of a label that removed topics or groups shared (design §3.5): what
+   * they left in the label's series, which the exposition adds to it. Absent otherwise; never in
+   * `surface.snapshot()` or /stats (each raw name's own numbers).
+   */
+  carried?: Carried
+}
+
+/** What removed names left in their label's series (reader.ts: retired and retiring, summed). */
+export interface Carried {
+  produced: Count
+  bytes: Count
+  delivered: Count
+  dropped: Count
+  dlq: Count
+  /** Partition number → the highest last_seq a removed topic of the label reached there. */
+  lastSeq: ReadonlyMap<number, number>
+  /** Group label → retries of the removed groups with that label. */
+  retries: ReadonlyMap<string, Count>
 }
 
 /**
@@ -112,6 +131,7 @@ interface Labelled {
   readonly label: string
   readonly partitionNumbers: readonly number[]
   readonly groups: readonly { readonly label: string }[]
+  readonly carried?: Carried
 }
 
 /**
@@ -127,8 +147,9 @@ export function hasNoCollisions(topics: readonly Labelled[]): boolean {
   return true
 }
 
-/** One topic's partition numbers strictly ascending, and its groups strictly ascending by label. */
+/** One topic's partition numbers strictly ascending, its groups strictly ascending by label, and nothing carried. */
 export function isCollisionFree(topic: Labelled): boolean {
+  if (topic.carried !== undefined) return false
   const { partitionNumbers, groups } = topic
   for (let p = 1; p < partitionNumbers.length; p++) if (!(partitionNumbers[p] > partitionNumbers[p - 1])) return false
   for (let g = 1; g < groups.length; g++) if (!(groups[g].label > groups[g - 1].label)) return false

@@ -86,6 +86,24 @@ function mergeTopics(run: readonly TopicSnapshot[]): TopicSeries {
       }
     }
   }
+  // What removed names left (design §3.5), added where a live name keeps the series.
+  for (const topic of run) {
+    const carried = topic.carried
+    if (carried === undefined) continue
+    produced = addCount(produced, carried.produced)
+    delivered = addCount(delivered, carried.delivered)
+    dropped = addCount(dropped, carried.dropped)
+    dlq = addCount(dlq, carried.dlq)
+    bytes = addCount(bytes, carried.bytes)
+    for (const [partition, lastSeq] of carried.lastSeq) {
+      const merged = partitions.get(partition)
+      if (merged !== undefined && lastSeq > merged.lastSeq) merged.lastSeq = lastSeq
+    }
+    for (const [label, retries] of carried.retries) {
+      const merged = groups.get(label)
+      if (merged !== undefined) merged.retries = addCount(merged.retries, retries)
+    }
+  }
   const partitionNumbers = [...partitions.keys()].sort((a, b) => a - b)
   return {
     label: run[0].label,
