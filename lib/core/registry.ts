@@ -741,11 +741,11 @@ export class Registry {
     // A checkpoint replayed over an old picture may name a new topic of the same name first.
     if (this.topics.get(topic.name) === topic) this.topics.delete(topic.name)
     this.#topicsById.delete(topic.id)
-    const live = this.#byLabel.get(topic.label)
-    if (live !== undefined) {
-      const rest = live.filter((t) => t !== topic)
-      if (rest.length === 0) this.#byLabel.delete(topic.label)
-      else this.#byLabel.set(topic.label, rest)
+    const sharing = this.#byLabel.get(topic.label)
+    const at = sharing === undefined ? -1 : sharing.indexOf(topic)
+    if (at >= 0) {
+      if (sharing!.length === 1) this.#byLabel.delete(topic.label)
+      else sharing!.splice(at, 1)
     }
     for (const group of [...topic.groups, ...topic.retiring]) group.alive = false
     this.#retiring = this.#retiring.filter((group) => group.topic !== topic)
@@ -818,7 +818,9 @@ export class Registry {
         const topic = new TopicEntity(id, name, sanitizeLabelValue(name), log[f + 2])
         this.topics.set(name, topic)
         this.#topicsById.set(topic.id, topic)
-        this.#byLabel.set(topic.label, [...this.liveWithLabel(topic.label), topic])
+        const sharing = this.#byLabel.get(topic.label)
+        if (sharing === undefined) this.#byLabel.set(topic.label, [topic])
+        else sharing.push(topic)
         break
       }
       case Entry.RemoveTopic: {
