@@ -6,6 +6,8 @@
 // silently dropped as a duplicate or out of order), the invariants hold in PromQL over every
 // scrape, the degraded scenario's quorum cycle is visible, and the shipped alert rules
 // (prometheus/mq-alerts.yml) load, evaluate, fire MqQuorumReadOnly and nothing that signals a bug.
+// A second target (test/fixtures/collision-target.js) removes one of two topics whose names
+// sanitize to one label mid-run: the label's series must never reset nor its last_seq decrease.
 //
 // Without prometheus/promtool the test is skipped locally and fails in CI.
 // PROMETHEUS=/path and PROMTOOL=/path override the binaries found on PATH.
@@ -23,6 +25,9 @@ const { spawn, spawnSync } = require('node:child_process')
 
 const root = path.join(__dirname, '..')
 const DEMO = path.join(root, 'dist', 'demo', 'demo.js')
+/** A second target: two topics whose names sanitize to one label, one removed mid-run (fixtures/collision-target.js). */
+const COLLISION = path.join(__dirname, 'fixtures', 'collision-target.js')
+const COLLISION_JOB = 'mq-collision'
 const RULES = path.join(root, 'prometheus', 'mq-alerts.yml')
 const PROMETHEUS = process.env.PROMETHEUS || 'prometheus'
 const PROMTOOL = process.env.PROMTOOL || 'promtool'
@@ -168,6 +173,7 @@ async function main(t) {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'mq-prometheus-'))
   tempDirs.add(dir)
   let demo
+  let collision
   let prom
   const promLogFile = path.join(dir, 'prometheus.log')
   const promLog = () => {
@@ -188,6 +194,7 @@ async function main(t) {
     fs.rmSync(dir, { recursive: true, force: true })
     tempDirs.delete(dir)
     await stop(demo && demo.child)
+    await stop(collision && collision.child)
   })
 
   // ---- 1. the demo ----
@@ -203,6 +210,13 @@ async function main(t) {
     return
   }
   const target = new URL(base).host
+  // The collision target removes `a.b` 6 s after it starts: Prometheus scrapes it before and after.
+  collision = startDemo([], [COLLISION, '6000', String((Math.ceil(BUDGET_MS / 1000) + 10) * 1000)])
+  const collisionBase = (await waitFor(() => (collision.url.done ? { url: collision.url.value } : undefined), Math.min(left(), 20_000), 50))?.url
+  if (!collisionBase) {
+    t.fail('the collision target did not print its /metrics URL within 20 s', { stdout: collision.out.stdout, stderr: collision.out.stderr })
+    return
+  }
 
   // ---- 2. promtool check metrics on the live body ----
   // Once the latency estimator has samples, so the quantile findings are the full set.
@@ -217,7 +231,7 @@ async function main(t) {
   }
 
   // ---- 3. a real Prometheus server ----
-  prom = await startPrometheus(t, dir, promLogFile, target, promLog)
+  prom = await startPrometheus(t, dir, promLogFile, [[JOB, target], [COLLISION_JOB, new URL(collisionBase).host]], promLog)
   if (!prom) return
   const api = `http://127.0.0.1:${prom.port}`
 
@@ -261,8 +275,11 @@ async function main(t) {
   }, Math.min(left() - 15_000, 50_000), 500)
   t.ok(ready, `within 50 s Prometheus stored ${MIN_SCRAPES} scrapes of the demo including a healthy -> soft -> read_only -> healthy cycle, and MqQuorumReadOnly fired (else scrapes fail, or the degraded scenario never reaches read_only, or the alert does not fire)`)
 
+  // The collision target removed a.b (or does so soon): 3 s of scrapes after it, too.
+  const removedAt = await waitFor(() => (/^removed$/m.test(collision.out.stdout) ? Date.now() : undefined), Math.min(left() - 15_000, 20_000), 100)
+  if (removedAt !== undefined) await sleep(Math.max(0, removedAt + 3000 - Date.now()))
   // Judge at a time just behind "now", so every scrape up to it has been committed — and after
-  // what the wait above saw (so the run judged includes the cycle and the firing alert).
+  // what the waits above saw (so the run judged includes the cycle and the firing alert).
   await sleep(1000)
   const now = Date.now() / 1000 - 1
   const upRaw = await query(`up{job="${JOB}"}[${RUN}]`, now)
@@ -380,7 +397,25 @@ async function main(t) {
   t.same(never.result.map((r) => `${r.metric.alertname}/${r.metric.alertstate}`), [],
     `none of ${NEVER.join(', ')} was ever pending or firing (else honest traffic trips a bug alert, or the library broke an invariant)`)
 
-  // ---- 13. promtool again, on a body scraped late in the run ----
+  // ---- 13. a removed name's share stays in its label's series (docs/metrics.md, label rule 4) ----
+  // The collision target removed `a.b` (ten messages a tick, so its last_seq led) 6 s into the
+  // run, long before the wait above ended; Prometheus scraped it every 0.5 s on both sides.
+  t.match(collision.out.stdout, /^removed$/m, 'the collision target removed a.b during the run')
+  const cj = `job="${COLLISION_JOB}",topic="a_b"`
+  for (const family of ['mq_topic_messages_produced_total', 'mq_topic_messages_delivered_total', 'mq_topic_bytes_total', 'mq_group_retries_total']) {
+    const counted = await query(`count_over_time(${family}{${cj}}[${RUN}])`, now)
+    const resets = await query(`resets(${family}{${cj}}[${RUN}])`, now)
+    t.ok(counted.result.length === 1 && Number(counted.result[0].value[1]) >= 10, `${family}{topic="a_b"} was scraped on both sides of the removal`)
+    t.same(resets.result.map((r) => r.value[1]), ['0'], `${family}{topic="a_b"} was never reset by the removal (else the series lost the removed topic's share)`)
+  }
+  const lastSeqs = await query(`mq_partition_last_seq{${cj}}[${RUN}]`, now)
+  const samplesAt = lastSeqs.result.length ? lastSeqs.result[0].values : []
+  const seqs = samplesAt.map(([, v]) => Number(v))
+  t.ok(removedAt !== undefined && samplesAt.length > 0 && samplesAt[0][0] < removedAt / 1000 - 0.5 && samplesAt[samplesAt.length - 1][0] > removedAt / 1000 + 1.5, 'Prometheus scraped the collision target before and after the removal')
+  t.ok(seqs.length >= 10 && seqs.every((v, i) => i === 0 || v >= seqs[i - 1]), `mq_partition_last_seq of the shared label never decreased across the removal (${seqs.length} scrapes, ${seqs[0]} → ${seqs[seqs.length - 1]})`)
+  t.equal(collision.out.stderr, '', 'the collision target raised no fault')
+
+  // ---- 14. promtool again, on a body scraped late in the run ----
   const late = await fetchText(`${base}/metrics`).catch(() => undefined)
   if (late && late.status === 200) promtoolCheck(t, late.body, 'late scrape')
   else t.fail('the demo stopped serving /metrics before the checks finished (it must run for --duration)')
@@ -392,8 +427,8 @@ async function main(t) {
 
   // ---- helpers that need t / the state above ----
 
-  function startDemo(args) {
-    const child = spawn(process.execPath, [DEMO, ...args], { stdio: ['ignore', 'pipe', 'pipe'] })
+  function startDemo(args, script = [DEMO]) {
+    const child = spawn(process.execPath, [...script, ...args], { stdio: ['ignore', 'pipe', 'pipe'] })
     children.add(child)
     const out = { stdout: '', stderr: '' }
     child.stdout.setEncoding('utf8').on('data', (d) => (out.stdout += d))
@@ -409,13 +444,14 @@ async function main(t) {
     return { child, out, url }
   }
 
-  async function startPrometheus(t, dir, logFile, target, promLog) {
+  /** `targets`: [job, host:port] pairs, one scrape config each. */
+  async function startPrometheus(t, dir, logFile, targets, promLog) {
     const config = path.join(dir, 'prometheus.yml')
     // JSON is YAML: no quoting issues with paths.
     const yaml = () => JSON.stringify({
       global: { scrape_interval: '500ms', scrape_timeout: '500ms', evaluation_interval: '500ms' },
       rule_files: [RULES],
-      scrape_configs: [{ job_name: JOB, metrics_path: '/metrics', static_configs: [{ targets: [target] }] }],
+      scrape_configs: targets.map(([job, target]) => ({ job_name: job, metrics_path: '/metrics', static_configs: [{ targets: [target] }] })),
     }, null, 2)
     // The free port can be taken between closing it and Prometheus binding it: retry then.
     for (let attempt = 1; attempt <= 3; attempt++) {
