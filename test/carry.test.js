@@ -176,6 +176,47 @@ for (const backend of backends()) {
     t.end()
   })
 
+  t.test(`${backend}: what stays is decided at the removal: a series gone then comes back from zero, even while the removed name retires`, (t) => {
+    const { main, worker, side, read } = played(backend)
+    // A group removed with no other group of its label, created again before the worker announced.
+    const topic = main.handles.topic('t')
+    topic.append(0, 10, 10)
+    topic.group('g').redelivered(7)
+    topic.removeGroup('g')
+    topic.group('g').redelivered(1)
+    t.same(seriesOf(read, 't').retries, { g: 1 }, 'a group created again under a removed name starts from zero while the old one retires')
+    // A partition and a group label only the removed topic had.
+    const ab = main.handles.topic('a.b')
+    ab.produced(1, 50, 500, 50)
+    ab.group('h').redelivered(9)
+    ab.group('k').redelivered(2)
+    const a_b = main.handles.topic('a_b')
+    a_b.produced(0, 3, 30, 3)
+    a_b.group('k').redelivered(1)
+    main.registry.removeTopic('a.b')
+    t.same(seriesOf(read, 'a_b').lastSeq, { 0: 3 }, 'partition 1 left with the removed topic')
+    t.same(seriesOf(read, 'a_b').retries, { k: 3 }, 'group h left with it; k keeps its retries')
+    a_b.append(1, 10, 1)
+    a_b.group('h')
+    t.same(seriesOf(read, 'a_b').lastSeq, { 0: 3, 1: 1 }, 'partition 1 back: its own last_seq, not the removed topic\'s')
+    t.same(seriesOf(read, 'a_b').retries, { h: 0, k: 3 }, 'group h back: from zero')
+    // The label's last group k leaves while the removed topic still retires: k's series goes, and
+    // what the removed topic left in it.
+    a_b.removeGroup('k')
+    a_b.group('k')
+    t.same(seriesOf(read, 'a_b').retries, { h: 0, k: 0 }, 'a series that left comes back from zero')
+    // A checkpoint restates what stays; a thread attached after it agrees.
+    main.registry.compact()
+    const late = side(false, 3)
+    t.same(seriesOf(() => read(late), 'a_b'), seriesOf(read, 'a_b'), 'a thread attached after a checkpoint')
+    const before = seriesOf(read, 'a_b')
+    announce(worker.memory)
+    t.same(seriesOf(read, 't').retries, { g: 1 }, 'and once everything retired')
+    t.same(seriesOf(read, 'a_b'), before)
+    t.same(seriesOf(() => read(late), 'a_b'), before)
+    t.end()
+  })
+
   t.test(`${backend}: churning names of a shared label keeps memory bounded`, (t) => {
     const surface = surfaceOn(t, backend)
     const keep = surface.topic('x_y')

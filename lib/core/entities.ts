@@ -86,6 +86,11 @@ export class GroupEntity {
   /** While it retires (removed, its last counts still adding to its topic's): its removal's epoch. */
   retireEpoch = 0
   /**
+   * While it retires: whether its retries stay in its label's series (design §3.5) — decided at
+   * its removal (another live group had its label), false once no live group has it any more.
+   */
+  carries = false
+  /**
    * Partitions this group has an ack floor on, ascending, and the slot of each floor (parallel).
    * Replaced, never mutated. While the group has a floor on every partition of its topic,
    * `floorPartitions` is the topic's own `partitionNumbers` array (one copy, and the reader can
@@ -127,6 +132,11 @@ export class TopicEntity {
    * last counts still adding to the shared series): its removal's epoch. 0 otherwise.
    */
   retireEpoch = 0
+  /**
+   * While it retires into its label's carry: the partitions whose last_seq stays in the label's
+   * series (a live topic of the label had them at its removal, and has had them since).
+   */
+  carriedPartitions: Set<number> | undefined
   /** Ascending partition numbers and the slot of each one's last_seq (parallel). Replaced, never mutated. */
   partitionNumbers: readonly number[] = NONE
   partitionSlots: readonly number[] = NONE

@@ -25,7 +25,10 @@ export const enum Entry {
   Floor = 6,
   /** slot, amount(2): an amount moved out of a row cell that neared 2^53. */
   Fold = 7,
-  /** groupId(2), epoch(2): the group is retiring; its counts still add to its topic's. */
+  /**
+   * groupId(2), epoch(2), carries: the group is retiring; its counts still add to its topic's.
+   * carries 1: another live group has its label, and its retries stay in the label's series.
+   */
   RemoveGroup = 8,
   /**
    * topicId(2), groupId(2), delivered(2), dropped(2), dlq(2): a retiring group's final counts
@@ -47,6 +50,8 @@ export const enum Entry {
   Carry = 13,
   /** topicId(2): a topic retiring into its label's carry has retired (its Carry entries came first); its blocks become free. */
   TopicRetired = 14,
+  /** topicId(2), partition…: partitions whose last_seq a retiring topic's label keeps (checkpoints only; TopicEntity.carriedPartitions). */
+  Carries = 15,
 }
 
 /** What an Entry.Carry adds to. */
@@ -132,7 +137,7 @@ export class RegistrationLog {
     const type = (log[within] & TYPE_MASK) as Entry
     if (type === Entry.Skip) return { log, fields: within + 1, type, next: position + (LOG_CHUNK_INTS - within) }
     const length = log[within] >>> TYPE_BITS
-    if (length < 1 || type > Entry.TopicRetired || type < Entry.Skip) {
+    if (length < 1 || type > Entry.Carries || type < Entry.Skip) {
       throw new Error(`mq-metrics: corrupt registration log entry ${type} at ${position}`)
     }
     return { log, fields: within + 1, type, next: position + length }

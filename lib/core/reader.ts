@@ -108,23 +108,22 @@ export class SnapshotReader {
   #carrying(): boolean {
     const registry = this.#registry
     if (registry.carries.size !== 0 || !registry.retiringTopics().next().done) return true
-    for (const topic of registry.topics.values()) for (const group of topic.retiring) if (registry.groupLabelLive(topic.label, group.label)) return true
+    for (const topic of registry.topics.values()) for (const group of topic.retiring) if (group.carries) return true
     return false
   }
 
   /**
    * What removed names left in `label`'s series (design §3.5): the carry they retired into, the
    * cells of the topics still retiring (a late call may still land there), and the retries of the
-   * label's retiring groups whose group label a live group has. undefined: nothing.
+   * label's retiring groups whose share stays (GroupEntity.carries). undefined: nothing.
    */
   #carried(label: string): Carried | undefined {
     const registry = this.#registry
     const carry = registry.carries.get(label)
-    let retiring: TopicEntity[] | undefined
-    for (const topic of registry.retiringTopics()) if (topic.label === label) (retiring ??= []).push(topic)
+    const retiring = registry.retiringWithLabel(label)
     let groups: GroupEntity[] | undefined
-    for (const topic of registry.liveWithLabel(label)) for (const group of topic.retiring) if (registry.groupLabelLive(label, group.label)) (groups ??= []).push(group)
-    if (carry === undefined && retiring === undefined && groups === undefined) return undefined
+    for (const topic of registry.liveWithLabel(label)) for (const group of topic.retiring) if (group.carries) (groups ??= []).push(group)
+    if (carry === undefined && retiring.length === 0 && groups === undefined) return undefined
     const carried: Carried & { lastSeq: Map<number, number>; retries: Map<string, Count> } = {
       produced: carry?.produced ?? 0,
       bytes: carry?.bytes ?? 0,
@@ -134,14 +133,17 @@ export class SnapshotReader {
       lastSeq: new Map(carry?.lastSeq),
       retries: new Map(carry?.retries),
     }
-    const retries = (group: GroupEntity) => carried.retries.set(group.label, addCount(carried.retries.get(group.label) ?? 0, this.#count(group.slot + G_RETRIES)))
-    for (const topic of retiring ?? []) {
+    const retries = (group: GroupEntity) => {
+      if (group.carries) carried.retries.set(group.label, addCount(carried.retries.get(group.label) ?? 0, this.#count(group.slot + G_RETRIES)))
+    }
+    for (const topic of retiring) {
       carried.produced = addCount(carried.produced, this.#count(topic.slot))
       carried.bytes = addCount(carried.bytes, this.#count(topic.slot + 1))
       carried.delivered = addCount(addCount(carried.delivered, topic.retiredDelivered), this.#sumOf(topic, G_DELIVERED))
       carried.dropped = addCount(addCount(carried.dropped, topic.retiredDropped), this.#sumOf(topic, G_DROPPED))
       carried.dlq = addCount(addCount(carried.dlq, topic.retiredDlq), this.#sumOf(topic, G_DLQ))
       topic.partitionNumbers.forEach((partition, p) => {
+        if (!topic.carriedPartitions!.has(partition)) return
         const seq = this.#max(topic.partitionSlots[p])
         if (seq > (carried.lastSeq.get(partition) ?? 0)) carried.lastSeq.set(partition, seq)
       })

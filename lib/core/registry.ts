@@ -71,6 +71,10 @@ export class Registry {
    * counts still add to the label's series until they retire into its carry (TopicEntity.retireEpoch).
    */
   readonly #retiringTopics = new Map<number, TopicEntity>()
+  /** The same topics by label. */
+  readonly #retiringByLabel = new Map<string, TopicEntity[]>()
+  /** Whether the entry being applied is part of a checkpoint (it restates state; it decides nothing). */
+  #inCheckpoint = false
   /** Label → what its removed topics and groups left in its series (LabelCarry), while a live topic has the label. */
   readonly carries = new Map<string, LabelCarry>()
   /** Retiring groups, every topic's (see TopicEntity.retiring). */
@@ -244,7 +248,8 @@ export class Registry {
       const group = topic.group(name)
       if (!group) return false
       const epoch = nextEpoch(this.memory) // as removeTopic()
-      this.#append(Entry.RemoveGroup, [...wide(group.id), ...wide(epoch)])
+      const carries = this.groupLabelLive(topic.label, group.label, group) ? 1 : 0 // its label's series stays: its retries with it
+      this.#append(Entry.RemoveGroup, [...wide(group.id), ...wide(epoch), carries])
       advanceEpoch(this.memory, epoch)
       this.#retirePassed()
       return true
@@ -261,14 +266,19 @@ export class Registry {
     return this.#retiringTopics.values()
   }
 
+  /** The topics with `label` retiring into its carry (none: an empty array). */
+  retiringWithLabel(label: string): readonly TopicEntity[] {
+    return this.#retiringByLabel.get(label) ?? NO_TOPICS
+  }
+
   /** The live topics with `label` (none: an empty array). */
   liveWithLabel(label: string): readonly TopicEntity[] {
     return this.#byLabel.get(label) ?? NO_TOPICS
   }
 
-  /** Whether a live group of a live topic with label `label` has the group label `groupLabel`. */
-  groupLabelLive(label: string, groupLabel: string): boolean {
-    for (const topic of this.liveWithLabel(label)) for (const group of topic.groups) if (group.label === groupLabel) return true
+  /** Whether a live group (but `except`) of a live topic with label `label` has the group label `groupLabel`. */
+  groupLabelLive(label: string, groupLabel: string, except?: GroupEntity): boolean {
+    for (const topic of this.liveWithLabel(label)) for (const group of topic.groups) if (group.label === groupLabel && group !== except) return true
     return false
   }
 
@@ -555,18 +565,19 @@ export class Registry {
    * epoch has passed: their final counts move into their label's carry. Caller locks.
    */
   #retirePassed(): void {
-    for (const topic of [...this.#retiringTopics.values()]) {
-      if (!this.#hasPassed(topic.retireEpoch)) break
+    // Both in epoch order (removals are appended in epoch order; a checkpoint's are sorted); each
+    // retirement takes its topic or group out, so the first one is looked at until one has not passed.
+    for (let topic = first(this.#retiringTopics); topic !== undefined && this.#hasPassed(topic.retireEpoch); topic = first(this.#retiringTopics)) {
       this.#appendAll([...this.#topicCarry(topic), [Entry.TopicRetired, wide(topic.id)]])
     }
-    // #retiring is in epoch order (removals are appended in epoch order; a checkpoint's are sorted).
-    for (const group of [...this.#retiring]) {
+    while (this.#retiring.length > 0) {
+      const group = this.#retiring[0]
       if (!this.#hasPassed(group.retireEpoch)) break
       const slot = group.slot
       // Amounts past an entry's 64 bits go first in entries of the topic alone; the group's own
       // entry, last, retires it. All are published at once: a thread stopped before that leaves none.
       const rows = amountRows([this.exactSum(slot + G_DELIVERED), this.exactSum(slot + G_DROPPED), this.exactSum(slot + G_DLQ)])
-      const carried = this.groupLabelLive(group.topic.label, group.label) ? carryEntries(group.topic.id, CarryKind.Retries, 0, this.exactSum(slot + G_RETRIES), group.label) : []
+      const carried = group.carries ? carryEntries(group.topic.id, CarryKind.Retries, 0, this.exactSum(slot + G_RETRIES), group.label) : []
       this.#appendAll([...carried, ...rows.map((amounts, r): [Entry, number[]] => [Entry.Retired, [
         ...wide(group.topic.id), ...(r === rows.length - 1 ? wide(group.id) : [0, 0]), ...amounts.flatMap((a) => wide(a)),
       ]])])
@@ -575,11 +586,10 @@ export class Registry {
 
   /**
    * The entries that move a retiring topic's final counts into its label's carry: its counters;
-   * its last_seq where a live topic of the label has the partition; its groups' retries where a
-   * live group has their label (the rest has no series left to add to). Caller locks.
+   * its last_seq on the partitions whose series stays (carriedPartitions); its groups' retries
+   * where theirs does (GroupEntity.carries). Caller locks.
    */
   #topicCarry(topic: TopicEntity): [Entry, number[], string?][] {
-    const live = this.liveWithLabel(topic.label)
     const groups = [...topic.groups, ...topic.retiring]
     const sum = (cell: number, retired: Count) => groups.reduce((total, group) => total + this.exactSum(group.slot + cell), BigInt(retired))
     const entries = [
@@ -591,11 +601,11 @@ export class Registry {
     ]
     topic.partitionNumbers.forEach((partition, p) => {
       const lastSeq = this.highest(topic.partitionSlots[p])
-      if (lastSeq > 0 && live.some((t) => t.partitionSlot(partition) !== undefined)) entries.push(...carryEntries(topic.id, CarryKind.LastSeq, partition, BigInt(lastSeq)))
+      if (lastSeq > 0 && topic.carriedPartitions!.has(partition)) entries.push(...carryEntries(topic.id, CarryKind.LastSeq, partition, BigInt(lastSeq)))
     })
     const retries = new Map<string, bigint>()
-    for (const group of groups) retries.set(group.label, (retries.get(group.label) ?? 0n) + this.exactSum(group.slot + G_RETRIES))
-    for (const [label, amount] of retries) if (this.groupLabelLive(topic.label, label)) entries.push(...carryEntries(topic.id, CarryKind.Retries, 0, amount, label))
+    for (const group of groups) if (group.carries) retries.set(group.label, (retries.get(group.label) ?? 0n) + this.exactSum(group.slot + G_RETRIES))
+    for (const [label, amount] of retries) entries.push(...carryEntries(topic.id, CarryKind.Retries, 0, amount, label))
     return entries
   }
 
@@ -643,7 +653,7 @@ export class Registry {
     const put = (type: Entry, fields: number[], text?: string) => {
       end = this.#log.write(next, end, type, fields, text)[1]
     }
-    const restate = (topic: TopicEntity) => {
+    const restate = (topic: TopicEntity, retiring: boolean) => {
       const topicId = wide(topic.id)
       put(Entry.Topic, [...topicId, topic.slot], topic.name)
       for (let p = 0; p < topic.partitionNumbers.length; p++) put(Entry.Partition, [...topicId, topic.partitionNumbers[p], topic.partitionSlots[p]])
@@ -652,7 +662,8 @@ export class Registry {
         put(Entry.Group, [...topicId, ...groupId, group.slot, group.maxInFlight, group.window], group.name)
         for (let f = 0; f < group.floorPartitions.length; f++) put(Entry.Floor, [...groupId, group.floorPartitions[f], group.floorSlots[f]])
         for (let w = 0; w < group.windowPartitions.length; w++) put(Entry.Window, [...groupId, group.windowPartitions[w], group.windowSlots[w]])
-        if (group.retireEpoch !== 0) put(Entry.RemoveGroup, [...groupId, ...wide(group.retireEpoch)])
+        // A retiring topic's groups all retire with it (those removed with it, at its epoch).
+        if (group.retireEpoch !== 0 || retiring) put(Entry.RemoveGroup, [...groupId, ...wide(group.retireEpoch || topic.retireEpoch), group.carries ? 1 : 0])
       }
       if (topic.retiredDelivered !== 0 || topic.retiredDropped !== 0 || topic.retiredDlq !== 0) {
         for (const amounts of amountRows([BigInt(topic.retiredDelivered), BigInt(topic.retiredDropped), BigInt(topic.retiredDlq)])) {
@@ -663,10 +674,12 @@ export class Registry {
     // Retiring topics first: each one's removal (keep) retires it whatever else the checkpoint
     // names, and a live topic of the same name, restated after it, takes the name back.
     for (const topic of this.#retiringTopics.values()) {
-      restate(topic)
+      restate(topic, true)
       put(Entry.RemoveTopic, [...wide(topic.id), ...wide(topic.retireEpoch), 1])
+      const partitions = [...topic.carriedPartitions!]
+      for (let at = 0; at < partitions.length; at += CARRIES_PER_ENTRY) put(Entry.Carries, [...wide(topic.id), ...partitions.slice(at, at + CARRIES_PER_ENTRY)])
     }
-    for (const topic of this.#topicsById.values()) restate(topic)
+    for (const topic of this.#topicsById.values()) restate(topic, false)
     // The carries, each on a live topic of its label (there is one while the carry exists).
     for (const [label, carry] of this.carries) {
       const anchor = this.#byLabel.get(label)![0].id
@@ -697,6 +710,7 @@ export class Registry {
     this.folds.clear()
     this.#free.clear()
     this.carries.clear()
+    for (const topic of this.#retiringTopics.values()) topic.carriedPartitions = new Set()
     for (const topic of [...this.#topicsById.values(), ...this.#retiringTopics.values()]) {
       topic.retiredDelivered = topic.retiredDropped = topic.retiredDlq = 0
       for (const group of topic.retiring) group.retireEpoch = 0
@@ -726,8 +740,7 @@ export class Registry {
     // The label's series leaves with its last live topic: what retired into it, or still retires, goes too.
     if (this.liveWithLabel(topic.label).length === 0) {
       this.carries.delete(topic.label)
-      for (const retiring of [...this.#retiringTopics.values()]) {
-        if (retiring.label !== topic.label) continue
+      for (const retiring of [...this.retiringWithLabel(topic.label)]) {
         this.#releaseTopic(retiring, retiring.retireEpoch)
         this.#retiredTopic(retiring)
       }
@@ -761,14 +774,42 @@ export class Registry {
     topic.retireEpoch = epoch
     if (epoch > this.#owedEpoch) this.#owedEpoch = epoch
     this.#retiringTopics.set(topic.id, topic)
-    // What no live topic or group of the label has any more has no series to add to.
-    const carry = this.carries.get(topic.label)
-    if (carry !== undefined) {
+    const sharing = this.#retiringByLabel.get(topic.label)
+    if (sharing === undefined) this.#retiringByLabel.set(topic.label, [topic])
+    else sharing.push(topic)
+    // Which of its shares stay is decided now, from what the label's live names show (a
+    // checkpoint restates it: its RemoveGroup and Carries entries). A partition or group label
+    // only this topic had leaves with it: so does what removed names left there.
+    topic.carriedPartitions = new Set()
+    if (!this.#inCheckpoint) {
       const live = this.liveWithLabel(topic.label)
-      for (const partition of [...carry.lastSeq.keys()]) if (!live.some((t) => t.partitionSlot(partition) !== undefined)) carry.lastSeq.delete(partition)
-      for (const label of [...carry.retries.keys()]) if (!this.groupLabelLive(topic.label, label)) carry.retries.delete(label)
+      for (const partition of topic.partitionNumbers) {
+        if (live.some((t) => t.partitionSlot(partition) !== undefined)) topic.carriedPartitions.add(partition)
+        else this.#partitionGone(topic.label, partition)
+      }
+      for (const group of topic.retiring) group.carries &&= this.groupLabelLive(topic.label, group.label)
+      for (const group of topic.groups) {
+        group.carries = this.groupLabelLive(topic.label, group.label)
+        if (!group.carries) this.#groupLabelGone(topic.label, group.label)
+      }
     }
     this.onTopicRemoved?.(topic)
+  }
+
+  /** No live topic of `label` has `partition` any more: its series is gone, and what removed topics left in it. */
+  #partitionGone(label: string, partition: number): void {
+    this.carries.get(label)?.lastSeq.delete(partition)
+    for (const retiring of this.retiringWithLabel(label)) retiring.carriedPartitions!.delete(partition)
+  }
+
+  /** No live group of `label`'s topics has `groupLabel` any more: its series is gone, and what removed groups left in it. */
+  #groupLabelGone(label: string, groupLabel: string): void {
+    this.carries.get(label)?.retries.delete(groupLabel)
+    for (const topic of this.liveWithLabel(label)) for (const group of topic.retiring) if (group.label === groupLabel) group.carries = false
+    for (const topic of this.retiringWithLabel(label)) {
+      for (const group of topic.groups) if (group.label === groupLabel) group.carries = false
+      for (const group of topic.retiring) if (group.label === groupLabel) group.carries = false
+    }
   }
 
   /** A topic's blocks (its cells, its partitions', its groups') freed at `epoch`. */
@@ -781,6 +822,12 @@ export class Registry {
   /** A retiring topic is done with (retired into its carry, or its label's series gone): forgotten. */
   #retiredTopic(topic: TopicEntity): void {
     this.#retiringTopics.delete(topic.id)
+    const sharing = this.#retiringByLabel.get(topic.label)
+    const at = sharing === undefined ? -1 : sharing.indexOf(topic)
+    if (at >= 0) {
+      if (sharing!.length === 1) this.#retiringByLabel.delete(topic.label)
+      else sharing!.splice(at, 1)
+    }
     for (const group of [...topic.groups, ...topic.retiring]) this.#groupsById.delete(group.id)
     this.generation++
   }
@@ -799,6 +846,8 @@ export class Registry {
   #applyAt(position: number): void {
     const { log, fields: f, type, next } = this.#log.at(this.#logGeneration, position)
     this.#cursor = next
+    // A generation after the first starts with its checkpoint (C_LOG_CHECKPOINT: where it ends).
+    this.#inCheckpoint = position < this.memory.control[C_LOG_CHECKPOINT]
     switch (type) {
       case Entry.Skip:
         return
@@ -848,6 +897,11 @@ export class Registry {
           this.#forgetTopic(topic)
         }
         break
+      }
+      case Entry.Carries: {
+        const topic = this.#retiringTopics.get(narrow(log[f], log[f + 1]))!
+        for (let at = f + 2; at < f + (next - position - 1); at++) topic.carriedPartitions!.add(log[at])
+        return
       }
       case Entry.TopicRetired: {
         const topic = this.#retiringTopics.get(narrow(log[f], log[f + 1]))!
@@ -899,6 +953,7 @@ export class Registry {
         const wasLive = group.alive
         group.alive = false
         group.retireEpoch = narrow(log[f + 2], log[f + 3])
+        group.carries = log[f + 4] === 1
         this.#clearTag(group.slot, group.id) // as RemoveTopic
         if (group.retireEpoch > this.#owedEpoch) this.#owedEpoch = group.retireEpoch
         const topic = group.topic
@@ -906,7 +961,7 @@ export class Registry {
         topic.retiring = [...topic.retiring, group]
         this.#retiring.push(group)
         // No live group has its label any more: the label's series of it is gone, and so is what it carried.
-        if (!this.groupLabelLive(topic.label, group.label)) this.carries.get(topic.label)?.retries.delete(group.label)
+        if (!this.#inCheckpoint && wasLive && !group.carries) this.#groupLabelGone(topic.label, group.label)
         if (wasLive) this.onGroupRemoved?.(group)
         break
       }
@@ -1037,6 +1092,14 @@ export class Registry {
 }
 
 const NO_TOPICS: readonly TopicEntity[] = []
+/** Partitions per Entry.Carries (an entry must fit a log chunk). */
+const CARRIES_PER_ENTRY = 1024
+
+/** The first value of a map (in insertion order), or undefined. */
+function first<V>(map: Map<number, V>): V | undefined {
+  for (const value of map.values()) return value
+  return undefined
+}
 
 /** Entry.Carry entries adding `amount` (split where it passes one entry's 64 bits) of `kind` to the carry of `topicId`'s label. */
 function carryEntries(topicId: number, kind: CarryKind, partition: number, amount: bigint, text?: string): [Entry, number[], string?][] {
