@@ -787,7 +787,6 @@ export class Registry {
         if (live.some((t) => t.partitionSlot(partition) !== undefined)) topic.carriedPartitions.add(partition)
         else this.#partitionGone(topic.label, partition)
       }
-      for (const group of topic.retiring) group.carries &&= this.groupLabelLive(topic.label, group.label)
       for (const group of topic.groups) {
         group.carries = this.groupLabelLive(topic.label, group.label)
         if (!group.carries) this.#groupLabelGone(topic.label, group.label)
