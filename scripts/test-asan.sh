@@ -27,4 +27,4 @@ export ASAN_OPTIONS="detect_leaks=0:halt_on_error=1:abort_on_error=0:exitcode=86
 export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1:exitcode=87"
 npx tap --disable-coverage --timeout 600 "$@" \
   test/native-guards.test.js test/recording.test.js test/workers.test.js test/removal.test.js \
-  test/latency.test.js test/closed.test.js test/invariants.test.js test/groups.test.js
+  test/latency.test.js test/closed.test.js test/invariants.test.js test/groups.test.js test/carry.test.js

@@ -18,7 +18,7 @@ if [ -d examples/aedes/node_modules/aedes ] || (cd examples/aedes && npm ci --no
 else
   echo "not ok $n - examples/aedes: npm ci" >> "$out"; tail -n 5 "$work/aedes-install.log" | sed 's/^/  # /' >> "$out"
 fi
-files="test/recording.test.js test/workers.test.js test/lifecycle.test.js test/groups.test.js test/http.test.js test/native-guards.test.js test/latency.test.js"
+files="test/recording.test.js test/workers.test.js test/lifecycle.test.js test/groups.test.js test/http.test.js test/native-guards.test.js test/latency.test.js test/carry.test.js"
 for major in 22 24 26; do
   dir="$work/node$major"
   mkdir -p "$dir"
