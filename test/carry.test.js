@@ -66,6 +66,11 @@ for (const backend of backends()) {
     t.notOk(after.has(key('mq_partition_last_seq', 'topic="a_b",partition="1"')), 'a partition only the removed name had leaves with it')
     t.equal(after.get(key('mq_group_retries_total', 'topic="a_b",group="g"')), 3, 'the group series keeps its retries')
     t.equal(after.get(key('mq_group_in_flight', 'topic="a_b",group="g"')), 0, 'gauges are the live names\' own')
+    t.same(JSON.parse(JSON.stringify(surface.stats('collisions'))), {
+      filter: 'collisions',
+      topics: [{ label: 'a_b', names: ['a_b'], removed: { produced: 2, delivered: 2, dropped: 1, dlq: 1, bytes: 470, last_seq: { 0: 40 } } }],
+      groups: [{ topic_label: 'a_b', label: 'g', names: [{ topic: 'a_b', group: 'g' }], removed_retries: 2 }],
+    }, '/stats?filter=collisions shows what the removed topic still adds to the series')
 
     b.produced(0, 6, 60)
     gb.redelivered(4)

@@ -13,7 +13,7 @@ import type { ConservationReport } from '../core/conservation'
 import type { ResolvedConfig } from '../core/config'
 import type { FaultLogView } from '../core/faults'
 import { RUNBOOK_LEVELS, TIER_NAMES } from '../core/quorum'
-import { addCount, type Count, type Snapshot, type TopicSnapshot } from '../core/snapshot'
+import { addCount, type Carried, type Count, type Snapshot, type TopicSnapshot } from '../core/snapshot'
 
 export const STATS_VIEWS = ['topics', 'partitions', 'groups', 'quorum', 'latency', 'conservation', 'faults', 'collisions', 'config'] as const
 export type StatsView = (typeof STATS_VIEWS)[number]
@@ -82,8 +82,19 @@ export interface FaultsView extends FaultLogView {
 }
 export interface CollisionsView {
   filter: 'collisions'
-  topics: { label: string; names: string[] }[]
-  groups: { topic_label: string; label: string; names: { topic: string; group: string }[] }[]
+  /** `removed`: what removed topics of the label still add to its series (design §3.5), when they add anything. */
+  topics: { label: string; names: string[]; removed?: RemovedShare }[]
+  /** `removed_retries`: the retries removed groups of the label still add to its series. */
+  groups: { topic_label: string; label: string; names: { topic: string; group: string }[]; removed_retries?: Count }[]
+}
+/** The counters and last_seq (by partition) that removed names left in their label's series. */
+export interface RemovedShare {
+  produced: Count
+  delivered: Count
+  dropped: Count
+  dlq: Count
+  bytes: Count
+  last_seq: Record<string, number>
 }
 export interface ConfigView {
   filter: 'config'
@@ -341,35 +352,52 @@ function conservationView(report: ConservationReport, narrow: Narrow): Conservat
   return { filter: 'conservation', topics }
 }
 
-/** design §3.5: raw names that share one label value, and so one series on /metrics. */
+/**
+ * design §3.5: raw names that share one label value, and so one series on /metrics — live names,
+ * and what removed ones still add to it (a label with one live name and a removed share is listed
+ * too: its series is more than that name's own numbers).
+ */
 function collisionsView(snapshot: Snapshot, narrow: Narrow): CollisionsView {
-  const topicNames = new Map<string, string[]>()
-  const groupNames = new Map<string, { topic_label: string; label: string; names: { topic: string; group: string }[] }>()
+  const topicNames = new Map<string, { names: string[]; carried?: Carried }>()
+  const groupNames = new Map<string, { topic_label: string; label: string; names: { topic: string; group: string }[]; removed_retries?: Count }>()
   for (const t of snapshot.topics) {
-    const names = topicNames.get(t.label) ?? []
-    names.push(t.name)
-    topicNames.set(t.label, names)
+    const entry = topicNames.get(t.label) ?? { names: [] }
+    entry.names.push(t.name)
+    if (t.carried !== undefined) entry.carried = t.carried
+    topicNames.set(t.label, entry)
     for (const g of t.groups) {
       const id = JSON.stringify([t.label, g.label])
-      const entry = groupNames.get(id) ?? { topic_label: t.label, label: g.label, names: [] }
-      entry.names.push({ topic: t.name, group: g.name })
-      groupNames.set(id, entry)
+      const group = groupNames.get(id) ?? { topic_label: t.label, label: g.label, names: [] }
+      group.names.push({ topic: t.name, group: g.name })
+      groupNames.set(id, group)
+    }
+  }
+  for (const [label, { carried }] of topicNames) {
+    for (const [groupLabel, retries] of carried?.retries ?? []) {
+      const group = groupNames.get(JSON.stringify([label, groupLabel]))
+      if (group !== undefined) group.removed_retries = retries
     }
   }
   const byLabel = (a: string, b: string) => (a < b ? -1 : a > b ? 1 : 0)
   const topics = [...topicNames]
-    .filter(([, names]) => names.length >= 2 && narrow.group === undefined && (narrow.topic === undefined || names.includes(narrow.topic)))
-    .map(([label, names]) => ({ label, names: [...names].sort(byLabel) }))
+    .filter(([, { names, carried }]) => (names.length >= 2 || carried !== undefined) && narrow.group === undefined && (narrow.topic === undefined || names.includes(narrow.topic)))
+    .map(([label, { names, carried }]) => ({ label, names: [...names].sort(byLabel), ...(carried === undefined ? {} : { removed: removedShare(carried) }) }))
     .sort((a, b) => byLabel(a.label, b.label))
   const groups = [...groupNames.values()]
     .filter(
       (e) =>
-        e.names.length >= 2 &&
+        (e.names.length >= 2 || e.removed_retries !== undefined) &&
         e.names.some((n) => (narrow.topic === undefined || n.topic === narrow.topic) && (narrow.group === undefined || n.group === narrow.group)),
     )
     .map((e) => ({ ...e, names: [...e.names].sort((a, b) => byLabel(a.topic, b.topic) || byLabel(a.group, b.group)) }))
     .sort((a, b) => byLabel(a.topic_label, b.topic_label) || byLabel(a.label, b.label))
   return { filter: 'collisions', topics, groups }
+}
+
+function removedShare(carried: Carried): RemovedShare {
+  const lastSeq: Record<string, number> = {}
+  for (const partition of [...carried.lastSeq.keys()].sort((a, b) => a - b)) lastSeq[String(partition)] = carried.lastSeq.get(partition)!
+  return { produced: carried.produced, delivered: carried.delivered, dropped: carried.dropped, dlq: carried.dlq, bytes: carried.bytes, last_seq: lastSeq }
 }
 
 function configView(ctx: StatsContext): ConfigView {
