@@ -95,8 +95,8 @@ export interface TopicSnapshot {
   key: object
   /**
    * On the first live topic of a label that removed topics or groups shared (design §3.5): what
-   * they left in the label's series, which the exposition adds to it. Absent otherwise; never in
-   * `surface.snapshot()` or /stats (each raw name's own numbers).
+   * they left in the label's series, which the exposition adds to it. Absent otherwise. Never in
+   * `surface.snapshot()` (each raw name's own numbers); /stats shows it in the collisions view.
    */
   carried?: Carried
 }

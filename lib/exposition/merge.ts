@@ -1,5 +1,6 @@
 // Series after the collision merge (design §3.5): two topic names that sanitize to the same label
-// value are one series (counts summed, last_seq and lag the maximum). A snapshot without
+// value are one series (counts summed, last_seq and lag the maximum), which keeps what removed
+// names of the label left in it (TopicSnapshot.carried). A snapshot without
 // collisions already has this shape and is used as it is; only colliding topics and groups get
 // merged copies.
 import { Count, TopicSnapshot, addCount, isCollisionFree } from '../core/snapshot'
