@@ -166,24 +166,6 @@ export class TopicEntity {
   }
 }
 
-/**
- * What removed topics and groups left in the series of a label they shared with live ones
- * (docs/design.md §3.5): counters keep growing from where the merged series stood, and last_seq
- * keeps its highest value, as long as a live topic has the label. The registry's picture, replayed
- * from the log (Entry.Carry) like every thread's; the reader adds the cells of what still retires.
- */
-export class LabelCarry {
-  produced: Count = 0
-  bytes: Count = 0
-  delivered: Count = 0
-  dropped: Count = 0
-  dlq: Count = 0
-  /** Partition number → the highest last_seq a removed topic of the label reached there. */
-  readonly lastSeq = new Map<number, number>()
-  /** Group label → the retries of the removed groups with that label. */
-  readonly retries = new Map<string, Count>()
-}
-
 /** Index of `partition` in an ascending array, or −1. Dense partitions 0…n−1 sit at their own index. */
 export function indexOf(numbers: readonly number[], partition: number): number {
   if (partition < numbers.length && numbers[partition] === partition) return partition

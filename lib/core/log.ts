@@ -44,7 +44,7 @@ export const enum Entry {
   Window = 12,
   /**
    * topicId(2), kind (CarryKind), partition, amount(2), and for retries the group label: a share
-   * of a removed topic or group added to the carry of the topic's label (entities.ts LabelCarry).
+   * of a removed topic or group added to the carry of the topic's label (carry.ts LabelCarry).
    * The topic is any of the label's, live or retiring.
    */
   Carry = 13,
@@ -69,6 +69,22 @@ export const enum CarryKind {
 
 const TYPE_BITS = 4
 const TYPE_MASK = (1 << TYPE_BITS) - 1
+
+/**
+ * The most an amount field of one log entry holds: its two cells are 64 bits. A larger amount (a
+ * counter's folds summed in a checkpoint, a removed group's totals) is written as several
+ * entries, which add up.
+ */
+const ENTRY_AMOUNT = 2n ** 62n
+
+/** `amounts` as rows of parts, each part at most ENTRY_AMOUNT, the rows summing to `amounts` (the last row holds the rest). */
+export function amountRows(amounts: readonly bigint[]): bigint[][] {
+  const rest = [...amounts]
+  const rows: bigint[][] = []
+  while (rest.some((a) => a > ENTRY_AMOUNT)) rows.push(rest.map((a, i) => (a > ENTRY_AMOUNT ? ((rest[i] = a - ENTRY_AMOUNT), ENTRY_AMOUNT) : 0n)))
+  rows.push(rest)
+  return rows
+}
 
 /** A number below 2^64 as two cells: high and low 32 bits. */
 export function wide(value: number | bigint): [number, number] {

@@ -9,11 +9,12 @@
 // recording call can still write into them (reclamation.ts). Recording never touches the log.
 import { ResolvedConfig } from './config'
 import {
-  COMPACT_MIN_INTS, DEFAULT_SETTLE_WINDOW, FLOOR_SLOTS, FreeQueue, G_DELIVERED, G_DLQ, G_DROPPED, G_RETRIES, G_START, LabelCarry, G_TAG, G_WINDOWED, GONE_CHECK_MS, GROUP_SLOTS, GroupEntity, inserted, P_BASE, PARTITION_SLOTS, sameNumbers, T_PARTITIONS, TOPIC_SLOTS, TopicEntity, windowSlots, withGroup,
+  COMPACT_MIN_INTS, DEFAULT_SETTLE_WINDOW, FLOOR_SLOTS, FreeQueue, G_DELIVERED, G_DLQ, G_DROPPED, G_RETRIES, G_START, G_TAG, G_WINDOWED, GONE_CHECK_MS, GROUP_SLOTS, GroupEntity, inserted, P_BASE, PARTITION_SLOTS, sameNumbers, T_PARTITIONS, TOPIC_SLOTS, TopicEntity, windowSlots, withGroup,
 } from './entities'
 import { ClosedError, LimitError, RemovedGroupError, RemovedTopicError } from './errors'
 import { sanitizeLabelValue } from './labels'
-import { CarryKind, Entry, RegistrationLog, narrow, readText, wide, wideAmount } from './log'
+import { LabelCarry, carriesEntries, carryEntries } from './carry'
+import { CarryKind, Entry, RegistrationLog, amountRows, narrow, readText, wide, wideAmount } from './log'
 import { B_NEXT_ID, C_CLOSED, C_LOG_CHECKPOINT, C_LOG_END, C_LOG_GENERATION, C_NEXT_CHUNK, C_NEXT_SLOT, C_RECOUNT, SHARED_ROW, SLOTS_PER_CHUNK } from './layout'
 import { Memory } from './memory'
 import { advanceEpoch, catchUpEpoch, nextEpoch, passedEpoch, ring } from './reclamation'
@@ -31,22 +32,6 @@ const KEY_PARTITION = blockKey(1, PARTITION_SLOTS)
 const KEY_GROUP = blockKey(2, GROUP_SLOTS)
 const KEY_FLOOR = blockKey(3, FLOOR_SLOTS)
 const windowKey = (window: number) => blockKey(4, windowSlots(window))
-
-/**
- * The most an amount field of one log entry holds: its two cells are 64 bits. A larger amount (a
- * counter's folds summed in a checkpoint, a removed group's totals) is written as several
- * entries, which add up.
- */
-const ENTRY_AMOUNT = 2n ** 62n
-
-/** `amounts` as rows of parts, each part at most ENTRY_AMOUNT, the rows summing to `amounts` (the last row holds the rest). */
-function amountRows(amounts: readonly bigint[]): bigint[][] {
-  const rest = [...amounts]
-  const rows: bigint[][] = []
-  while (rest.some((a) => a > ENTRY_AMOUNT)) rows.push(rest.map((a, i) => (a > ENTRY_AMOUNT ? ((rest[i] = a - ENTRY_AMOUNT), ENTRY_AMOUNT) : 0n)))
-  rows.push(rest)
-  return rows
-}
 
 /** What Registry.arenaUsage() reports (surface.arenaUsage(): docs/api.md). */
 export interface ArenaUsage {
@@ -676,19 +661,11 @@ export class Registry {
     for (const topic of this.#retiringTopics.values()) {
       restate(topic, true)
       put(Entry.RemoveTopic, [...wide(topic.id), ...wide(topic.retireEpoch), 1])
-      const partitions = [...topic.carriedPartitions!]
-      for (let at = 0; at < partitions.length; at += CARRIES_PER_ENTRY) put(Entry.Carries, [...wide(topic.id), ...partitions.slice(at, at + CARRIES_PER_ENTRY)])
+      for (const [type, fields] of carriesEntries(topic.id, [...topic.carriedPartitions!])) put(type, fields)
     }
     for (const topic of this.#topicsById.values()) restate(topic, false)
     // The carries, each on a live topic of its label (there is one while the carry exists).
-    for (const [label, carry] of this.carries) {
-      const anchor = this.#byLabel.get(label)![0].id
-      for (const [kind, amount] of [[CarryKind.Produced, carry.produced], [CarryKind.Bytes, carry.bytes], [CarryKind.Delivered, carry.delivered], [CarryKind.Dropped, carry.dropped], [CarryKind.Dlq, carry.dlq]] as const) {
-        for (const [type, fields] of carryEntries(anchor, kind, 0, BigInt(amount))) put(type, fields)
-      }
-      for (const [partition, lastSeq] of carry.lastSeq) for (const [type, fields] of carryEntries(anchor, CarryKind.LastSeq, partition, BigInt(lastSeq))) put(type, fields)
-      for (const [groupLabel, retries] of carry.retries) for (const [type, fields, text] of carryEntries(anchor, CarryKind.Retries, 0, BigInt(retries), groupLabel)) put(type, fields, text)
-    }
+    for (const [label, carry] of this.carries) for (const [type, fields, text] of carry.entries(this.#byLabel.get(label)![0].id)) put(type, fields, text)
     for (const [slot, amount] of this.folds) for (const [part] of amountRows([amount])) put(Entry.Fold, [slot, ...wide(part)])
     for (const [key, queue] of this.#free) {
       for (let i = queue.head; i < queue.slots.length; i++) put(Entry.Free, [key, queue.slots[i], ...wide(queue.epochs[i])])
@@ -912,20 +889,8 @@ export class Registry {
         const label = this.#topicOf(log, f).label
         let carry = this.carries.get(label)
         if (carry === undefined) this.carries.set(label, (carry = new LabelCarry()))
-        const amount = exact(wideAmount(log[f + 4], log[f + 5]))
-        switch (log[f + 2] as CarryKind) {
-          case CarryKind.Produced: carry.produced = addCount(carry.produced, amount); break
-          case CarryKind.Bytes: carry.bytes = addCount(carry.bytes, amount); break
-          case CarryKind.Delivered: carry.delivered = addCount(carry.delivered, amount); break
-          case CarryKind.Dropped: carry.dropped = addCount(carry.dropped, amount); break
-          case CarryKind.Dlq: carry.dlq = addCount(carry.dlq, amount); break
-          case CarryKind.LastSeq: carry.lastSeq.set(log[f + 3], Math.max(carry.lastSeq.get(log[f + 3]) ?? 0, Number(amount))); break
-          case CarryKind.Retries: {
-            const groupLabel = this.#textAt(position, log, f + 6)
-            carry.retries.set(groupLabel, addCount(carry.retries.get(groupLabel) ?? 0, amount))
-            break
-          }
-        }
+        const kind = log[f + 2] as CarryKind
+        carry.add(kind, log[f + 3], exact(wideAmount(log[f + 4], log[f + 5])), kind === CarryKind.Retries ? this.#textAt(position, log, f + 6) : '')
         break
       }
       case Entry.Partition: {
@@ -1091,19 +1056,10 @@ export class Registry {
 }
 
 const NO_TOPICS: readonly TopicEntity[] = []
-/** Partitions per Entry.Carries (an entry must fit a log chunk). */
-const CARRIES_PER_ENTRY = 1024
-
 /** The first value of a map (in insertion order), or undefined. */
 function first<V>(map: Map<number, V>): V | undefined {
   for (const value of map.values()) return value
   return undefined
-}
-
-/** Entry.Carry entries adding `amount` (split where it passes one entry's 64 bits) of `kind` to the carry of `topicId`'s label. */
-function carryEntries(topicId: number, kind: CarryKind, partition: number, amount: bigint, text?: string): [Entry, number[], string?][] {
-  if (amount === 0n) return []
-  return amountRows([amount]).map(([part]) => [Entry.Carry, [...wide(topicId), kind, partition, ...wide(part)], text])
 }
 
 /** A bigint amount as a Count: a number while it is safe. */
