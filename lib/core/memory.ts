@@ -1,7 +1,7 @@
 // Memory: one thread's view of the shared arena (lib/core/layout.ts) — its row, the chunks it has
 // mapped, the registration lock and the row-owner table that lets rows of exited threads be reused.
 import { Arena, CHUNK_BYTES, chunkOffset } from './backend'
-import { acquire, acquireWanted, release } from './lock'
+import { acquireWanted, release } from './lock'
 import { MAX_TID, ThreadIdentity, ThreadState, taskStat, threadIdentity, threadState } from './threads'
 import {
   B_ANNOUNCE, B_EPOCH, B_NEXT_ID, B_SURFACE_ID, C_LOCK, C_LOCK_WANTED, C_LOG_DIRECTORIES, C_NEXT_ANONYMOUS, C_NEXT_CHUNK, C_NEXT_ROW, C_RECOUNT, C_ROW_DIRECTORY,
