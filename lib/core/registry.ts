@@ -546,7 +546,7 @@ export class Registry {
 
   /**
    * Retiring groups whose epoch has passed: their final counts move into their topics (and their
-   * retries into their label's carry, while a live group has that label). Retiring topics whose
+   * retries into their label's carry, if their removal said so: GroupEntity.carries). Retiring topics whose
    * epoch has passed: their final counts move into their label's carry. Caller locks.
    */
   #retirePassed(): void {
@@ -731,12 +731,7 @@ export class Registry {
     // A checkpoint replayed over an old picture may name a new topic of the same name first.
     if (this.topics.get(topic.name) === topic) this.topics.delete(topic.name)
     this.#topicsById.delete(topic.id)
-    const sharing = this.#byLabel.get(topic.label)
-    const at = sharing === undefined ? -1 : sharing.indexOf(topic)
-    if (at >= 0) {
-      if (sharing!.length === 1) this.#byLabel.delete(topic.label)
-      else sharing!.splice(at, 1)
-    }
+    without(this.#byLabel, topic)
     for (const group of [...topic.groups, ...topic.retiring]) group.alive = false
     this.#retiring = this.#retiring.filter((group) => group.topic !== topic)
   }
@@ -751,9 +746,7 @@ export class Registry {
     topic.retireEpoch = epoch
     if (epoch > this.#owedEpoch) this.#owedEpoch = epoch
     this.#retiringTopics.set(topic.id, topic)
-    const sharing = this.#retiringByLabel.get(topic.label)
-    if (sharing === undefined) this.#retiringByLabel.set(topic.label, [topic])
-    else sharing.push(topic)
+    withTopic(this.#retiringByLabel, topic)
     // Which of its shares stay is decided now, from what the label's live names show (a
     // checkpoint restates it: its RemoveGroup and Carries entries). A partition or group label
     // only this topic had leaves with it: so does what removed names left there.
@@ -798,12 +791,7 @@ export class Registry {
   /** A retiring topic is done with (retired into its carry, or its label's series gone): forgotten. */
   #retiredTopic(topic: TopicEntity): void {
     this.#retiringTopics.delete(topic.id)
-    const sharing = this.#retiringByLabel.get(topic.label)
-    const at = sharing === undefined ? -1 : sharing.indexOf(topic)
-    if (at >= 0) {
-      if (sharing!.length === 1) this.#retiringByLabel.delete(topic.label)
-      else sharing!.splice(at, 1)
-    }
+    without(this.#retiringByLabel, topic)
     for (const group of [...topic.groups, ...topic.retiring]) this.#groupsById.delete(group.id)
     this.generation++
   }
@@ -843,9 +831,7 @@ export class Registry {
         const topic = new TopicEntity(id, name, sanitizeLabelValue(name), log[f + 2])
         this.topics.set(name, topic)
         this.#topicsById.set(topic.id, topic)
-        const sharing = this.#byLabel.get(topic.label)
-        if (sharing === undefined) this.#byLabel.set(topic.label, [topic])
-        else sharing.push(topic)
+        withTopic(this.#byLabel, topic)
         break
       }
       case Entry.RemoveTopic: {
@@ -1056,6 +1042,22 @@ export class Registry {
 }
 
 const NO_TOPICS: readonly TopicEntity[] = []
+
+/** `topic` added to its label's list in `byLabel`. */
+function withTopic(byLabel: Map<string, TopicEntity[]>, topic: TopicEntity): void {
+  const sharing = byLabel.get(topic.label)
+  if (sharing === undefined) byLabel.set(topic.label, [topic])
+  else sharing.push(topic)
+}
+
+/** `topic` taken out of its label's list in `byLabel` (the list goes with its last topic). */
+function without(byLabel: Map<string, TopicEntity[]>, topic: TopicEntity): void {
+  const sharing = byLabel.get(topic.label)
+  const at = sharing === undefined ? -1 : sharing.indexOf(topic)
+  if (at < 0) return
+  if (sharing!.length === 1) byLabel.delete(topic.label)
+  else sharing!.splice(at, 1)
+}
 /** The first value of a map (in insertion order), or undefined. */
 function first<V>(map: Map<number, V>): V | undefined {
   for (const value of map.values()) return value
