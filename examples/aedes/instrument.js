@@ -73,7 +73,7 @@ function instrument(broker, surface, { window: WINDOW = 65536 } = {}) {
   }
   const enqueue = broker.persistence.outgoingEnqueueCombi.bind(broker.persistence)
   broker.persistence.outgoingEnqueueCombi = function (subs, packet, done) { // a QoS 1 message stored for the persistent sessions that get a copy
-    const t = packet.brokerId === broker.id ? topics.get(packet.topic) : undefined
+    const t = subs?.length && packet.brokerId === broker.id ? topics.get(packet.topic) : undefined // aedes calls it for every message: most store no copy
     const stored = t?.routing.size ? t.routing.get(seqOf(t, packet.brokerCounter)) : undefined // routed() is waiting for it
     if (stored !== undefined) for (const sub of subs) stored.push(sub.clientId) // an offline session's copy is sent when it is back
     return enqueue(subs, packet, done)

@@ -72,6 +72,10 @@ interface Lane {
   readonly header: number
   readonly bits: Int32Array
   readonly first: number
+  /** The group's settle window (entity.window), kept here: the per-message calls then read no entity. */
+  readonly window: number
+  /** window − 1 when the window is a power of two (seq mod window is then a mask below 2^31), else −1. */
+  readonly mask: number
 }
 
 /** What a per-message call does (Group.#perMessage). */
@@ -495,9 +499,10 @@ export class Group {
     const header = lane.header
     const bits = lane.bits
     const first = lane.first
-    const window = this.entity.window
+    const window = lane.window
     const words = window >>> 5
-    const position = windowIndex(seq, window)
+    const mask = lane.mask
+    const position = mask >= 0 && seq <= 0x7fffffff ? seq & mask : windowIndex(seq, window)
     const word = first + (position >>> 5)
     const bit = 1 << (position & 31)
     const row = this.#row
@@ -579,7 +584,7 @@ export class Group {
       }
       if (settling) {
         // Seqs settled above the new floor continue it: it rises over them too.
-        for (let next = windowIndex(to + 1, window); to !== floor && to + 1 <= floor + window; next = next + 1 === window ? 0 : next + 1) {
+        for (let next = to === seq ? (position + 1 === window ? 0 : position + 1) : windowIndex(to + 1, window); to !== floor && to + 1 <= floor + window; next = next + 1 === window ? 0 : next + 1) {
           if ((bits[first + words + (next >>> 5)] & (1 << (next & 31))) === 0 || (to + 1 > lastSeq && to + 1 > (lastSeq = this.#lastSeqReaching(lane, to + 1)))) break
           to++
           passed++
@@ -701,6 +706,8 @@ export class Group {
       header,
       bits: this.#memory.sharedI32(windowSlot >>> Chunk.Shift),
       first: (header + W_HEADER) * 2, // the in-flight bits; the settled bits follow them
+      window: this.entity.window,
+      mask: (this.entity.window & (this.entity.window - 1)) === 0 ? this.entity.window - 1 : -1,
     }
     this.#lanes[partition] = lane
     return lane
