@@ -41,11 +41,13 @@ function isCount(value: unknown): value is number {
 
 /**
  * `seq mod window`: where a seq's bits are in its window (0 ≤ seq ≤ 2^53 − 1, 32 ≤ window ≤ 2^17).
- * Seqs are doubles here (they come from Float64Array cells), and V8 compiles `%` of doubles to a
- * call into the C library; a division, a floor and one correction cost a fraction of it (the
- * per-message row of bench/lifecycle.js). Exact below 2^52, where q·window stays below 2^53.
+ * A power-of-two window (the default) below 2^31 is a mask. Otherwise: seqs are doubles here
+ * (they come from Float64Array cells), and V8 compiles `%` of doubles to a call into the C
+ * library; a division, a floor and one correction cost a fraction of it (the per-message row of
+ * bench/lifecycle.js). Exact below 2^52, where q·window stays below 2^53.
  */
 function windowIndex(seq: number, window: number): number {
+  if (seq <= 0x7fffffff && (window & (window - 1)) === 0) return seq & (window - 1)
   if (seq >= 4503599627370496) return seq % window
   const r = seq - Math.floor(seq / window) * window
   return r < 0 ? r + window : r >= window ? r - window : r
@@ -74,8 +76,6 @@ interface Lane {
   readonly first: number
   /** The group's settle window (entity.window), kept here: the per-message calls then read no entity. */
   readonly window: number
-  /** window − 1 when the window is a power of two (seq mod window is then a mask below 2^31), else −1. */
-  readonly mask: number
 }
 
 /** What a per-message call does (Group.#perMessage). */
@@ -501,8 +501,7 @@ export class Group {
     const first = lane.first
     const window = lane.window
     const words = window >>> 5
-    const mask = lane.mask
-    const position = mask >= 0 && seq <= 0x7fffffff ? seq & mask : windowIndex(seq, window)
+    const position = windowIndex(seq, window)
     const word = first + (position >>> 5)
     const bit = 1 << (position & 31)
     const row = this.#row
@@ -584,7 +583,7 @@ export class Group {
       }
       if (settling) {
         // Seqs settled above the new floor continue it: it rises over them too.
-        for (let next = to === seq ? (position + 1 === window ? 0 : position + 1) : windowIndex(to + 1, window); to !== floor && to + 1 <= floor + window; next = next + 1 === window ? 0 : next + 1) {
+        for (let next = windowIndex(to + 1, window); to !== floor && to + 1 <= floor + window; next = next + 1 === window ? 0 : next + 1) {
           if ((bits[first + words + (next >>> 5)] & (1 << (next & 31))) === 0 || (to + 1 > lastSeq && to + 1 > (lastSeq = this.#lastSeqReaching(lane, to + 1)))) break
           to++
           passed++
@@ -707,7 +706,6 @@ export class Group {
       bits: this.#memory.sharedI32(windowSlot >>> Chunk.Shift),
       first: (header + W_HEADER) * 2, // the in-flight bits; the settled bits follow them
       window: this.entity.window,
-      mask: (this.entity.window & (this.entity.window - 1)) === 0 ? this.entity.window - 1 : -1,
     }
     this.#lanes[partition] = lane
     return lane

@@ -89,8 +89,9 @@ export class SnapshotReader {
       const topic = sorted[t]
       if (this.#registry.isLive(topic)) {
         const snapshot = this.#topic(topic, ackFloors)
-        // The first live topic of its label carries what removed names left in the label's series.
-        if (topic.label !== label) {
+        // The first live topic of its label carries what removed names left in the label's series
+        // (only where names collide: a carry is left only by the removal of a colliding name).
+        if (!this.#layout.collisionFree && topic.label !== label) {
           label = topic.label
           const carried = this.#carried(label)
           if (carried !== undefined) snapshot.carried = carried
