@@ -12,7 +12,7 @@ import type { GzipBody } from './exposition/gzip'
 import { HttpHost, createHandler, listen as listenHttp } from './http/server'
 import { describe, isPlainObject, validateName } from './core/labels'
 import { LATENCY_BUCKETS, LatencyEstimator, LatencyWindow, QuantilesFromCounts, latencyEstimator } from './core/latency'
-import { C_NEXT_SLOT, MAIN_ROW } from './core/layout'
+import { C_NEXT_SLOT, C_SLOT_CHUNKS, C_SLOTS_RESERVED, MAIN_ROW, SLOTS_PER_CHUNK } from './core/layout'
 import { Memory } from './core/memory'
 import { Quorum, QuorumEvent, RUNBOOK_LEVELS, TIER_NAMES, WriteAnswer } from './core/quorum'
 import { keepAnnouncing } from './core/reclamation'
@@ -99,7 +99,10 @@ export class Surface extends EventEmitter {
     this.enabled = this.config.metrics_enabled
     this.#arena = createArena(this.backend)
     const memory = new Memory(this.#arena, true)
+    // The latency estimator's slots open the first slot chunk; blocks follow them (registry.ts #allocate).
     memory.control[C_NEXT_SLOT] = LATENCY_SLOTS
+    memory.control[C_SLOT_CHUNKS] = Math.ceil(LATENCY_SLOTS / SLOTS_PER_CHUNK)
+    memory.control[C_SLOTS_RESERVED] = LATENCY_SLOTS
     memory.claimRow() // row 1: this (the main) thread
     this.#registry = new Registry(memory, this.config)
     this.#workerFaults = new WorkerFaultChannel(memory)

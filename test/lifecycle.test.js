@@ -455,6 +455,38 @@ for (const backend of backends()) {
     t.same(codes(faults), ['ALREADY_SETTLED'])
     t.end()
   })
+
+  t.test(`${backend}: a window costs its two bits per seq and its floor's header, whichever threads use it`, async (t) => {
+    // docs/integration.md "Memory": 2 bits per seq in the shared row (the largest window fills
+    // half a chunk), a 32-byte floor block holding its header; no thread row of a window's chunk.
+    const s = surfaceOn(t, backend, { max_partitions_per_topic: 64 })
+    const faults = faultsOf(s)
+    const topic = s.topic('orders')
+    const PARTITIONS = 40
+    for (let p = 0; p < PARTITIONS; p++) topic.append(p, 1)
+    const g = topic.group('billing', { settle_window: 131072 })
+    const small = topic.group('audit') // the default window: 1,024 seqs
+    const before = s.arenaUsage()
+    for (let p = 0; p < PARTITIONS; p++) g.send(0 + p, 1)
+    const sent = s.arenaUsage()
+    t.equal(sent.slotsReserved - before.slotsReserved, PARTITIONS * (131072 / 32 + 4), 'slots: 4,096 per window (32 KiB) and 4 per floor block')
+    // 40 windows fill 20 chunks; the floor blocks take one chunk in the shared row and one in this thread's.
+    t.ok(sent.chunks - before.chunks <= PARTITIONS / 2 + 2, `arena chunks: ${sent.chunks - before.chunks} for ${PARTITIONS} windows of 32 KiB`)
+    for (let p = 0; p < PARTITIONS; p++) small.settle(p, 1, 'dropped')
+    const settled = s.arenaUsage()
+    t.equal(settled.slotsReserved - sent.slotsReserved, PARTITIONS * (1024 / 32 + 4), 'slots: 32 per default window and 4 per floor block')
+    t.ok(settled.chunks - sent.chunks <= 2, `arena chunks: ${settled.chunks - sent.chunks} for ${PARTITIONS} default windows`)
+    const worker = await scriptedWorker(s)
+    t.teardown(() => worker.close())
+    const attached = s.arenaUsage()
+    for (let p = 0; p < PARTITIONS; p++) t.equal(await worker.call('orders', 'billing', 'settle', p, 1, 'delivered'), true)
+    const after = s.arenaUsage()
+    t.equal(after.slotsReserved, attached.slotsReserved, 'a worker on the same windows reserves nothing')
+    t.ok(after.chunks - attached.chunks <= 3, `a worker settling on every window maps ${after.chunks - attached.chunks} chunks of its own (its floors and last_seqs), none of the windows'`)
+    const numbers = group(s, 'orders', 'billing')
+    t.same([numbers.delivered, numbers.in_flight, numbers.lag], [PARTITIONS, 0, 0])
+    t.same(codes(faults), [])
+  })
 }
 
 for (const backend of backends()) {

@@ -8,7 +8,7 @@ export const PARTITION_SLOTS = 3 // rows: last_seq · shared: last_seq hint (max
 export const P_BASE = 1
 export const P_LOCK = 2
 export const GROUP_SLOTS = 6 // rows: delivered, dropped, dlq, retries, in_flight share · shared: +0 liveness tag (the group id), +1 start balance, +2 conservation episode (Int32), +3 partitions settled per message (Int32), +5 dispatch lock (Int32)
-export const FLOOR_SLOTS = 1 // rows: ack_floor · shared: ack_floor hint
+export const FLOOR_SLOTS = 4 // rows: ack_floor · shared: ack_floor hint, +1 the header of the partition's settlement window (W_*), if it has one
 export const G_DELIVERED = 0
 export const G_DROPPED = 1
 export const G_DLQ = 2
@@ -42,7 +42,12 @@ export const G_EPISODE = 2
  */
 export const T_PARTITIONS = 1
 export const G_WINDOWED = 3
-/** A settlement window's header (shared row): its base + 1 (0: not yet initialized)… */
+/**
+ * A settlement window's header: three cells of its floor block's shared row from W_AT on, apart
+ * from the window's bits, so that a window's block is its bits alone (a whole number of 64-byte
+ * lines; two of the largest fill one chunk). In it: the window's base + 1 (0: not yet initialized)…
+ */
+export const W_AT = 1
 export const W_BASE = 0
 /** …and how many seqs above the floor are settled (the group no longer owes them: design §4). */
 export const W_SETTLED = 1
@@ -52,12 +57,11 @@ export const W_SETTLED = 1
  * (a worker terminated) leaves a move the lock's next holder finishes (window.ts).
  */
 export const W_PENDING = 2
-export const W_HEADER = 3
 /** A settlement window spans this many seqs above the floor unless the group says otherwise. */
 export const DEFAULT_SETTLE_WINDOW = 1024
-/** Slots of a settlement window of `seqs` seqs: the header, then two bits per seq (in flight, settled). */
+/** Slots of a settlement window of `seqs` seqs: two bits per seq (in flight, then settled); its header is in the floor block (W_AT). */
 export function windowSlots(seqs: number): number {
-  return W_HEADER + seqs / 32
+  return seqs / 32
 }
 
 /** A log shorter than this is never compacted (Int32 units: 256 KiB). */

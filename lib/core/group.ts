@@ -5,7 +5,7 @@ import { describe } from './labels'
 import { C_CLOSED, C_NEXT_ROW, MAX_ROWS, SLOTS_PER_CHUNK } from './layout'
 import { acquire, release } from './lock'
 import { Memory } from './memory'
-import { G_LOCK, G_WINDOWED, GroupEntity, T_PARTITIONS, TopicEntity, W_BASE, W_HEADER, W_PENDING, W_SETTLED } from './entities'
+import { G_LOCK, G_WINDOWED, GroupEntity, T_PARTITIONS, TopicEntity, W_AT, W_BASE, W_PENDING, W_SETTLED } from './entities'
 import { clearPassed, finishFloorMove, finishWindows } from './window'
 import { Chunk, GroupCell, checkCount, checkPartition, checkSeq, goneError } from './checks'
 import type { Recorder } from './recording'
@@ -66,12 +66,14 @@ interface Lane {
   readonly own: Float64Array
   readonly ownAt: number
   readonly floorSlot: number
-  /** The shared row's chunk holding the floor's hint, and its index. */
-  readonly hints: Float64Array
-  readonly hintAt: number
-  /** The window's header cells (W_BASE, W_SETTLED) and its bits (registry.ts windowSlots). */
+  /**
+   * The shared row's chunk holding the floor block: the floor's hint at `hintAt`, the window's
+   * header cells (W_BASE, W_SETTLED, W_PENDING) from `header` on (entities.ts W_AT).
+   */
   readonly headers: Float64Array
+  readonly hintAt: number
   readonly header: number
+  /** The window's bits (registry.ts windowSlots), in flight from `first` on, settled after them. */
   readonly bits: Int32Array
   readonly first: number
   /** The group's settle window (entity.window), kept here: the per-message calls then read no entity. */
@@ -516,7 +518,7 @@ export class Group {
       if (took) this.#tookOver()
       this.#alive()
       // A holder that stopped (a worker terminated) inside a floor move left it recorded: finished first.
-      if (headers[header + W_PENDING] !== 0) finishFloorMove(headers, header, bits, first, window, lane.hints, lane.hintAt)
+      if (headers[header + W_PENDING] !== 0) finishFloorMove(headers, header, lane.hintAt, bits, first, window)
       const initialized = headers[header + W_BASE] !== 0
       const floor = initialized ? headers[header + W_BASE] - 1 : Math.max(this.#recorder.highest(lane.floorSlot), this.#topic.baseHeld(lane.lastSeqSlot))
       const inFlight = (bits[word] & bit) !== 0
@@ -611,7 +613,7 @@ export class Group {
           headers[header + W_BASE] = to + 1
           headers[header + W_PENDING] = 0
         }
-        if (to > lane.hints[lane.hintAt]) lane.hints[lane.hintAt] = to
+        if (to > headers[lane.hintAt]) headers[lane.hintAt] = to
         result = n
       }
     } finally {
@@ -690,21 +692,19 @@ export class Group {
     const floorSlot = registry.floor(this.entity, partition)
     const windowSlot = registry.windowBlock(this.entity, partition)
     this.#recorder.resolveChunk(floorSlot)
-    this.#recorder.resolveChunk(windowSlot)
+    this.#recorder.resolveShared(windowSlot) // in the shared row only: no thread row of its chunk is ever made
     this.#recorder.resolveChunk(lastSeqSlot)
-    const header = windowSlot & Chunk.Mask
     const lane: Lane = {
       lastSeqSlot,
       seen: this.#topic.lastSeqOf(lastSeqSlot),
       own: this.#recorder.rowChunks[lastSeqSlot >>> Chunk.Shift],
       ownAt: lastSeqSlot & Chunk.Mask,
       floorSlot,
-      hints: this.#recorder.sharedChunks[floorSlot >>> Chunk.Shift],
+      headers: this.#recorder.sharedChunks[floorSlot >>> Chunk.Shift],
       hintAt: floorSlot & Chunk.Mask,
-      headers: this.#recorder.sharedChunks[windowSlot >>> Chunk.Shift],
-      header,
+      header: (floorSlot & Chunk.Mask) + W_AT,
       bits: this.#memory.sharedI32(windowSlot >>> Chunk.Shift),
-      first: (header + W_HEADER) * 2, // the in-flight bits; the settled bits follow them
+      first: (windowSlot & Chunk.Mask) * 2, // the in-flight bits; the settled bits follow them
       window: this.entity.window,
     }
     this.#lanes[partition] = lane

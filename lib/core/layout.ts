@@ -25,7 +25,7 @@ export const DIRECTORY_ENTRIES = CHUNK_BYTES / 4
 export const C_LOCK = 0 // 0 free, else the holder's lock tag (see lockTag)
 export const C_NEXT_CHUNK = 1 // next arena chunk to hand out
 export const C_NEXT_ROW = 2 // next thread row to claim
-export const C_NEXT_SLOT = 3 // next never-used slot id
+export const C_NEXT_SLOT = 3 // next never-used slot id of the chunk blocks are handed out from (registry.ts #allocate)
 export const C_QUORUM = 4 // design §6: the one copy of the quorum tier (0, 1, 2)
 export const C_LOG_END = 5 // published end of the registration log, in Int32 units
 export const C_LOG_GENERATION = 6 // bumped by every compaction of the log (see log.ts)
@@ -36,6 +36,9 @@ export const C_CLOSED = 10 // 1 once the surface is closed (Registry.close): not
 export const C_FAULT_CHANNEL = 11 // arena chunk of the worker fault channel (0 = none yet; see worker-faults.ts)
 export const C_RECOUNT = 12 // 1 once a registration may have left a shared count behind (its lock taken over from a stopped holder, or it threw): the registry's next catch-up sets every one again (entities.ts G_WINDOWED)
 export const C_LOCK_WANTED = 13 // 1 once a thread waiting for the registration lock went to sleep: a holder reading in slices lets it in (Memory.letWaiterIn)
+export const C_NEXT_WINDOW_SLOT = 14 // next never-used slot id of the chunk settlement windows are handed out from (0: none yet): a chunk of windows holds nothing else, so no thread row of it is ever made
+export const C_SLOT_CHUNKS = 15 // slot chunks handed out so far (to blocks and to windows): the next one is that index
+export const C_SLOTS_RESERVED = 22 // slots ever handed out (arenaUsage().slotsReserved)
 export const C_ROW_DIRECTORY = 64 // [MAX_ROWS]: chunk holding row r's directory, 0 = none yet
 // BigInt64 cells (indices into the same chunk viewed as a BigInt64Array): numbers that must never
 // wrap over a surface's life.

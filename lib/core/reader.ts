@@ -4,7 +4,7 @@
 // floors and groups as sorted arrays, so a read needs no per-topic layout of its own.
 import { SHARED_ROW, SLOTS_PER_CHUNK } from './layout'
 import { Memory } from './memory'
-import { G_DELIVERED, G_DLQ, G_DROPPED, G_IN_FLIGHT, G_LOCK, G_RETRIES, G_START, P_BASE, W_PENDING, W_SETTLED, GroupEntity, TopicEntity } from './entities'
+import { G_DELIVERED, G_DLQ, G_DROPPED, G_IN_FLIGHT, G_LOCK, G_RETRIES, G_START, P_BASE, W_AT, W_PENDING, W_SETTLED, GroupEntity, TopicEntity } from './entities'
 import { release } from './lock'
 import { finishWindows } from './window'
 import { Registry } from './registry'
@@ -381,11 +381,13 @@ export class SnapshotReader {
           // floor (a settlement writes its count first), so this never goes below 0.
           while (w < windows.length && windows[w] < numbers[p]) w++
           if (w < windows.length && windows[w] === numbers[p]) {
-            const slot = group.windowSlots[w]
+            // The window's header is in the partition's floor block (entities.ts W_AT), registered before the window.
+            const slot = group.floorSlot(numbers[p])!
             const header = this.#shared[slot >>> Chunk.Shift] ?? this.#sharedOf(slot >>> Chunk.Shift)
+            const at = (slot & Chunk.Mask) + W_AT
             // Seqs settled above the floor (W_SETTLED); a floor move recorded, not finished (W_PENDING: #locksHeld).
-            behind -= Math.min(behind, header[(slot & Chunk.Mask) + W_SETTLED])
-            if (header[(slot & Chunk.Mask) + W_PENDING] !== 0) (pending ??= []).push(group)
+            behind -= Math.min(behind, header[at + W_SETTLED])
+            if (header[at + W_PENDING] !== 0) (pending ??= []).push(group)
           }
         }
         groupDepth += behind

@@ -57,6 +57,12 @@ export class Recorder {
     if (this.sharedChunks[c] === undefined) this.sharedChunks[c] = this.registry.memory.rowChunk(SHARED_ROW, c, true)!
   }
 
+  /** Makes `sharedChunks` hold the chunk of `slot`, for a block only the shared row holds (a settlement window). */
+  resolveShared(slot: number): void {
+    const c = slot >>> Chunk.Shift
+    if (this.sharedChunks[c] === undefined) this.sharedChunks[c] = this.registry.memory.rowChunk(SHARED_ROW, c, true)!
+  }
+
   /**
    * The last_seq hint protocol (design §5's regression check across threads without a shared write
    * per call). A partition's hint cell in the shared row is, as 64 bits:

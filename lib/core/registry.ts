@@ -15,7 +15,7 @@ import { ClosedError, LimitError, RemovedGroupError, RemovedTopicError } from '.
 import { sanitizeLabelValue } from './labels'
 import { LabelCarry, carriesEntries, carryEntries } from './carry'
 import { CarryKind, Entry, RegistrationLog, amountRows, narrow, readText, wide, wideAmount } from './log'
-import { B_NEXT_ID, C_CLOSED, C_LOG_CHECKPOINT, C_LOG_END, C_LOG_GENERATION, C_NEXT_CHUNK, C_NEXT_SLOT, C_RECOUNT, SHARED_ROW, SLOTS_PER_CHUNK } from './layout'
+import { B_NEXT_ID, C_CLOSED, C_LOG_CHECKPOINT, C_LOG_END, C_LOG_GENERATION, C_NEXT_CHUNK, C_NEXT_SLOT, C_NEXT_WINDOW_SLOT, C_RECOUNT, C_SLOT_CHUNKS, C_SLOTS_RESERVED, SHARED_ROW, SLOTS_PER_CHUNK } from './layout'
 import { Memory } from './memory'
 import { advanceEpoch, catchUpEpoch, nextEpoch, passedEpoch, ring } from './reclamation'
 import { Count, addCount } from './snapshot'
@@ -23,7 +23,7 @@ import { Count, addCount } from './snapshot'
 /**
  * Freed blocks wait in queues by kind and size, never by size alone: a removed handle checks the
  * liveness tag in its block's first shared cell, and in a block of another kind that cell holds
- * something else (a last_seq hint, a window's base) that could equal the old id.
+ * something else (a last_seq hint, a floor's hint, a window's bits) that could equal the old id.
  */
 const KIND_BITS = 3
 const blockKey = (kind: number, size: number) => size * (1 << KIND_BITS) + kind
@@ -31,7 +31,8 @@ const KEY_TOPIC = blockKey(0, TOPIC_SLOTS)
 const KEY_PARTITION = blockKey(1, PARTITION_SLOTS)
 const KEY_GROUP = blockKey(2, GROUP_SLOTS)
 const KEY_FLOOR = blockKey(3, FLOOR_SLOTS)
-const windowKey = (window: number) => blockKey(4, windowSlots(window))
+const KIND_WINDOW = 4
+const windowKey = (window: number) => blockKey(KIND_WINDOW, windowSlots(window))
 
 /** What Registry.arenaUsage() reports (surface.arenaUsage(): docs/api.md). */
 export interface ArenaUsage {
@@ -526,11 +527,17 @@ export class Registry {
       }
       return slot
     }
+    // Settlement windows come from chunks of their own: the shared row alone holds them, so a
+    // thread row of such a chunk is never made (64 KiB per thread and chunk), and windows of a
+    // power-of-two size fill their chunks whole. Every other block comes from the other chunks.
     const control = this.memory.control
-    let slot = control[C_NEXT_SLOT]
-    // A block never straddles two chunks: a handle keeps one view per block.
-    if ((slot % SLOTS_PER_CHUNK) + size > SLOTS_PER_CHUNK) slot = (Math.floor(slot / SLOTS_PER_CHUNK) + 1) * SLOTS_PER_CHUNK
-    control[C_NEXT_SLOT] = slot + size
+    const next = (key & ((1 << KIND_BITS) - 1)) === KIND_WINDOW ? C_NEXT_WINDOW_SLOT : C_NEXT_SLOT
+    let slot = control[next]
+    // A block never straddles two chunks (a handle keeps one view per block): one that does not fit
+    // what is left of the current chunk (none at a chunk's start) opens a new one.
+    if (slot % SLOTS_PER_CHUNK === 0 || (slot % SLOTS_PER_CHUNK) + size > SLOTS_PER_CHUNK) slot = control[C_SLOT_CHUNKS]++ * SLOTS_PER_CHUNK
+    control[next] = slot + size
+    control[C_SLOTS_RESERVED] += size
     return slot
   }
 
@@ -1005,7 +1012,7 @@ export class Registry {
 
   /** Slots handed out and not freed (for the soak test's leak check). */
   slotsInUse(): number {
-    return this.memory.control[C_NEXT_SLOT] - this.#freed().slots
+    return this.memory.control[C_SLOTS_RESERVED] - this.#freed().slots
   }
 
   /** The freed blocks waiting for reuse, and the slots they hold. */
@@ -1032,8 +1039,8 @@ export class Registry {
     const freed = this.#freed()
     return {
       threadRows: this.memory.rowCount() - 1, // row 0 is the shared row, not a thread
-      slotsInUse: control[C_NEXT_SLOT] - freed.slots,
-      slotsReserved: control[C_NEXT_SLOT],
+      slotsInUse: control[C_SLOTS_RESERVED] - freed.slots,
+      slotsReserved: control[C_SLOTS_RESERVED],
       freeBlocks: freed.blocks,
       chunks: Atomics.load(control, C_NEXT_CHUNK),
       logBytes: Atomics.load(control, C_LOG_END) * 4,
