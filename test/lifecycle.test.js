@@ -456,6 +456,43 @@ for (const backend of backends()) {
     t.end()
   })
 
+  t.test(`${backend}: in_flight never goes below 0 through a per-message call: IN_FLIGHT_UNDERFLOW at the call`, async (t) => {
+    const s = surfaceOn(t, backend)
+    const faults = faultsOf(s, { ignore: ['CONSERVATION_BROKEN'] }) // the misuse below breaks the identity too, by design
+    const topic = s.topic('orders')
+    const g = topic.group('billing')
+    for (let i = 0; i < 3; i++) topic.append(0, 1)
+    // One message settled in both styles (a misuse): settle() finds nothing left in flight to end.
+    g.send(0, 1)
+    g.delivered(1)
+    t.equal(g.settle(0, 1, 'delivered'), true, 'counted all the same')
+    t.match(faults, [{ code: 'IN_FLIGHT_UNDERFLOW', previous: 0, attempted: -1 }], 'reported at the call, not at some later scrape')
+    t.equal(g.inFlight(), 0)
+    g.send(0, 2)
+    t.equal(g.inFlight(), 1, 'the next message sent is in flight: in_flight stayed at 0, not -1')
+    t.equal(group(s, 'orders', 'billing').in_flight, 1, 'and /stats shows it')
+    g.settle(0, 2, 'delivered')
+    // A message dispatched once and settled by count in two threads leaves in_flight below 0 (each
+    // thread's fast path reads its own share); the next send() brings it back to 0 first.
+    const two = s.topic('two')
+    const h = two.group('h')
+    two.append(0, 1)
+    two.append(1, 1)
+    const worker = await scriptedWorker(s)
+    t.teardown(() => worker.close())
+    faults.length = 0
+    h.dispatch(1)
+    await worker.call('two', 'h', 'delivered', 1) // the worker's share does not cover it: read across threads, in_flight 1 → 0
+    h.delivered(1) // this thread's share does: in_flight −1
+    t.same(codes(faults), [], 'the second count is not seen at its call (a lock-free fast path)')
+    t.equal(h.send(0, 1), true)
+    t.match(faults, [{ code: 'IN_FLIGHT_UNDERFLOW', previous: 0, attempted: -1 }], 'send() repairs it first, as dispatch() does')
+    t.equal(h.inFlight(), 1, 'and counts its message: in flight 1')
+    t.equal(h.settle(0, 1, 'delivered'), true)
+    t.equal(h.inFlight(), 0)
+    t.equal(faults.length, 1, 'nothing else')
+  })
+
   t.test(`${backend}: a window costs its two bits per seq and its floor's header, whichever threads use it`, async (t) => {
     // docs/integration.md "Memory": 2 bits per seq in the shared row (the largest window fills
     // half a chunk), a 32-byte floor block holding its header; no thread row of a window's chunk.

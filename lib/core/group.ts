@@ -513,6 +513,9 @@ export class Group {
     let previous = 0
     let total = 0
     let result = 1
+    // In flight (every thread's) before the call and after it, when it went below 0: IN_FLIGHT_UNDERFLOW.
+    let underflowFrom = 0
+    let underflowTo = 0
     const took = acquire(this.#lock, this.#lockIndex, tag, this.#memory)
     try {
       if (took) this.#tookOver()
@@ -567,10 +570,15 @@ export class Group {
           fault = 'ALREADY_IN_FLIGHT'
           previous = floor
         } else {
-          total = this.#inFlightAll() + 1
+          // An in_flight below 0 (threads that settled by count past their own shares at once) is
+          // brought back to 0 first, as dispatch() does.
+          const all = this.#inFlightAll()
+          const below = all < 0 ? all : 0
+          if (below < 0) underflowTo = below
+          total = all - below + 1
           if (!initialized) headers[header + W_BASE] = floor + 1
           bits[word] |= bit
-          row[index + GroupCell.InFlight] += 1
+          row[index + GroupCell.InFlight] += 1 - below
         }
       } else if (op === Op.Redeliver) {
         if (!inFlight) (fault = 'NOT_IN_FLIGHT'), (previous = floor)
@@ -590,10 +598,23 @@ export class Group {
           to++
           passed++
         }
+        // What it ends in flight comes off this thread's share. A share that does not cover it (the
+        // message was sent from another thread) is checked against every thread's: one settled by
+        // count as well (delivered() and settle() for one message) would take in_flight below 0.
+        // Counted all the same; in_flight stays at 0 (IN_FLIGHT_UNDERFLOW, as delivered()).
+        let less = ended
+        if (ended !== 0 && row[index + GroupCell.InFlight] < ended) {
+          const all = this.#inFlightAll()
+          if (all < ended) {
+            less = Math.min(all, 0) + Math.min(ended, Math.max(all, 0))
+            underflowFrom = Math.max(all, 0)
+            underflowTo = underflowFrom - ended
+          }
+        }
         // Near 2^53 the count's cell makes room first (a fold: a call, whole, totals unchanged). Then the writes.
         if (row[index + cell] + n > MAX_SAFE) this.#recorder.room(row, index + cell, this.#slot + cell, n, this.#topic.entity, this.entity)
         row[index + cell] += n
-        row[index + GroupCell.InFlight] -= ended
+        row[index + GroupCell.InFlight] -= less
         if (op === Op.Delivered || op === Op.Dropped) bits[word] &= ~bit
         if (to === floor) {
           // Not next: settled above the floor.
@@ -621,6 +642,7 @@ export class Group {
     }
     // Faults are raised after the call's last write (docs/reclamation.md).
     if (fault !== '') return this.#refuse(fault, partition, previous, seq)
+    if (underflowTo < 0) this.#underflow(underflowFrom, underflowTo)
     if (op === Op.Send && total > this.#maxInFlight) {
       this.#recorder.fault('IN_FLIGHT_LIMIT_PASSED', 'mq_group_in_flight', this.#labels(), this.#maxInFlight, total)
     }
