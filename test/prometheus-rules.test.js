@@ -76,4 +76,73 @@ tests:
     const r = spawnSync(bin, ['test', 'rules', 'deploy.test.yml'], { cwd: dir, encoding: 'utf8', timeout: 60_000 })
     t.equal(r.status, 0, 'promtool test rules passes', { output: `${r.stdout}${r.stderr}` })
   })
+
+  // The conservation rule against the library's own /metrics, not hand-written series: 30 minutes
+  // of one scrape a minute (render() after each minute's calls), every sample as scraped but the
+  // uptime (a real process would have run 10 minutes by then). Topic `offline`: a subscriber
+  // away, its messages owed, expired ones dropped and others sent and acknowledged out of order
+  // above its floor, nothing in flight at any scrape: honest, the alert must stay quiet (it fired
+  // when mq_partition_depth was counted from the floor). Topic `lossy`: one message counted
+  // delivered twice at minute 12 (delivered() and settle(), a misuse): the alert must fire.
+  for (const backend of require('./helpers').backends()) {
+    t.test(`${backend}: MqConservationBroken on the library's own /metrics: quiet on honest out-of-order settlement, firing on a double count`, async (t) => {
+      const fs = require('node:fs')
+      const os = require('node:os')
+      const { surfaceOn } = require('./helpers')
+      const s = surfaceOn(t, backend, undefined, { scrapeThread: false })
+      s.on('fault', () => {}) // the misuse raises faults of its own (its subject here is the rule)
+      const offline = s.topic('offline')
+      const away = offline.group('away')
+      const lossy = s.topic('lossy')
+      const g = lossy.group('g')
+      const MINUTES = 30
+      const series = new Map() // 'name{labels}' → a value per minute
+      const scrape = (minute) => {
+        for (const line of s.render().split('\n')) {
+          const m = /^(mq_[a-z_]+)(?:\{(.*)\})? (\S+)$/.exec(line)
+          if (m === null || m[1] === 'mq_broker_uptime_seconds' || m[1] === 'mq_e2e_latency_ms') continue
+          const key = `${m[1]}{job="mq",instance="b:9464"${m[2] ? ',' + m[2] : ''}}`
+          if (!series.has(key)) series.set(key, new Array(minute).fill('_'))
+          series.get(key).push(m[3])
+        }
+        for (const values of series.values()) if (values.length === minute) values.push('_')
+      }
+      for (let minute = 0; minute < MINUTES; minute++) {
+        for (let i = 0; i < 3; i++) {
+          const seq = offline.append(0, 10)
+          if (seq % 3 === 2) away.settle(0, seq, 'dropped') // expired before it could be sent
+          else if (seq % 3 === 0) (away.send(0, seq), away.settle(0, seq, 'delivered')) // sent and acknowledged
+          // seq % 3 === 1: owed, never sent (the floor stays below it)
+        }
+        for (let i = 0; i < 2; i++) {
+          const seq = lossy.append(0, 10)
+          g.send(0, seq)
+          if (minute === 12 && i === 0) g.delivered(1) // counted by count as well: delivered twice
+          g.settle(0, seq, 'delivered')
+        }
+        scrape(minute)
+      }
+      const depth = s.stats('partitions', { topic: 'offline' }).partitions[0].depth
+      t.equal(depth, MINUTES, 'the partition depth is what the group still owes (one message a minute), not last_seq − its floor')
+      const input = [...series].map(([key, values]) => `      - series: '${key}'\n        values: '${values.join(' ')}'`)
+      input.push(`      - series: 'mq_broker_uptime_seconds{job="mq",instance="b:9464"}'\n        values: '600+60x${MINUTES - 1}'`)
+      const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'mq-conservation-rule-'))
+      t.teardown(() => fs.rmSync(dir, { recursive: true, force: true }))
+      fs.writeFileSync(path.join(dir, 'conservation.test.yml'), `rule_files: [${JSON.stringify(path.join(root, rules))}]
+evaluation_interval: 1m
+tests:
+  - interval: 1m
+    input_series:
+${input.join('\n')}
+    promql_expr_test:
+      - expr: 'max by (alertname, topic) (max_over_time(ALERTS{alertname="MqConservationBroken",alertstate="firing"}[${MINUTES}m]))'
+        eval_time: ${MINUTES - 1}m
+        exp_samples:
+          - labels: '{alertname="MqConservationBroken",topic="lossy"}'
+            value: 1
+`)
+      const r = spawnSync(bin, ['test', 'rules', 'conservation.test.yml'], { cwd: dir, encoding: 'utf8', timeout: 60_000 })
+      t.equal(r.status, 0, 'MqConservationBroken fired for lossy, and never for offline (promtool test rules)', { output: `${r.stdout}${r.stderr}` })
+    })
+  }
 }

@@ -354,13 +354,11 @@ export class SnapshotReader {
       const seq = this.#max(lastSeqSlots[p])
       // design §4: a partition whose first message came after seq 1 owes nothing below its base.
       const base = this.#base(lastSeqSlots[p])
-      let slowest = groupCount === 0 ? base : Infinity
-      for (let g = 0; g < groupCount; g++) {
-        if (floors[g][p] < base) floors[g][p] = base
-        if (floors[g][p] < slowest) slowest = floors[g][p]
-      }
+      for (let g = 0; g < groupCount; g++) if (floors[g][p] < base) floors[g][p] = base
       lastSeq[p] = seq
-      depth[p] = seq - slowest
+      // design §4: what the group that owes the most on the partition still owes (below), or,
+      // with no group, everything since the base.
+      depth[p] = groupCount === 0 ? seq - base : 0
     }
     let delivered: Count = 0
     let dropped: Count = 0
@@ -391,6 +389,7 @@ export class SnapshotReader {
           }
         }
         groupDepth += behind
+        if (behind > depth[p]) depth[p] = behind
       }
       // Σ of the per-thread shares. Below 0 only when more was settled than dispatched by threads
       // that raced past their own shares: it shows as 0 and the surface repairs it with a fault.

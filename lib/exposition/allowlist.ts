@@ -29,7 +29,7 @@ export const METRICS: readonly MetricDefinition[] = Object.freeze([
   define('mq_topic_messages_dropped_total', 'counter', ['topic'], 'Messages of the topic given up on (retries exhausted, expired, discarded), summed over its consumer groups, whether or not the DLQ write succeeded.'),
   define('mq_topic_messages_dlq_total', 'counter', ['topic'], 'Dropped messages of the topic that were successfully written to the dead-letter queue.'),
   define('mq_topic_bytes_total', 'counter', ['topic'], 'Bytes of the topic appended to disk.'),
-  define('mq_partition_depth', 'gauge', ['topic', 'partition'], 'Unconsumed messages in the partition: last_seq minus the slowest group\'s ack floor.'),
+  define('mq_partition_depth', 'gauge', ['topic', 'partition'], 'Unconsumed messages in the partition: the most any group still owes (last_seq minus its ack floor, less what it settled above the floor).'),
   define('mq_partition_last_seq', 'gauge', ['topic', 'partition'], 'Latest durable sequence number of the partition; it never decreases.'),
   define('mq_group_lag', 'gauge', ['topic', 'group'], 'Largest unconsumed depth of the consumer group over the topic\'s partitions.'),
   define('mq_group_in_flight', 'gauge', ['topic', 'group'], 'Messages dispatched to the consumer group and not yet acknowledged or dropped.'),
