@@ -31,7 +31,7 @@ Reads /healthz and /stats from one or more mq-metrics brokers and prints a table
   --json           print JSON with exact integers: an array with one entry per broker
   --help           show this help
 
-Exit status: the worst quorum_state seen (0 healthy, 1 soft, 2 read_only); 3 when a broker is
+Exit status: the worst quorum_state of the brokers read (with --watch, in the last frame) (0 healthy, 1 soft, 2 read_only); 3 when a broker is
 unreachable or answers with an error; 64 for a usage error.
 Colour only when stdout is a terminal and NO_COLOR is not set.
 `
