@@ -493,6 +493,28 @@ for (const backend of backends()) {
     t.equal(faults.length, 1, 'nothing else')
   })
 
+  t.test(`${backend}: in_flight counts a thread's share that appears after a look found its row without this group's cells`, (t) => {
+    // Group.#inFlightAll() skips thread rows that had no chunk of the group's cells at its last
+    // look until the arena hands out a chunk (a scrape thread's row, on every send()).
+    const { played } = require('./helpers')
+    const { main, worker } = played(backend)
+    const topic = main.handles.topic('orders')
+    const g = topic.group('g', { max_in_flight: 100 })
+    for (let i = 0; i < 4; i++) topic.append(0, 1)
+    topic.append(1, 1) // kept by count (dispatch() below): no window there
+    g.send(0, 1)
+    t.equal(g.inFlight(), 1, 'the worker row has no chunk of the group yet')
+    g.send(0, 2) // looked again, none yet: no lookup until a chunk is handed out
+    const wg = worker.handles.topic('orders').group('g') // the worker maps the group's chunk
+    t.equal(wg.send(0, 3), true)
+    t.equal(g.inFlight(), 3, "the main thread sees the worker's share")
+    t.equal(g.dispatch(97), true, 'dispatch() counts it too: 3 + 97 is the bound')
+    t.equal(g.dispatch(1), false, 'and refuses past it')
+    t.equal(wg.settle(0, 1, 'delivered'), true, "the worker settles a message the main thread sent (its share goes below 0)")
+    t.equal(g.inFlight(), 99)
+    t.end()
+  })
+
   t.test(`${backend}: a window costs its two bits per seq and its floor's header, whichever threads use it`, async (t) => {
     // docs/integration.md "Memory": 2 bits per seq in the shared row (the largest window fills
     // half a chunk), a 32-byte floor block holding its header; no thread row of a window's chunk.

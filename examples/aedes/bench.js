@@ -2,8 +2,9 @@
 // Broker CPU per delivery, aedes alone against aedes + mq-metrics (instrument.js), in interleaved
 // rounds: a child process runs the broker (INSTRUMENT=0|1) and reports its own CPU time; this
 // process drives it with mqtt.js (2 publishers × QoS 1 with `window` publishes each awaiting their
-// PUBACK, 4 subscribers on 4 topics).
-//   node bench.js [--rounds 21] [--messages 40000] [--window 16]
+// PUBACK, 4 subscribers on 4 topics) and, as Prometheus would, scrapes the instrumented broker's
+// /metrics (served by the library's scrape thread) when it starts and every `scrape` seconds.
+//   node bench.js [--rounds 21] [--messages 40000] [--window 16] [--scrape 15]
 //   node bench.js --together [--rounds 21] [--seconds 4] [--arms alone,library]   two brokers at
 //     once, each with its own clients, measured over the same wall-clock window: the machine's slow
 //     phases hit both alike. An arm is `alone` (aedes), `library` (aedes + instrument.js + mq-metrics)
@@ -18,14 +19,20 @@ const arg = (name, fallback) => { const at = process.argv.indexOf(`--${name}`); 
 const ROUNDS = arg('rounds', 21)
 const MESSAGES = arg('messages', 40000)
 const WINDOW = arg('window', 16)
+const SCRAPE = arg('scrape', 15)
 const TOPICS = ['orders', 'billing', 'audit', 'alerts']
 
 if (process.env.BENCH_CHILD) {
   const net = require('node:net')
   const broker = require('aedes')()
-  if (process.env.INSTRUMENT === 'library') require('./instrument').instrument(broker, require('mq-metrics').createSurface())
+  let metrics = Promise.resolve(undefined)
+  if (process.env.INSTRUMENT === 'library') {
+    const surface = require('mq-metrics').createSurface()
+    require('./instrument').instrument(broker, surface)
+    metrics = surface.listen({ port: 0, host: '127.0.0.1' }).then((listening) => listening.port)
+  }
   if (process.env.INSTRUMENT === 'stand-in') require('./instrument').instrument(broker, standIn())
-  const server = net.createServer(broker.handle).listen(0, '127.0.0.1', () => process.send({ port: server.address().port }))
+  const server = net.createServer(broker.handle).listen(0, '127.0.0.1', () => metrics.then((metricsPort) => process.send({ port: server.address().port, metricsPort })))
   process.on('message', (m) => { if (m === 'cpu') process.send({ cpu: process.cpuUsage() }); else if (m === 'exit') process.exit(0) })
 } else if (process.argv.includes('--profile')) {
   profile()
@@ -38,13 +45,18 @@ if (process.env.BENCH_CHILD) {
 /** A broker in a child process, its 4 subscribers (on every topic) and 2 publishers connected. */
 async function broker(arm, execArgv = []) {
   const child = fork(__filename, [], { execArgv, env: { ...process.env, BENCH_CHILD: '1', INSTRUMENT: arm } })
-  const { port } = await new Promise((resolve) => child.once('message', resolve))
+  const { port, metricsPort } = await new Promise((resolve) => child.once('message', resolve))
   const connect = (id) => new Promise((resolve) => { const c = mqtt.connect(`mqtt://127.0.0.1:${port}`, { clientId: id }); c.once('connect', () => resolve(c)) })
   const b = { subs: await Promise.all([0, 1, 2, 3].map((i) => connect(`s${i}`))), received: 0 }
   for (const s of b.subs) { await s.subscribeAsync(TOPICS, { qos: 1 }); s.on('message', () => b.received++) }
   b.pubs = await Promise.all([connect('p0'), connect('p1')])
   b.cpuNow = () => new Promise((resolve) => { child.once('message', (m) => resolve(m.cpu)); child.send('cpu') })
+  // Prometheus: a scrape now (the library's scrape thread starts and claims its row), then every SCRAPE s.
+  const scrape = () => new Promise((resolve, reject) => require('node:http').get(`http://127.0.0.1:${metricsPort}/metrics`, (res) => res.resume().on('end', resolve)).on('error', reject))
+  if (metricsPort !== undefined) await scrape()
+  const scraping = metricsPort === undefined ? undefined : setInterval(scrape, SCRAPE * 1000)
   b.close = async () => {
+    clearInterval(scraping)
     for (const c of [...b.subs, ...b.pubs]) c.end(true)
     await new Promise((resolve) => { child.once('exit', resolve); child.send('exit') }) // exits cleanly: a profile is written
   }

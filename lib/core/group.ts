@@ -2,7 +2,7 @@
 // ack floors and the settle window.
 import { RemovedGroupError, UsageError } from './errors'
 import { describe } from './labels'
-import { C_CLOSED, C_NEXT_ROW, MAX_ROWS, SLOTS_PER_CHUNK } from './layout'
+import { C_CLOSED, C_NEXT_CHUNK, C_NEXT_ROW, MAX_ROWS, SLOTS_PER_CHUNK } from './layout'
 import { acquire, release } from './lock'
 import { Memory } from './memory'
 import { G_LOCK, G_WINDOWED, GroupEntity, T_PARTITIONS, TopicEntity, W_AT, W_BASE, W_PENDING, W_SETTLED } from './entities'
@@ -121,6 +121,8 @@ export class Group {
   readonly #maxInFlight: number
   /** By partition: the per-message calls' cells (#lane). */
   readonly #lanes: (Lane | undefined)[] = []
+  /** The arena's chunk count when #inFlightAll() last found a thread row without this group's chunk (−1: none missing since). */
+  #missingAt = -1
 
   /** @internal */
   constructor(recorder: Recorder, topic: TopicOfGroup, entity: GroupEntity) {
@@ -169,7 +171,7 @@ export class Group {
       if (took) this.#tookOver()
       let inFlight = this.#inFlightAll()
       // Checked again before any write: the wait for the lock (and a first look at another
-      // thread's row in #sumAll) may have let a removal land; a call that waits checks again.
+      // thread's row in #inFlightAll) may have let a removal land; a call that waits checks again.
       if (this.#tag[this.#index] !== this.#id) throw this.#gone()
       if (inFlight < 0) {
         below = inFlight
@@ -787,8 +789,42 @@ export class Group {
     if (available < n) this.#underflow(available, available - n)
   }
 
+  /**
+   * Σ of every thread's in_flight share. Called under the group lock. The row count is a plain
+   * read (Atomics.load costs ~9 ns here): a thread claimed its row before it took this lock, so
+   * our acquire orders the claim before this read. Each row's chunk is cached (a row's chunk never
+   * moves: no Atomics.load nor Map lookup per row per call, the `dispatch()` row of `npm run
+   * bench`). A thread row that has no
+   * chunk of this group's cells holds a share of 0, and is looked up again (a directory read)
+   * only once the arena has handed out a chunk since the last look: a thread's share becomes
+   * non-zero only under this lock (dispatch(), send(), a settlement its own share did not cover;
+   * delivered() without the lock only lowers a positive share), after it made its chunk, so our
+   * acquire orders that chunk's count before this read. A broker scraped by the scrape thread has
+   * such a row on every call (that thread's), which otherwise cost a lookup per send().
+   */
   #inFlightAll(): number {
-    return this.#sumAll(GroupCell.InFlight)
+    const rows = Math.min(this.#memory.control[C_NEXT_ROW], MAX_ROWS)
+    const allocated = this.#memory.control[C_NEXT_CHUNK]
+    const look = allocated !== this.#missingAt
+    const chunks = this.#rowChunks
+    const at = this.#index + GroupCell.InFlight
+    let missing = false
+    let sum = 0
+    for (let row = 1; row < rows; row++) {
+      let chunk = chunks[row]
+      if (chunk === undefined) {
+        if (!look) continue
+        chunk = this.#memory.rowChunk(row, this.#slot >>> Chunk.Shift, false)
+        if (chunk === undefined) {
+          missing = true
+          continue
+        }
+        chunks[row] = chunk
+      }
+      sum += chunk[at]
+    }
+    if (look) this.#missingAt = missing ? allocated : -1
+    return sum
   }
 
   /** Every thread row's chunk holding this group's cells, mapped so far (index = row). */
@@ -801,33 +837,6 @@ export class Group {
       }
     }
     return this.#rowChunks
-  }
-
-  /**
-   * Σ over every thread's row of one of this group's cells. Called under the group lock. The
-   * row count is a plain read (Atomics.load costs ~9 ns here): a thread can only hold a non-zero
-   * cell of this group after taking this lock once (to dispatch, or for a settlement or a DLQ
-   * credit its own cells did not cover), and it claimed its row before that, so our acquire
-   * already orders the claim before this read. Each row's cell block is looked up once and
-   * cached (the chunk of a row never moves), so dispatch() pays no Atomics.load and no Map
-   * lookup per row per call (the `dispatch()` row of `npm run bench`).
-   */
-  #sumAll(offset: number): number {
-    const rows = Math.min(this.#memory.control[C_NEXT_ROW], MAX_ROWS)
-    const chunks = this.#rowChunks
-    const at = this.#index + offset
-    let sum = 0
-    for (let row = 1; row < rows; row++) {
-      let chunk = chunks[row]
-      if (chunk === undefined) {
-        // Not recorded into by that thread (yet): its share is 0 until it allocates the chunk.
-        chunk = this.#memory.rowChunk(row, this.#slot >>> Chunk.Shift, false)
-        if (chunk === undefined) continue
-        chunks[row] = chunk
-      }
-      sum += chunk[at]
-    }
-    return sum
   }
 
   #knownFloor(partition: number): number {
