@@ -517,7 +517,7 @@ for (const backend of backends()) {
 
   t.test(`${backend}: a window costs its two bits per seq and its floor's header, whichever threads use it`, async (t) => {
     // docs/integration.md "Memory": 2 bits per seq in the shared row (the largest window fills
-    // half a chunk), a 32-byte floor block holding its header; no thread row of a window's chunk.
+    // half a chunk), a 32-byte header, the partition's 8-byte floor; no thread row of a window's chunk.
     const s = surfaceOn(t, backend, { max_partitions_per_topic: 64 })
     const faults = faultsOf(s)
     const topic = s.topic('orders')
@@ -528,12 +528,12 @@ for (const backend of backends()) {
     const before = s.arenaUsage()
     for (let p = 0; p < PARTITIONS; p++) g.send(0 + p, 1)
     const sent = s.arenaUsage()
-    t.equal(sent.slotsReserved - before.slotsReserved, PARTITIONS * (131072 / 32 + 4), 'slots: 4,096 per window (32 KiB) and 4 per floor block')
-    // 40 windows fill 20 chunks; the floor blocks take one chunk in the shared row and one in this thread's.
+    t.equal(sent.slotsReserved - before.slotsReserved, PARTITIONS * (131072 / 32 + 4 + 1), 'slots: 4,096 per window (32 KiB), 4 per header, 1 per floor')
+    // 40 windows fill 20 chunks; the headers take one more, the floors none (they fit chunks this thread has).
     t.ok(sent.chunks - before.chunks <= PARTITIONS / 2 + 2, `arena chunks: ${sent.chunks - before.chunks} for ${PARTITIONS} windows of 32 KiB`)
     for (let p = 0; p < PARTITIONS; p++) small.settle(p, 1, 'dropped')
     const settled = s.arenaUsage()
-    t.equal(settled.slotsReserved - sent.slotsReserved, PARTITIONS * (1024 / 32 + 4), 'slots: 32 per default window and 4 per floor block')
+    t.equal(settled.slotsReserved - sent.slotsReserved, PARTITIONS * (1024 / 32 + 4 + 1), 'slots: 32 per default window, 4 per header, 1 per floor')
     t.ok(settled.chunks - sent.chunks <= 2, `arena chunks: ${settled.chunks - sent.chunks} for ${PARTITIONS} default windows`)
     const worker = await scriptedWorker(s)
     t.teardown(() => worker.close())

@@ -8,7 +8,7 @@ export const PARTITION_SLOTS = 3 // rows: last_seq · shared: last_seq hint (max
 export const P_BASE = 1
 export const P_LOCK = 2
 export const GROUP_SLOTS = 6 // rows: delivered, dropped, dlq, retries, in_flight share · shared: +0 liveness tag (the group id), +1 start balance, +2 conservation episode (Int32), +3 partitions settled per message (Int32), +5 dispatch lock (Int32)
-export const FLOOR_SLOTS = 4 // rows: ack_floor · shared: ack_floor hint, +1 the header of the partition's settlement window (W_*), if it has one
+export const FLOOR_SLOTS = 1 // rows: ack_floor · shared: ack_floor hint
 export const G_DELIVERED = 0
 export const G_DROPPED = 1
 export const G_DLQ = 2
@@ -43,11 +43,10 @@ export const G_EPISODE = 2
 export const T_PARTITIONS = 1
 export const G_WINDOWED = 3
 /**
- * A settlement window's header: three cells of its floor block's shared row from W_AT on, apart
- * from the window's bits, so that a window's block is its bits alone (a whole number of 64-byte
- * lines; two of the largest fill one chunk). In it: the window's base + 1 (0: not yet initialized)…
+ * A settlement window's header: a block of its own (W_HEADER slots, shared row only), apart from
+ * the window's bits, so that a window's block is its bits alone (a whole number of 64-byte lines;
+ * two of the largest fill one chunk). In it: the window's base + 1 (0: not yet initialized)…
  */
-export const W_AT = 1
 export const W_BASE = 0
 /** …and how many seqs above the floor are settled (the group no longer owes them: design §4). */
 export const W_SETTLED = 1
@@ -57,9 +56,11 @@ export const W_SETTLED = 1
  * (a worker terminated) leaves a move the lock's next holder finishes (window.ts).
  */
 export const W_PENDING = 2
+/** A header's slots: the three above and one unused, so that two headers share a 64-byte line and none straddles two. */
+export const W_HEADER = 4
 /** A settlement window spans this many seqs above the floor unless the group says otherwise. */
 export const DEFAULT_SETTLE_WINDOW = 1024
-/** Slots of a settlement window of `seqs` seqs: two bits per seq (in flight, then settled); its header is in the floor block (W_AT). */
+/** Slots of a settlement window of `seqs` seqs: two bits per seq (in flight, then settled); its header is a block of its own (W_HEADER). */
 export function windowSlots(seqs: number): number {
   return seqs / 32
 }
@@ -102,9 +103,10 @@ export class GroupEntity {
    */
   floorPartitions: readonly number[] = NONE
   floorSlots: readonly number[] = NONE
-  /** Partitions this group settles per message on, ascending, and each one's window block (parallel). */
+  /** Partitions this group settles per message on, ascending, and each one's window block and header block (parallel). */
   windowPartitions: readonly number[] = NONE
   windowSlots: readonly number[] = NONE
+  windowHeaders: readonly number[] = NONE
   constructor(
     readonly topic: TopicEntity,
     readonly id: number,
@@ -120,6 +122,12 @@ export class GroupEntity {
   windowSlot(partition: number): number | undefined {
     const at = indexOf(this.windowPartitions, partition)
     return at < 0 ? undefined : this.windowSlots[at]
+  }
+
+  /** The slot of the header of this group's settlement window on `partition`, or undefined before it has one. */
+  windowHeader(partition: number): number | undefined {
+    const at = indexOf(this.windowPartitions, partition)
+    return at < 0 ? undefined : this.windowHeaders[at]
   }
 
   /** The slot of this group's ack floor on `partition`, or undefined before it has one. */

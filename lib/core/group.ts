@@ -5,7 +5,7 @@ import { describe } from './labels'
 import { C_CLOSED, C_NEXT_CHUNK, C_NEXT_ROW, MAX_ROWS, SLOTS_PER_CHUNK } from './layout'
 import { acquire, release } from './lock'
 import { Memory } from './memory'
-import { G_LOCK, G_WINDOWED, GroupEntity, T_PARTITIONS, TopicEntity, W_AT, W_BASE, W_PENDING, W_SETTLED } from './entities'
+import { G_LOCK, G_WINDOWED, GroupEntity, T_PARTITIONS, TopicEntity, W_BASE, W_PENDING, W_SETTLED } from './entities'
 import { clearPassed, finishFloorMove, finishWindows } from './window'
 import { Chunk, GroupCell, checkCount, checkPartition, checkSeq, goneError } from './checks'
 import type { Recorder } from './recording'
@@ -66,12 +66,11 @@ interface Lane {
   readonly own: Float64Array
   readonly ownAt: number
   readonly floorSlot: number
-  /**
-   * The shared row's chunk holding the floor block: the floor's hint at `hintAt`, the window's
-   * header cells (W_BASE, W_SETTLED, W_PENDING) from `header` on (entities.ts W_AT).
-   */
-  readonly headers: Float64Array
+  /** The shared row's chunk holding the floor's hint, and its index. */
+  readonly hints: Float64Array
   readonly hintAt: number
+  /** The shared row's chunk holding the window's header (W_BASE, W_SETTLED, W_PENDING: entities.ts W_HEADER), and its index. */
+  readonly headers: Float64Array
   readonly header: number
   /** The window's bits (registry.ts windowSlots), in flight from `first` on, settled after them. */
   readonly bits: Int32Array
@@ -523,7 +522,7 @@ export class Group {
       if (took) this.#tookOver()
       this.#alive()
       // A holder that stopped (a worker terminated) inside a floor move left it recorded: finished first.
-      if (headers[header + W_PENDING] !== 0) finishFloorMove(headers, header, lane.hintAt, bits, first, window)
+      if (headers[header + W_PENDING] !== 0) finishFloorMove(headers, header, bits, first, window, lane.hints, lane.hintAt)
       const initialized = headers[header + W_BASE] !== 0
       const floor = initialized ? headers[header + W_BASE] - 1 : Math.max(this.#recorder.highest(lane.floorSlot), this.#topic.baseHeld(lane.lastSeqSlot))
       const inFlight = (bits[word] & bit) !== 0
@@ -636,7 +635,7 @@ export class Group {
           headers[header + W_BASE] = to + 1
           headers[header + W_PENDING] = 0
         }
-        if (to > headers[lane.hintAt]) headers[lane.hintAt] = to
+        if (to > lane.hints[lane.hintAt]) lane.hints[lane.hintAt] = to
         result = n
       }
     } finally {
@@ -715,8 +714,11 @@ export class Group {
     // Blocks first (they may take the registration lock), then the group's lock.
     const floorSlot = registry.floor(this.entity, partition)
     const windowSlot = registry.windowBlock(this.entity, partition)
+    const headerSlot = this.entity.windowHeader(partition)!
     this.#recorder.resolveChunk(floorSlot)
-    this.#recorder.resolveShared(windowSlot) // in the shared row only: no thread row of its chunk is ever made
+    // A window and its header are in the shared row only: no thread row of their chunks is ever made.
+    this.#recorder.resolveShared(windowSlot)
+    this.#recorder.resolveShared(headerSlot)
     this.#recorder.resolveChunk(lastSeqSlot)
     const lane: Lane = {
       lastSeqSlot,
@@ -724,9 +726,10 @@ export class Group {
       own: this.#recorder.rowChunks[lastSeqSlot >>> Chunk.Shift],
       ownAt: lastSeqSlot & Chunk.Mask,
       floorSlot,
-      headers: this.#recorder.sharedChunks[floorSlot >>> Chunk.Shift],
+      hints: this.#recorder.sharedChunks[floorSlot >>> Chunk.Shift],
       hintAt: floorSlot & Chunk.Mask,
-      header: (floorSlot & Chunk.Mask) + W_AT,
+      headers: this.#recorder.sharedChunks[headerSlot >>> Chunk.Shift],
+      header: headerSlot & Chunk.Mask,
       bits: this.#memory.sharedI32(windowSlot >>> Chunk.Shift),
       first: (windowSlot & Chunk.Mask) * 2, // the in-flight bits; the settled bits follow them
       window: this.entity.window,

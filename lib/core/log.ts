@@ -40,7 +40,7 @@ export const enum Entry {
   Free = 10,
   /** The checkpoint at the start of a generation is complete. */
   CheckpointEnd = 11,
-  /** groupId(2), partition, slot: a group's settlement window on a partition. */
+  /** groupId(2), partition, slot, header: a group's settlement window on a partition (its bits' block and its header's). */
   Window = 12,
   /**
    * topicId(2), kind (CarryKind), partition, amount(2), and for retries the group label: a share

@@ -4,7 +4,7 @@
 // floors and groups as sorted arrays, so a read needs no per-topic layout of its own.
 import { SHARED_ROW, SLOTS_PER_CHUNK } from './layout'
 import { Memory } from './memory'
-import { G_DELIVERED, G_DLQ, G_DROPPED, G_IN_FLIGHT, G_LOCK, G_RETRIES, G_START, P_BASE, W_AT, W_PENDING, W_SETTLED, GroupEntity, TopicEntity } from './entities'
+import { G_DELIVERED, G_DLQ, G_DROPPED, G_IN_FLIGHT, G_LOCK, G_RETRIES, G_START, P_BASE, W_PENDING, W_SETTLED, GroupEntity, TopicEntity } from './entities'
 import { release } from './lock'
 import { finishWindows } from './window'
 import { Registry } from './registry'
@@ -379,10 +379,9 @@ export class SnapshotReader {
           // floor (a settlement writes its count first), so this never goes below 0.
           while (w < windows.length && windows[w] < numbers[p]) w++
           if (w < windows.length && windows[w] === numbers[p]) {
-            // The window's header is in the partition's floor block (entities.ts W_AT), registered before the window.
-            const slot = group.floorSlot(numbers[p])!
+            const slot = group.windowHeaders[w]
             const header = this.#shared[slot >>> Chunk.Shift] ?? this.#sharedOf(slot >>> Chunk.Shift)
-            const at = (slot & Chunk.Mask) + W_AT
+            const at = slot & Chunk.Mask
             // Seqs settled above the floor (W_SETTLED); a floor move recorded, not finished (W_PENDING: #locksHeld).
             behind -= Math.min(behind, header[at + W_SETTLED])
             if (header[at + W_PENDING] !== 0) (pending ??= []).push(group)

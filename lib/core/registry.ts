@@ -9,13 +9,13 @@
 // recording call can still write into them (reclamation.ts). Recording never touches the log.
 import { ResolvedConfig } from './config'
 import {
-  COMPACT_MIN_INTS, DEFAULT_SETTLE_WINDOW, FLOOR_SLOTS, FreeQueue, G_DELIVERED, G_DLQ, G_DROPPED, G_RETRIES, G_START, G_TAG, G_WINDOWED, GONE_CHECK_MS, GROUP_SLOTS, GroupEntity, inserted, P_BASE, PARTITION_SLOTS, sameNumbers, T_PARTITIONS, TOPIC_SLOTS, TopicEntity, windowSlots, withGroup,
+  COMPACT_MIN_INTS, DEFAULT_SETTLE_WINDOW, FLOOR_SLOTS, FreeQueue, G_DELIVERED, G_DLQ, G_DROPPED, G_RETRIES, G_START, G_TAG, G_WINDOWED, GONE_CHECK_MS, GROUP_SLOTS, GroupEntity, inserted, P_BASE, PARTITION_SLOTS, sameNumbers, T_PARTITIONS, TOPIC_SLOTS, TopicEntity, W_HEADER, windowSlots, withGroup,
 } from './entities'
 import { ClosedError, LimitError, RemovedGroupError, RemovedTopicError } from './errors'
 import { sanitizeLabelValue } from './labels'
 import { LabelCarry, carriesEntries, carryEntries } from './carry'
 import { CarryKind, Entry, RegistrationLog, amountRows, narrow, readText, wide, wideAmount } from './log'
-import { B_NEXT_ID, C_CLOSED, C_LOG_CHECKPOINT, C_LOG_END, C_LOG_GENERATION, C_NEXT_CHUNK, C_NEXT_SLOT, C_NEXT_WINDOW_SLOT, C_RECOUNT, C_SLOT_CHUNKS, C_SLOTS_RESERVED, SHARED_ROW, SLOTS_PER_CHUNK } from './layout'
+import { B_NEXT_ID, C_CLOSED, C_LOG_CHECKPOINT, C_LOG_END, C_LOG_GENERATION, C_NEXT_CHUNK, C_NEXT_HEADER_SLOT, C_NEXT_SLOT, C_NEXT_WINDOW_SLOT, C_RECOUNT, C_SLOT_CHUNKS, C_SLOTS_RESERVED, SHARED_ROW, SLOTS_PER_CHUNK } from './layout'
 import { Memory } from './memory'
 import { advanceEpoch, catchUpEpoch, nextEpoch, passedEpoch, ring } from './reclamation'
 import { Count, addCount } from './snapshot'
@@ -33,6 +33,8 @@ const KEY_GROUP = blockKey(2, GROUP_SLOTS)
 const KEY_FLOOR = blockKey(3, FLOOR_SLOTS)
 const KIND_WINDOW = 4
 const windowKey = (window: number) => blockKey(KIND_WINDOW, windowSlots(window))
+const KIND_HEADER = 5
+const KEY_HEADER = blockKey(KIND_HEADER, W_HEADER)
 
 /** What Registry.arenaUsage() reports (surface.arenaUsage(): docs/api.md). */
 export interface ArenaUsage {
@@ -384,7 +386,8 @@ export class Registry {
       const again = group.windowSlot(partition)
       if (again !== undefined) return again
       const slot = this.#allocate(windowKey(group.window))
-      this.#appendCounted(Entry.Window, [...wide(group.id), partition, slot])
+      const header = this.#allocate(KEY_HEADER)
+      this.#appendCounted(Entry.Window, [...wide(group.id), partition, slot, header])
       this.#storeShared(group.slot + G_WINDOWED, group.windowPartitions.length) // entities.ts: after the entry
       return group.windowSlot(partition)!
     })
@@ -527,11 +530,13 @@ export class Registry {
       }
       return slot
     }
-    // Settlement windows come from chunks of their own: the shared row alone holds them, so a
-    // thread row of such a chunk is never made (64 KiB per thread and chunk), and windows of a
-    // power-of-two size fill their chunks whole. Every other block comes from the other chunks.
+    // Settlement windows and their headers come from chunks of their own (one kind each): the
+    // shared row alone holds them, so a thread row of such a chunk is never made (64 KiB per
+    // thread and chunk), and windows of a power-of-two size fill their chunks whole. Every other
+    // block comes from the other chunks.
     const control = this.memory.control
-    const next = (key & ((1 << KIND_BITS) - 1)) === KIND_WINDOW ? C_NEXT_WINDOW_SLOT : C_NEXT_SLOT
+    const kind = key & ((1 << KIND_BITS) - 1)
+    const next = kind === KIND_WINDOW ? C_NEXT_WINDOW_SLOT : kind === KIND_HEADER ? C_NEXT_HEADER_SLOT : C_NEXT_SLOT
     let slot = control[next]
     // A block never straddles two chunks (a handle keeps one view per block): one that does not fit
     // what is left of the current chunk (none at a chunk's start) opens a new one.
@@ -653,7 +658,7 @@ export class Registry {
         const groupId = wide(group.id)
         put(Entry.Group, [...topicId, ...groupId, group.slot, group.maxInFlight, group.window], group.name)
         for (let f = 0; f < group.floorPartitions.length; f++) put(Entry.Floor, [...groupId, group.floorPartitions[f], group.floorSlots[f]])
-        for (let w = 0; w < group.windowPartitions.length; w++) put(Entry.Window, [...groupId, group.windowPartitions[w], group.windowSlots[w]])
+        for (let w = 0; w < group.windowPartitions.length; w++) put(Entry.Window, [...groupId, group.windowPartitions[w], group.windowSlots[w], group.windowHeaders[w]])
         // A retiring topic's groups all retire with it (those removed with it, at its epoch).
         if (group.retireEpoch !== 0 || retiring) put(Entry.RemoveGroup, [...groupId, ...wide(group.retireEpoch || topic.retireEpoch), group.carries ? 1 : 0])
       }
@@ -949,6 +954,8 @@ export class Registry {
         const group = this.#groupsById.get(narrow(log[f], log[f + 1]))!
         if (group.windowSlot(log[f + 2]) !== undefined) return
         this.#take(windowKey(group.window), log[f + 3])
+        this.#take(KEY_HEADER, log[f + 4])
+        group.windowHeaders = inserted(group.windowPartitions, group.windowHeaders, log[f + 2], log[f + 4])[1]
         ;[group.windowPartitions, group.windowSlots] = inserted(group.windowPartitions, group.windowSlots, log[f + 2], log[f + 3])
         break
       }
@@ -999,6 +1006,7 @@ export class Registry {
   #releaseGroup(group: GroupEntity, epoch: number): void {
     for (const slot of group.floorSlots) this.#release(KEY_FLOOR, slot, epoch)
     for (const slot of group.windowSlots) this.#release(windowKey(group.window), slot, epoch)
+    for (const slot of group.windowHeaders) this.#release(KEY_HEADER, slot, epoch)
     this.#release(KEY_GROUP, group.slot, epoch)
   }
 

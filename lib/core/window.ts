@@ -1,9 +1,9 @@
 // A group's settlement window on one partition (docs/design.md §4): two bit arrays of `window` bits
-// each, in flight then settled, seq s at bit `s mod window`, and a header in the partition's floor
-// block (entities.ts W_AT, W_*).
+// each, in flight then settled, seq s at bit `s mod window`, and a header in a block of its own
+// (entities.ts W_*).
 // Only the group's lock holder reads or writes it.
 import { Chunk } from './checks'
-import { GroupEntity, W_AT, W_BASE, W_PENDING, W_SETTLED } from './entities'
+import { GroupEntity, W_BASE, W_PENDING, W_SETTLED } from './entities'
 import { SHARED_ROW } from './layout'
 import type { Memory } from './memory'
 
@@ -29,11 +29,10 @@ export function clearPassed(bits: Int32Array, first: number, window: number, at:
 /**
  * Finishes a floor move a holder recorded (W_PENDING) but did not live to complete: the bits of
  * the seqs the floor passes over are cleared, the settled seqs above the new floor counted again,
- * the floor moved and its hint (`headers[hintAt]`, the floor block's first shared cell: the header
- * is in that block, entities.ts W_AT) raised. Idempotent, so a thread stopped inside it leaves it
- * to the next holder. The caller holds the group's lock.
+ * the floor moved and its hint (`hints[hintAt]`, if the caller knows it) raised. Idempotent, so a
+ * thread stopped inside it leaves it to the next holder. The caller holds the group's lock.
  */
-export function finishFloorMove(headers: Float64Array, header: number, hintAt: number, bits: Int32Array, first: number, window: number): void {
+export function finishFloorMove(headers: Float64Array, header: number, bits: Int32Array, first: number, window: number, hints?: Float64Array, hintAt = 0): void {
   const pending = headers[header + W_PENDING]
   if (pending === 0) return
   const floor = headers[header + W_BASE] - 1
@@ -45,7 +44,7 @@ export function finishFloorMove(headers: Float64Array, header: number, hintAt: n
   headers[header + W_SETTLED] = settled
   headers[header + W_BASE] = to + 1
   headers[header + W_PENDING] = 0
-  if (to > headers[hintAt]) headers[hintAt] = to
+  if (hints !== undefined && to > hints[hintAt]) hints[hintAt] = to
 }
 
 /**
@@ -57,10 +56,9 @@ export function finishWindows(memory: Memory, group: GroupEntity): void {
   const shared = (c: number) => memory.rowChunk(SHARED_ROW, c, true)!
   for (let w = 0; w < group.windowSlots.length; w++) {
     const slot = group.windowSlots[w]
-    // Its floor block, which holds its header, is registered before it (group.ts #lane), and a
-    // checkpoint restates a group's floors before its windows (registry.ts compact).
-    const floorSlot = group.floorSlot(group.windowPartitions[w])!
-    const at = floorSlot & Chunk.Mask
-    finishFloorMove(shared(floorSlot >>> Chunk.Shift), at + W_AT, at, memory.sharedI32(slot >>> Chunk.Shift), (slot & Chunk.Mask) * 2, group.window)
+    const header = group.windowHeaders[w]
+    const floorSlot = group.floorSlot(group.windowPartitions[w])
+    const hints = floorSlot === undefined ? undefined : shared(floorSlot >>> Chunk.Shift)
+    finishFloorMove(shared(header >>> Chunk.Shift), header & Chunk.Mask, memory.sharedI32(slot >>> Chunk.Shift), (slot & Chunk.Mask) * 2, group.window, hints, floorSlot === undefined ? 0 : floorSlot & Chunk.Mask)
   }
 }
