@@ -9,7 +9,8 @@
 //     once, each with its own clients, measured over the same wall-clock window: the machine's slow
 //     phases hit both alike. An arm is `alone` (aedes), `library` (aedes + instrument.js + mq-metrics)
 //     or `stand-in` (instrument.js over a stand-in surface whose calls do no counting): alone against
-//     stand-in is the glue's own cost, stand-in against library the library's
+//     stand-in is the glue's own cost, stand-in against library the library's; `unscraped` is
+//     `library` with no /metrics served (no scrape thread), as the runs before 2026-11-27 measured
 //   node bench.js --profile [--messages 40000]   one instrumented round under V8's CPU profiler: the
 //     share of the broker's busy CPU spent in mq-metrics' frames and in instrument.js' (each frame's
 //     own time), a measure taken within one run, so the machine's drift between rounds cannot move it
@@ -26,10 +27,10 @@ if (process.env.BENCH_CHILD) {
   const net = require('node:net')
   const broker = require('aedes')()
   let metrics = Promise.resolve(undefined)
-  if (process.env.INSTRUMENT === 'library') {
+  if (process.env.INSTRUMENT === 'library' || process.env.INSTRUMENT === 'unscraped') {
     const surface = require('mq-metrics').createSurface()
     require('./instrument').instrument(broker, surface)
-    metrics = surface.listen({ port: 0, host: '127.0.0.1' }).then((listening) => listening.port)
+    if (process.env.INSTRUMENT === 'library') metrics = surface.listen({ port: 0, host: '127.0.0.1' }).then((listening) => listening.port)
   }
   if (process.env.INSTRUMENT === 'stand-in') require('./instrument').instrument(broker, standIn())
   const server = net.createServer(broker.handle).listen(0, '127.0.0.1', () => metrics.then((metricsPort) => process.send({ port: server.address().port, metricsPort })))
@@ -51,8 +52,13 @@ async function broker(arm, execArgv = []) {
   for (const s of b.subs) { await s.subscribeAsync(TOPICS, { qos: 1 }); s.on('message', () => b.received++) }
   b.pubs = await Promise.all([connect('p0'), connect('p1')])
   b.cpuNow = () => new Promise((resolve) => { child.once('message', (m) => resolve(m.cpu)); child.send('cpu') })
-  // Prometheus: a scrape now (the library's scrape thread starts and claims its row), then every SCRAPE s.
-  const scrape = () => new Promise((resolve, reject) => require('node:http').get(`http://127.0.0.1:${metricsPort}/metrics`, (res) => res.resume().on('end', resolve)).on('error', reject))
+  // Prometheus: a scrape now (the library's scrape thread starts and claims its row), then every
+  // SCRAPE s, each on a connection of its own. A connection kept alive (Node's default agent) and
+  // left idle costs aedes ~2% more CPU per delivery for as long as it stays open (5 s: the
+  // server's keep-alive timeout), whatever serves it: a plain node:http server with no mq-metrics
+  // measured +2.1% (examples/aedes/README.md). Prometheus scraping every 15 s or more finds its
+  // connection closed by then; the bench would keep it open through the whole 4 s window.
+  const scrape = () => new Promise((resolve, reject) => require('node:http').get(`http://127.0.0.1:${metricsPort}/metrics`, { agent: false }, (res) => res.resume().on('end', resolve)).on('error', reject))
   if (metricsPort !== undefined) await scrape()
   const scraping = metricsPort === undefined ? undefined : setInterval(scrape, SCRAPE * 1000)
   b.close = async () => {
@@ -144,7 +150,7 @@ async function together() {
   const SECONDS = arg('seconds', 4)
   const at = process.argv.indexOf('--arms')
   const arms = at === -1 ? ['alone', 'library'] : String(process.argv[at + 1]).split(',')
-  const ARMS = ['alone', 'stand-in', 'library']
+  const ARMS = ['alone', 'stand-in', 'library', 'unscraped']
   if (arms.length !== 2 || !arms.every((a) => ARMS.includes(a)) || arms[0] === arms[1]) throw new Error(`--arms takes two of ${ARMS.join(', ')}, got ${process.argv[at + 1]}`)
   const ratios = []
   const rows = [[], []]
@@ -161,7 +167,7 @@ async function together() {
     ratios.push(second / first)
   }
   const median = (xs) => [...xs].sort((a, b) => a - b)[xs.length >> 1]
-  const name = { alone: 'aedes alone', 'stand-in': 'aedes + instrument.js over a stand-in', library: 'aedes + mq-metrics' }
+  const name = { alone: 'aedes alone', 'stand-in': 'aedes + instrument.js over a stand-in', library: 'aedes + mq-metrics', unscraped: 'aedes + mq-metrics, /metrics not served' }
   console.log(`broker CPU per delivery, ${ROUNDS} rounds of ${SECONDS} s with both brokers loaded at once (each its own clients):`)
   console.log(`  ${name[arms[0]]} ${median(rows[0]).toFixed(2)} µs   ${name[arms[1]]} ${median(rows[1]).toFixed(2)} µs`)
   const goal = arms[0] === 'alone' && arms[1] === 'library' ? ' (goal ≤ 5%)' : ''
