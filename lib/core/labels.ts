@@ -43,7 +43,7 @@ export function validateName(what: string, name: unknown): string {
     throw new TypeError(`${what} must be a string, got ${describe(name)}`)
   }
   if (name.length === 0 || name.length > MAX_NAME_LENGTH) {
-    throw new RangeError(`${what} must be 1 to ${MAX_NAME_LENGTH} characters long, got ${name.length}`)
+    throw new RangeError(`${what} must be 1 to ${MAX_NAME_LENGTH} characters long (UTF-16 code units, as String length counts them), got ${name.length}`)
   }
   return name
 }
