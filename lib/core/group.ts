@@ -795,15 +795,15 @@ export class Group {
   /**
    * Σ of every thread's in_flight share. Called under the group lock. The row count is a plain
    * read (Atomics.load costs ~9 ns here): a thread claimed its row before it took this lock, so
-   * our acquire orders the claim before this read. Each row's chunk is cached (a row's chunk never
-   * moves: no Atomics.load nor Map lookup per row per call, the `dispatch()` row of `npm run
-   * bench`). A thread row that has no
-   * chunk of this group's cells holds a share of 0, and is looked up again (a directory read)
-   * only once the arena has handed out a chunk since the last look: a thread's share becomes
-   * non-zero only under this lock (dispatch(), send(), a settlement its own share did not cover;
-   * delivered() without the lock only lowers a positive share), after it made its chunk, so our
-   * acquire orders that chunk's count before this read. A broker scraped by the scrape thread has
-   * such a row on every call (that thread's), which otherwise cost a lookup per send().
+   * our acquire orders the claim before this read. Each row's chunk is cached (a row's chunk
+   * never moves: no Atomics.load nor Map lookup per row per call, the `dispatch()` row of `npm
+   * run bench`). A thread row with no chunk of this group's cells holds a share of 0, and is
+   * looked up again (a directory read) only once the arena has handed out a chunk since the last
+   * look: a thread's share becomes non-zero only under this lock (dispatch(), send(), a
+   * settlement its own share did not cover; delivered() without the lock only lowers a positive
+   * share), after it made its chunk, so our acquire orders that chunk's count before this read.
+   * A broker scraped by the scrape thread has such a row on every call (that thread's), which
+   * otherwise cost a lookup per send().
    */
   #inFlightAll(): number {
     const rows = Math.min(this.#memory.control[C_NEXT_ROW], MAX_ROWS)
