@@ -56,8 +56,8 @@ async function broker(arm, execArgv = []) {
   // SCRAPE s, each on a connection of its own. A connection kept alive (Node's default agent) and
   // left idle costs aedes ~2% more CPU per delivery for as long as it stays open (5 s: the
   // server's keep-alive timeout), mq-metrics' or not: a plain node:http server with no mq-metrics
-  // measured +2.1% (examples/aedes/README.md). Prometheus scraping every 15 s or more finds its
-  // connection closed by then; the bench would keep it open through the whole 4 s window.
+  // measured +2.1% (examples/aedes/README.md). Prometheus scraping every 15 s holds one open for
+  // 5 s in 15; the bench would keep it open through the whole 4 s window.
   const scrape = () => new Promise((resolve, reject) => require('node:http').get(`http://127.0.0.1:${metricsPort}/metrics`, { agent: false }, (res) => res.resume().on('end', resolve)).on('error', reject))
   if (metricsPort !== undefined) await scrape()
   const scraping = metricsPort === undefined ? undefined : setInterval(scrape, SCRAPE * 1000)
