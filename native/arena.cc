@@ -6,11 +6,10 @@
 
 #include <atomic>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <new>
-#include <unordered_map>
-#include <vector>
 
 #include "args.h"
 
@@ -23,9 +22,17 @@ constexpr double kMinChunkBytes = 64;
 constexpr double kMaxChunkBytes = 1 << 30;
 constexpr double kMaxChunks = 1 << 24;
 
+// No standard containers here: their allocator calls std::__throw_bad_array_new_length, which
+// g++ 11 and later take from libstdc++'s GLIBCXX_3.4.29, and the prebuilt binary must load beside
+// the older libstdc++ of every distribution the official Node.js binaries run on (docs/native.md).
 struct Arena {
+  uint32_t id;
+  Arena* next;  // the list of arenas (gArenas), guarded by gMutex
   size_t chunkBytes;
-  std::vector<void*> chunks;  // guarded by gMutex; a chunk never moves once allocated
+  // Guarded by gMutex: the chunk table (grown with realloc) and its length. A chunk itself never
+  // moves once allocated; only the table of pointers to chunks does.
+  void** chunks = nullptr;
+  size_t capacity = 0;
   // Live external ArrayBuffers over this arena, across every thread. The memory is freed only
   // when the surface released the arena *and* no view is left, so a worker that still holds a
   // view can never touch freed memory.
@@ -37,15 +44,28 @@ struct Arena {
 // chunks is rare (once per 64 KiB of slots per thread), so a mutex is fine here; the hot path
 // never comes near it.
 std::mutex gMutex;
-std::unordered_map<uint32_t, Arena*> gArenas;
+Arena* gArenas = nullptr;  // one per surface not yet freed: a few at a time, so a list
 uint32_t gNextId = 1;
 
-void FreeArenaLocked(uint32_t id, Arena* arena) {
-  for (void* chunk : arena->chunks) {
-    if (chunk != nullptr) ::operator delete(chunk, kChunkAlignment);
+Arena* FindLocked(uint32_t id) {
+  for (Arena* arena = gArenas; arena != nullptr; arena = arena->next) {
+    if (arena->id == id) return arena;
+  }
+  return nullptr;
+}
+
+void FreeArenaLocked(Arena* arena) {
+  for (size_t k = 0; k < arena->capacity; k++) {
+    if (arena->chunks[k] != nullptr) ::operator delete(arena->chunks[k], kChunkAlignment);
+  }
+  std::free(arena->chunks);
+  for (Arena** link = &gArenas; *link != nullptr; link = &(*link)->next) {
+    if (*link == arena) {
+      *link = arena->next;
+      break;
+    }
   }
   delete arena;
-  gArenas.erase(id);
 }
 
 struct ViewHint {
@@ -54,13 +74,10 @@ struct ViewHint {
 
 void FinalizeView(ViewHint* hint) {
   std::lock_guard<std::mutex> lock(gMutex);
-  auto it = gArenas.find(hint->id);
-  if (it != gArenas.end()) {
-    Arena* arena = it->second;
+  Arena* arena = FindLocked(hint->id);
+  if (arena != nullptr) {
     // relaxed: the count is only compared under gMutex, which orders it.
-    if (arena->views.fetch_sub(1, std::memory_order_relaxed) == 1 && arena->released) {
-      FreeArenaLocked(hint->id, arena);
-    }
+    if (arena->views.fetch_sub(1, std::memory_order_relaxed) == 1 && arena->released) FreeArenaLocked(arena);
   }
   delete hint;
 }
@@ -86,7 +103,9 @@ napi_value ArenaCreate(napi_env env, napi_callback_info info) {
   {
     std::lock_guard<std::mutex> lock(gMutex);
     id = gNextId++;
-    gArenas[id] = arena;
+    arena->id = id;
+    arena->next = gArenas;
+    gArenas = arena;
   }
   napi_value result;
   napi_create_uint32(env, id, &result);
@@ -107,14 +126,24 @@ napi_value ArenaChunk(napi_env env, napi_callback_info info) {
   size_t bytes;
   {
     std::lock_guard<std::mutex> lock(gMutex);
-    auto it = gArenas.find(static_cast<uint32_t>(id));
-    if (it == gArenas.end() || it->second->released) {
+    Arena* arena = FindLocked(static_cast<uint32_t>(id));
+    if (arena == nullptr || arena->released) {
       // lib/core/backend.ts turns this code into a ClosedError, as the JS backend throws.
       napi_throw_error(env, "SURFACE_CLOSED", "mq-metrics: the surface's native arena was closed");
       return args::Undefined(env);
     }
-    Arena* arena = it->second;
-    if (arena->chunks.size() <= k) arena->chunks.resize(k + 1, nullptr);
+    if (arena->capacity <= k) {
+      size_t capacity = arena->capacity == 0 ? 64 : arena->capacity;
+      while (capacity <= k) capacity *= 2;  // k < kMaxChunks = 2^24: at most 2^24 entries
+      void** grown = static_cast<void**>(std::realloc(arena->chunks, capacity * sizeof(void*)));
+      if (grown == nullptr) {
+        napi_throw_error(env, nullptr, "mq-metrics: out of memory growing the chunk table");
+        return args::Undefined(env);
+      }
+      std::memset(grown + arena->capacity, 0, (capacity - arena->capacity) * sizeof(void*));
+      arena->chunks = grown;
+      arena->capacity = capacity;
+    }
     if (arena->chunks[k] == nullptr) {
       void* chunk = ::operator new(arena->chunkBytes, kChunkAlignment, std::nothrow);
       if (chunk == nullptr) {
@@ -142,8 +171,8 @@ napi_value ArenaChunk(napi_env env, napi_callback_info info) {
       FinalizeView(hint);  // views − 1, and frees the arena if it was its last view
     } else {
       std::lock_guard<std::mutex> lock(gMutex);
-      auto it = gArenas.find(static_cast<uint32_t>(id));
-      if (it != gArenas.end()) it->second->views.fetch_sub(1, std::memory_order_relaxed);
+      Arena* arena = FindLocked(static_cast<uint32_t>(id));
+      if (arena != nullptr) arena->views.fetch_sub(1, std::memory_order_relaxed);
     }
     return args::Undefined(env);
   }
@@ -159,10 +188,10 @@ napi_value ArenaRelease(napi_env env, napi_callback_info info) {
   }
   uint32_t id = static_cast<uint32_t>(wide);
   std::lock_guard<std::mutex> lock(gMutex);
-  auto it = gArenas.find(id);
-  if (it != gArenas.end() && !it->second->released) {
-    it->second->released = true;
-    if (it->second->views.load(std::memory_order_relaxed) == 0) FreeArenaLocked(id, it->second);
+  Arena* arena = FindLocked(id);
+  if (arena != nullptr && !arena->released) {
+    arena->released = true;
+    if (arena->views.load(std::memory_order_relaxed) == 0) FreeArenaLocked(arena);
   }
   return args::Undefined(env);
 }

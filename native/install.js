@@ -32,8 +32,25 @@ function build() {
   if (!process.env.npm_config_nodedir && fs.existsSync(path.join(prefix, 'include', 'node', 'node_api.h'))) args.push(`--nodedir=${prefix}`)
   const result = spawnSync(process.execPath, args, { cwd: root, encoding: 'utf8' })
   if (result.status === 0) return ''
+  // node-gyp's first error line is a generic one ("gyp ERR! configure error"): the tools it
+  // needs that are not on PATH say more, so they come first.
+  const missing = [['python3', 'python'], ['make'], [process.env.CXX || 'g++', 'c++', 'clang++']].filter((names) => !names.some(onPath)).map((names) => names[0])
   const output = `${result.stderr || ''}\n${result.stdout || ''}`
-  return (output.split('\n').find((line) => /not found|error/i.test(line)) || String(result.error || 'build failed')).trim().slice(0, 200)
+  const line = (output.split('\n').find((l) => /not found|error/i.test(l)) || String(result.error || 'build failed')).trim().slice(0, 200)
+  return missing.length === 0 ? line : `${missing.join(', ')} not found on PATH; ${line}`
+}
+
+/** Whether an executable of that name is on PATH (or the path itself, when it has a slash). */
+function onPath(name) {
+  const candidates = name.includes('/') ? [name] : (process.env.PATH || '').split(path.delimiter).filter(Boolean).map((dir) => path.join(dir, name))
+  return candidates.some((file) => {
+    try {
+      fs.accessSync(file, fs.constants.X_OK)
+      return fs.statSync(file).isFile()
+    } catch {
+      return false
+    }
+  })
 }
 
 if (!process.env.MQ_METRICS_FORCE_BUILD && fs.existsSync(prebuilt) && loads(prebuilt) === '') {

@@ -32,6 +32,22 @@ else
   point fail "npm pack ships prebuilds/$platform/mq_metrics.node" "$work/pack.log"
 fi
 if tar tzf "$tarball" | grep -q '^package/build/'; then point fail "no build/ directory in the tarball"; else point ok "no build/ directory in the tarball"; fi
+# The shipped binary loads wherever the official Node.js binaries run (docs/native.md): it may need
+# no newer C library, C++ library or C++ ABI symbol version than Node.js 24's own binary does
+# (GLIBC 2.28, GLIBCXX 3.4.21, CXXABI 1.3.11), or a distribution such as Debian 11 or RHEL 8 would
+# fall back to the TypeScript backend though Node runs there.
+if [ "$(uname -s)" = Linux ]; then
+  mkdir -p "$work/shipped" && tar xzf "$tarball" -C "$work/shipped" "package/prebuilds/$platform/mq_metrics.node" 2> /dev/null
+  objdump -T "$work/shipped/package/prebuilds/$platform/mq_metrics.node" > "$work/symbols.txt" 2>&1
+  newest () { grep -o "($1_[0-9.]*)" "$work/symbols.txt" | tr -d '()' | sed "s/^$1_//" | sort -V | tail -n 1; }
+  within () { [ -z "$2" ] || [ "$(printf '%s\n%s\n' "$2" "$3" | sort -V | tail -n 1)" = "$3" ]; }
+  glibc=$(newest GLIBC) glibcxx=$(newest GLIBCXX) cxxabi=$(newest CXXABI)
+  if [ -n "$glibc" ] && within GLIBC "$glibc" 2.28 && within GLIBCXX "$glibcxx" 3.4.21 && within CXXABI "$cxxabi" 1.3.11; then
+    point ok "the shipped binary needs GLIBC ${glibc}, GLIBCXX ${glibcxx:-none}, CXXABI ${cxxabi:-none}: no newer than Node.js 24 itself"
+  else
+    point fail "the shipped binary needs GLIBC ${glibc:-?}, GLIBCXX ${glibcxx:-none}, CXXABI ${cxxabi:-none}: newer than Node.js 24 itself (2.28, 3.4.21, 1.3.11)" "$work/symbols.txt"
+  fi
+fi
 mkdir -p "$work/strip" && tar xzf "$tarball" -C "$work/strip" && rm -rf "$work/strip/package/prebuilds"
 stripped="$work/mq-metrics-without-prebuilds.tgz"
 tar czf "$stripped" -C "$work/strip" package
@@ -102,6 +118,12 @@ else
   point fail "b: the install script built the addon from source in the user's project" "$work/b. no prebuilt binary, a compiler/install.log"
 fi
 scenario "c. neither" "$stripped" "$nocc" js 1
+# docs/install.md: the install log names the tools the build from source missed.
+if grep -q 'build from source failed: .*make.*g++.* not found on PATH' "$work/c. neither/install.log"; then
+  point ok "c: the install log names the tools missing from PATH ($(grep -o '[a-z0-9+, ]* not found on PATH' "$work/c. neither/install.log" | head -n 1))"
+else
+  point fail "c: the install log names the tools missing from PATH" "$work/c. neither/install.log"
+fi
 
 # docs/install.md's troubleshooting, as written: with a compiler now present, `npm rebuild
 # mq-metrics` in the project that got the TypeScript backend builds the native core.
