@@ -16,7 +16,7 @@
 namespace {
 
 // Chunks are 64-byte aligned so that rows of different threads never share a cache line.
-constexpr std::align_val_t kChunkAlignment{64};
+constexpr size_t kChunkAlignment = 64;
 // Bounds on what a caller may ask for: a chunk of 64 bytes to 1 GiB, and 2^24 chunks per arena.
 constexpr double kMinChunkBytes = 64;
 constexpr double kMaxChunkBytes = 1 << 30;
@@ -24,7 +24,8 @@ constexpr double kMaxChunks = 1 << 24;
 
 // No standard containers here: their allocator calls std::__throw_bad_array_new_length, which
 // g++ 11 and later take from libstdc++'s GLIBCXX_3.4.29, and the prebuilt binary must load beside
-// the older libstdc++ of every distribution the official Node.js binaries run on (docs/native.md).
+// the older libstdc++ of every distribution the official Node.js binaries run on (docs/install.md).
+// Chunks come from aligned_alloc, not the aligned operator new (CXXABI_1.3.11), for the same reason.
 struct Arena {
   uint32_t id;
   Arena* next;  // the list of arenas (gArenas), guarded by gMutex
@@ -56,7 +57,7 @@ Arena* FindLocked(uint32_t id) {
 
 void FreeArenaLocked(Arena* arena) {
   for (size_t k = 0; k < arena->capacity; k++) {
-    if (arena->chunks[k] != nullptr) ::operator delete(arena->chunks[k], kChunkAlignment);
+    std::free(arena->chunks[k]);
   }
   std::free(arena->chunks);
   for (Arena** link = &gArenas; *link != nullptr; link = &(*link)->next) {
@@ -145,7 +146,7 @@ napi_value ArenaChunk(napi_env env, napi_callback_info info) {
       arena->capacity = capacity;
     }
     if (arena->chunks[k] == nullptr) {
-      void* chunk = ::operator new(arena->chunkBytes, kChunkAlignment, std::nothrow);
+      void* chunk = std::aligned_alloc(kChunkAlignment, arena->chunkBytes);  // chunkBytes: a multiple of 64 (arenaCreate)
       if (chunk == nullptr) {
         napi_throw_error(env, nullptr, "mq-metrics: out of memory allocating a counter chunk");
         return args::Undefined(env);

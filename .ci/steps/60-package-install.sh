@@ -33,8 +33,8 @@ else
 fi
 if tar tzf "$tarball" | grep -q '^package/build/'; then point fail "no build/ directory in the tarball"; else point ok "no build/ directory in the tarball"; fi
 # The shipped binary loads wherever the official Node.js binaries run (docs/native.md): it may need
-# no newer C library, C++ library or C++ ABI symbol version than Node.js 24's own binary does
-# (GLIBC 2.28, GLIBCXX 3.4.21, CXXABI 1.3.11), or a distribution such as Debian 11 or RHEL 8 would
+# no newer C library, C++ library or C++ ABI symbol version than Node.js 22's own binary does
+# (GLIBC 2.28, GLIBCXX 3.4.21, CXXABI 1.3.9), or a distribution such as Debian 11 or RHEL 8 would
 # fall back to the TypeScript backend though Node runs there.
 if [ "$(uname -s)" = Linux ]; then
   mkdir -p "$work/shipped" && tar xzf "$tarball" -C "$work/shipped" "package/prebuilds/$platform/mq_metrics.node" 2> /dev/null
@@ -42,10 +42,10 @@ if [ "$(uname -s)" = Linux ]; then
   newest () { grep -o "($1_[0-9.]*)" "$work/symbols.txt" | tr -d '()' | sed "s/^$1_//" | sort -V | tail -n 1; }
   within () { [ -z "$2" ] || [ "$(printf '%s\n%s\n' "$2" "$3" | sort -V | tail -n 1)" = "$3" ]; }
   glibc=$(newest GLIBC) glibcxx=$(newest GLIBCXX) cxxabi=$(newest CXXABI)
-  if [ -n "$glibc" ] && within GLIBC "$glibc" 2.28 && within GLIBCXX "$glibcxx" 3.4.21 && within CXXABI "$cxxabi" 1.3.11; then
-    point ok "the shipped binary needs GLIBC ${glibc}, GLIBCXX ${glibcxx:-none}, CXXABI ${cxxabi:-none}: no newer than Node.js 24 itself"
+  if [ -n "$glibc" ] && within GLIBC "$glibc" 2.28 && within GLIBCXX "$glibcxx" 3.4.21 && within CXXABI "$cxxabi" 1.3.9; then
+    point ok "the shipped binary needs GLIBC ${glibc}, GLIBCXX ${glibcxx:-none}, CXXABI ${cxxabi:-none}: no newer than Node.js 22 itself"
   else
-    point fail "the shipped binary needs GLIBC ${glibc:-?}, GLIBCXX ${glibcxx:-none}, CXXABI ${cxxabi:-none}: newer than Node.js 24 itself (2.28, 3.4.21, 1.3.11)" "$work/symbols.txt"
+    point fail "the shipped binary needs GLIBC ${glibc:-?}, GLIBCXX ${glibcxx:-none}, CXXABI ${cxxabi:-none}: newer than Node.js 22 itself (2.28, 3.4.21, 1.3.9)" "$work/symbols.txt"
   fi
 fi
 mkdir -p "$work/strip" && tar xzf "$tarball" -C "$work/strip" && rm -rf "$work/strip/package/prebuilds"
