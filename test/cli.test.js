@@ -147,8 +147,8 @@ t.test('--json: exact integers, one entry per broker', async (t) => {
   t.equal(r.code, 1)
   t.match(r.stdout, /"produced": 18446744073709551620,/, 'the sum above 2^64 is printed digit for digit')
   const parsed = JSON.parse(r.stdout)
-  t.same(Object.keys(parsed[0]), ['url', 'quorum_state', 'status', 'leader_epoch', 'connections', 'uptime_seconds', 'produced', 'delivered', 'dropped', 'dlq', 'faults'])
-  t.same({ ...parsed[0], produced: 0 }, { url: a.url, quorum_state: 1, status: 'soft', leader_epoch: 7, connections: 12, uptime_seconds: 3723.5, produced: 0, delivered: 31, dropped: 4, dlq: 3, faults: 4 })
+  t.same(Object.keys(parsed[0]), ['url', 'quorum_state', 'status', 'leader', 'leader_epoch', 'connections', 'uptime_seconds', 'produced', 'delivered', 'dropped', 'dlq', 'faults'])
+  t.same({ ...parsed[0], produced: 0 }, { url: a.url, quorum_state: 1, status: 'soft', leader: false, leader_epoch: 7, connections: 12, uptime_seconds: 3723.5, produced: 0, delivered: 31, dropped: 4, dlq: 3, faults: 4 })
 
   const v = await run(['--url', a.url, 'topics', '--json'])
   t.match(v.stdout, /"produced": 18446744073709551615,/, 'a view passes 2^64 − 1 through exactly')
@@ -157,6 +157,9 @@ t.test('--json: exact integers, one entry per broker', async (t) => {
   t.equal(view[0].view.filter, 'topics', 'each entry carries its broker\'s /stats body as view')
   t.equal(view[0].view.topics[1].topic, 'orders\u001b[2J', 'raw names survive JSON unchanged')
   t.equal(view[0].quorum_state, 1)
+  t.equal(view[0].leader, false, 'a view entry carries the leader flag too')
+  const leading = await broker(t, { epoch: 3, leader: true })
+  t.same(JSON.parse((await run(['--url', leading.url, '--url', a.url, '--json'])).stdout).map((x) => [x.leader, x.leader_epoch]), [[true, 3], [false, 7]], 'what a script needs to find a stale leader: each node\'s leader flag and epoch')
 })
 
 t.test('a /stats view as a table', async (t) => {
@@ -399,6 +402,10 @@ t.test('several brokers read as one cluster: worst tier, the leader, a stale lea
   t.match((await run(['--url', split[0].url, '--url', split[1].url])).stdout, /cluster  worst 0 healthy  2 leaders at epoch 6: \S+, \S+  epochs agree \(6\)/)
   const none = [await broker(t, { epoch: 6 }), await broker(t, { epoch: 6 })]
   t.match((await run(['--url', none[0].url, '--url', none[1].url])).stdout, /cluster  worst 0 healthy  leader: none  epochs agree/)
+  // A node at epoch 0 has not been told the epoch yet: it disagrees with no one (as the cluster rules).
+  const fresh = await broker(t, { epoch: 0 })
+  t.match((await run(['--url', healthy[0].url, '--url', healthy[1].url, '--url', fresh.url])).stdout, /epochs agree \(5\)  1 not told the epoch yet \(0\)\n$/)
+  t.match((await run(['--url', fresh.url, '--url', (await broker(t, { epoch: 0 })).url])).stdout, /leader: none  epochs not told yet \(0\)\n$/)
 
   const down = `http://127.0.0.1:${await closedPort()}`
   const partial = await run(['--url', healthy[0].url, '--url', down])
@@ -406,7 +413,7 @@ t.test('several brokers read as one cluster: worst tier, the leader, a stale lea
   t.match(partial.stdout, /  1 of 2 unreachable\n$/)
   const dark = await run(['--url', down, '--url', `http://127.0.0.1:${await closedPort()}`])
   t.equal(dark.code, 3)
-  t.match(dark.stdout, /\ncluster  worst unknown \(no broker read\)  leader: none  .*2 of 2 unreachable\n$/, 'no broker read: no tier made up')
+  t.match(dark.stdout, /\ncluster  worst unknown \(no broker read\)  leader: none  epochs unknown  2 of 2 unreachable\n$/, 'no broker read: no tier, no epoch made up')
   t.notMatch((await run(['--url', a.url])).stdout, /cluster/, 'one broker: no cluster line')
 })
 
@@ -478,6 +485,8 @@ t.test('--urls-from FILE: one URL per line, or Prometheus file_sd JSON', async (
     'sd.json': JSON.stringify([{ targets: [new URL(a.url).host], labels: { job: 'mq' } }, { targets: [new URL(b.url).host] }]),
     'empty.txt': '# nothing\n',
     'bad.json': '[{"targets": [1]}]',
+    'none.json': '[]',
+    'sd.yml': `- targets: ['${new URL(a.url).host}']\n`,
     'bom.json': `\uFEFF${JSON.stringify([{ targets: [new URL(a.url).host, new URL(b.url).host] }])}`, // as some editors save it
   })
   for (const file of ['nodes.txt', 'sd.json', 'bom.json']) {
@@ -488,7 +497,7 @@ t.test('--urls-from FILE: one URL per line, or Prometheus file_sd JSON', async (
   const twice = await run(['--url', a.url, '--urls-from', path.join(dir, 'nodes.txt')])
   t.equal(twice.stdout.split(a.url).length - 1, 2, 'a broker named twice is one row (and the cluster line names it as leader once)')
   t.notMatch(twice.stdout, /2 leaders/)
-  for (const [file, message] of [['missing.txt', /cannot read --urls-from "\S+missing\.txt": ENOENT/], ['empty.txt', /lists no URL/], ['bad.json', /file_sd JSON must be/]]) {
+  for (const [file, message] of [['missing.txt', /cannot read --urls-from "\S+missing\.txt": ENOENT/], ['empty.txt', /lists no URL/], ['bad.json', /file_sd JSON must be/], ['none.json', /lists no target/], ['sd.yml', /looks like file_sd YAML, which mq-stats does not read: give it the JSON form/]]) {
     const r = await run(['--urls-from', path.join(dir, file)])
     t.equal(r.code, 64, `${file}: a usage error`)
     t.match(r.stderr, message)

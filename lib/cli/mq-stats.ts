@@ -182,10 +182,14 @@ function urlsFrom(file: string): string[] {
       throw new UsageError(`--urls-from ${JSON.stringify(file)} looks like file_sd JSON but does not parse: ${(error as Error).message}`)
     }
     const targets = Array.isArray(groups) ? groups.flatMap((g) => (isObject(g) && Array.isArray(g.targets) ? g.targets : [undefined])) : [undefined]
-    if (targets.length === 0 || targets.some((x) => typeof x !== 'string')) {
+    if (targets.some((x) => typeof x !== 'string')) {
       throw new UsageError(`--urls-from ${JSON.stringify(file)}: file_sd JSON must be [{"targets": ["host:port", ...]}, ...]`)
     }
+    if (targets.length === 0) throw new UsageError(`--urls-from ${JSON.stringify(file)} lists no target`)
     return (targets as string[]).map((target) => checkUrl(/^https?:\/\//.test(target) ? target : `http://${target}`))
+  }
+  if (/^\s*-?\s*targets\s*:/m.test(content)) {
+    throw new UsageError(`--urls-from ${JSON.stringify(file)} looks like file_sd YAML, which mq-stats does not read: give it the JSON form ([{"targets": ["host:port", ...]}]) or one URL per line`)
   }
   const urls = content.split('\n').map((line) => line.replace(/#.*/, '').trim()).filter((line) => line !== '')
   if (urls.length === 0) throw new UsageError(`--urls-from ${JSON.stringify(file)} lists no URL`)
@@ -244,7 +248,7 @@ async function collect(options: Options, signal: AbortSignal | undefined): Promi
   }
   const json = brokers.map((b) => {
     if (b.error !== undefined) return { url: b.url, error: b.error }
-    return options.view === undefined ? summaryRow(b) : { url: b.url, quorum_state: b.quorumState, status: b.status, view: b.views[options.view] }
+    return options.view === undefined ? summaryRow(b) : { url: b.url, quorum_state: b.quorumState, status: b.status, leader: typeof b.healthz?.leader === 'boolean' ? b.healthz.leader : null, view: b.views[options.view] }
   })
   return { brokers, json, errors, status }
 }
@@ -463,6 +467,7 @@ function summaryRow(b: BrokerRead): JsonObject {
     url: b.url,
     quorum_state: b.quorumState,
     status: b.status,
+    leader: typeof h.leader === 'boolean' ? h.leader : null,
     leader_epoch: h.leader_epoch ?? quorum.leader_epoch ?? null,
     connections: quorum.connections ?? null,
     uptime_seconds: h.uptime_seconds ?? quorum.uptime_seconds ?? null,
@@ -538,8 +543,14 @@ function clusterLine(brokers: BrokerRead[], colour: boolean): string {
   const stale = leading.filter((b) => epoch(b) !== top)
   parts.push(leaders.length === 0 ? 'leader: none' : leaders.length === 1 ? `leader ${u(leaders[0])} (epoch ${top})` : `${leaders.length} leaders at epoch ${top}: ${leaders.map(u).join(', ')}`)
   if (stale.length > 0) parts.push(`stale leader ${stale.map((b) => `${u(b)} (epoch ${epoch(b)})`).join(', ')}`)
-  const epochs = [...new Set(read.map(epoch))].sort((a, b) => b - a)
-  parts.push(epochs.length <= 1 ? `epochs agree (${epochs[0] ?? '-'})` : `epochs disagree: ${epochs.map((e) => `${e} on ${read.filter((b) => epoch(b) === e).length}`).join(', ')}`)
+  // Epoch 0: a node that has just started and not been told the epoch yet. It disagrees with no
+  // one, as in the cluster rules (mq-cluster.rules.yml job:mq_leader_epoch:min).
+  const told = read.filter((b) => epoch(b) !== 0)
+  const epochs = [...new Set(told.map(epoch))].sort((a, b) => b - a)
+  if (read.length === 0) parts.push('epochs unknown')
+  else if (epochs.length === 0) parts.push('epochs not told yet (0)')
+  else parts.push(epochs.length === 1 ? `epochs agree (${epochs[0]})` : `epochs disagree: ${epochs.map((e) => `${e} on ${told.filter((b) => epoch(b) === e).length}`).join(', ')}`)
+  if (told.length < read.length && told.length > 0) parts.push(`${read.length - told.length} not told the epoch yet (0)`)
   if (read.length < brokers.length) parts.push(`${brokers.length - read.length} of ${brokers.length} unreachable`)
   return `\ncluster  ${parts.join('  ')}\n`
 }
