@@ -83,7 +83,10 @@ tests:
   // away, its messages owed, expired ones dropped and others sent and acknowledged out of order
   // above its floor, nothing in flight at any scrape: honest, the alert must stay quiet (it fired
   // when mq_partition_depth was counted from the floor). Topic `lossy`: one message counted
-  // delivered twice at minute 12 (delivered() and settle(), a misuse): the alert must fire.
+  // delivered twice at minute 12 (delivered() and settle(), a misuse): the alert must fire. Topic
+  // `resub`: its one subscriber leaves at minute 14 (what it owed settled, the group removed),
+  // messages are published while no one subscribes, and it is back `from: 'latest'` at minute 15,
+  // a scrape between: the messages owed by no one must not read as lost.
   for (const backend of require('./helpers').backends()) {
     t.test(`${backend}: MqConservationBroken on the library's own /metrics: quiet on honest out-of-order settlement, firing on a double count`, async (t) => {
       const fs = require('node:fs')
@@ -95,6 +98,8 @@ tests:
       const away = offline.group('away')
       const lossy = s.topic('lossy')
       const g = lossy.group('g')
+      const resub = s.topic('resub')
+      let sub = resub.group('client-7', { from: 'latest' })
       const MINUTES = 30
       const series = new Map() // 'name{labels}' → a value per minute
       const scrape = (minute) => {
@@ -120,6 +125,17 @@ tests:
           if (minute === 12 && i === 0) g.delivered(1) // counted by count as well: delivered twice
           g.settle(0, seq, 'delivered')
         }
+        if (minute === 15) sub = resub.group('client-7', { from: 'latest' }) // back
+        if (minute !== 14) {
+          for (let i = 0; i < 2; i++) {
+            const seq = resub.append(0, 10)
+            sub.send(0, seq)
+            sub.settle(0, seq, 'delivered')
+          }
+        } else {
+          resub.removeGroup('client-7') // it owed nothing: every message it was sent is settled
+          for (let i = 0; i < 3; i++) resub.append(0, 10) // published while no one subscribes
+        }
         scrape(minute)
       }
       const depth = s.stats('partitions', { topic: 'offline' }).partitions[0].depth
@@ -142,7 +158,7 @@ ${input.join('\n')}
             value: 1
 `)
       const r = spawnSync(bin, ['test', 'rules', 'conservation.test.yml'], { cwd: dir, encoding: 'utf8', timeout: 60_000 })
-      t.equal(r.status, 0, 'MqConservationBroken fired for lossy, and never for offline (promtool test rules)', { output: `${r.stdout}${r.stderr}` })
+      t.equal(r.status, 0, 'MqConservationBroken fired for lossy, and never for offline nor resub (promtool test rules)', { output: `${r.stdout}${r.stderr}` })
     })
   }
 }
