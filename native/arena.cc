@@ -10,6 +10,9 @@
 #include <cstring>
 #include <mutex>
 #include <new>
+#ifdef _WIN32
+#include <malloc.h>  // _aligned_malloc
+#endif
 
 #include "args.h"
 
@@ -26,6 +29,23 @@ constexpr double kMaxChunks = 1 << 24;
 // g++ 11 and later take from libstdc++'s GLIBCXX_3.4.29, and the prebuilt binary must load beside
 // the older libstdc++ of every distribution the official Node.js binaries run on (docs/install.md).
 // Chunks come from aligned_alloc, not the aligned operator new (CXXABI_1.3.11), for the same reason.
+// aligned_alloc is C++17 but not in MSVC's runtime, which has its own pair.
+void* AllocateChunk(size_t bytes) {
+#ifdef _WIN32
+  return _aligned_malloc(bytes, kChunkAlignment);
+#else
+  return std::aligned_alloc(kChunkAlignment, bytes);
+#endif
+}
+
+void FreeChunk(void* chunk) {
+#ifdef _WIN32
+  _aligned_free(chunk);
+#else
+  std::free(chunk);
+#endif
+}
+
 struct Arena {
   uint32_t id;
   Arena* next;  // the list of arenas (gArenas), guarded by gMutex
@@ -57,7 +77,7 @@ Arena* FindLocked(uint32_t id) {
 
 void FreeArenaLocked(Arena* arena) {
   for (size_t k = 0; k < arena->capacity; k++) {
-    std::free(arena->chunks[k]);
+    FreeChunk(arena->chunks[k]);
   }
   std::free(arena->chunks);
   for (Arena** link = &gArenas; *link != nullptr; link = &(*link)->next) {
@@ -146,7 +166,7 @@ napi_value ArenaChunk(napi_env env, napi_callback_info info) {
       arena->capacity = capacity;
     }
     if (arena->chunks[k] == nullptr) {
-      void* chunk = std::aligned_alloc(kChunkAlignment, arena->chunkBytes);  // chunkBytes: a multiple of 64 (arenaCreate)
+      void* chunk = AllocateChunk(arena->chunkBytes);  // chunkBytes: a multiple of 64 (arenaCreate)
       if (chunk == nullptr) {
         napi_throw_error(env, nullptr, "mq-metrics: out of memory allocating a counter chunk");
         return args::Undefined(env);
