@@ -248,7 +248,7 @@ async function collect(options: Options, signal: AbortSignal | undefined): Promi
   }
   const json = brokers.map((b) => {
     if (b.error !== undefined) return { url: b.url, error: b.error }
-    return options.view === undefined ? summaryRow(b) : { url: b.url, quorum_state: b.quorumState, status: b.status, leader: typeof b.healthz?.leader === 'boolean' ? b.healthz.leader : null, view: b.views[options.view] }
+    return options.view === undefined ? summaryRow(b) : { url: b.url, quorum_state: b.quorumState, status: b.status, leader: leaderOf(b), view: b.views[options.view] }
   })
   return { brokers, json, errors, status }
 }
@@ -451,6 +451,11 @@ function isObject(value: unknown): value is JsonObject {
 
 const TOTALS = ['produced', 'delivered', 'dropped', 'dlq'] as const
 
+/** What a broker's /healthz says of its leadership (null from a broker too old to say). */
+function leaderOf(b: BrokerRead): boolean | null {
+  return typeof b.healthz?.leader === 'boolean' ? b.healthz.leader : null
+}
+
 function summaryRow(b: BrokerRead): JsonObject {
   const h = b.healthz!
   const quorum = b.views.quorum ?? {}
@@ -467,7 +472,7 @@ function summaryRow(b: BrokerRead): JsonObject {
     url: b.url,
     quorum_state: b.quorumState,
     status: b.status,
-    leader: typeof h.leader === 'boolean' ? h.leader : null,
+    leader: leaderOf(b),
     leader_epoch: h.leader_epoch ?? quorum.leader_epoch ?? null,
     connections: quorum.connections ?? null,
     uptime_seconds: h.uptime_seconds ?? quorum.uptime_seconds ?? null,

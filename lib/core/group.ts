@@ -79,6 +79,15 @@ interface Lane {
   readonly window: number
 }
 
+/**
+ * What a settlement of `n` takes off this thread's in_flight share when every thread's in_flight
+ * is `all`: n while `all` covers it; else what brings in_flight to 0 (an `all` below 0 is
+ * repaired too). Design §invariants: in_flight never goes below 0.
+ */
+function shareTaken(all: number, n: number): number {
+  return Math.min(all, 0) + Math.min(n, Math.max(all, 0))
+}
+
 /** What a per-message call does (Group.#perMessage). */
 const enum Op {
   Send,
@@ -607,7 +616,7 @@ export class Group {
         if (ended !== 0 && row[index + GroupCell.InFlight] < ended) {
           const all = this.#inFlightAll()
           if (all < ended) {
-            less = Math.min(all, 0) + Math.min(ended, Math.max(all, 0))
+            less = shareTaken(all, ended)
             underflowFrom = Math.max(all, 0)
             underflowTo = underflowFrom - ended
           }
@@ -781,7 +790,7 @@ export class Group {
       if (took) this.#tookOver()
       const inFlight = this.#inFlightAll()
       available = Math.max(0, inFlight)
-      const less = Math.min(inFlight, 0) + Math.min(n, available)
+      const less = shareTaken(inFlight, n)
       this.#alive() // again, right before the writes (see dispatch)
       row[index + offset] += n
       row[index + GroupCell.InFlight] -= less

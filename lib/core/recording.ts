@@ -54,7 +54,7 @@ export class Recorder {
   resolveChunk(slot: number): void {
     const c = slot >>> Chunk.Shift
     if (this.rowChunks[c] === undefined) this.rowChunks[c] = this.registry.memory.rowChunk(this.row, c, true)!
-    if (this.sharedChunks[c] === undefined) this.sharedChunks[c] = this.registry.memory.rowChunk(SHARED_ROW, c, true)!
+    this.resolveShared(slot)
   }
 
   /** Makes `sharedChunks` hold the chunk of `slot`, for a block only the shared row holds (a settlement window). */
