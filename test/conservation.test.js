@@ -3,9 +3,11 @@
 // exactly. Run `npx tsc -p tsconfig.json` first (it tests dist/core/conservation.js).
 //
 // A group's baseline is its balance at registration (`start` in its snapshot: 0 unless it started
-// at the partitions' last_seq). A non-zero residual is a fault only in a quiet window (nothing in
-// flight) that a re-read of its topic confirms; that re-read is the only one a check makes, shared
-// by the topic's groups.
+// at the partitions' last_seq). A non-zero residual is a fault when a re-read of its topic confirms
+// it and no settlement under way explains it: in a quiet window (nothing in flight); at any time
+// for a group settled per message; above in_flight for a floor-level group (its floor moves first:
+// what it passed is at most what is in flight; counted first, the transient is negative). That
+// re-read is the only one a check makes, shared by the topic's groups.
 const t = require('tap')
 const { ConservationChecker } = require('../dist/core/conservation.js')
 
@@ -258,6 +260,43 @@ t.test('a non-zero residual with messages in flight is not a fault', async (t) =
   t.equal(groupRow(report, 'busy', 'workers').quiet, false, 'not quiet: 3 in flight')
   t.same(faults, [], 'no fault outside a quiet window')
   t.same(rereads, [], 'no re-read is needed for a busy group')
+})
+
+t.test('a group settled per message is judged while busy: its calls leave no transient outside its lock', async (t) => {
+  const { check, faults, rereads } = checker()
+  const topic = model('busy', 1)
+  const g = addGroup(topic, 'workers', { settledPerMessage: true })
+  produce(topic, 0, 10)
+  settle(topic, g, 0, 4)
+  g.inFlight = 3 // a busy group: something in flight at every scrape
+  check(snapshotOf(topic))
+  t.same([faults, rereads], [[], []], 'honest and busy: residual 0, nothing to confirm')
+  g.delivered += 1 // one message counted delivered twice (delivered() as well as settle())
+  let report = check(snapshotOf(topic), (ts) => ({ ...ts, groups: ts.groups.map((x) => ({ ...x, inFlight: 2 })) }))
+  t.same(faults, [], 'a re-read that saw it move: not judged')
+  report = check(snapshotOf(topic))
+  t.equal(groupRow(report, 'busy', 'workers').quiet, false, 'not quiet: 3 in flight')
+  t.match(faults, [{ code: 'CONSERVATION_BROKEN', labels: { topic: 'busy', group: 'workers' } }], 'confirmed by a re-read: the double count is reported while the group is busy')
+  check(snapshotOf(topicSnapshot(topic, { producing: true })))
+  t.equal(faults.length, 1, 'once per episode')
+})
+
+t.test('a floor-level group with more settled than it has in flight is judged while busy', async (t) => {
+  const { check, faults } = checker()
+  const topic = model('leaky', 1)
+  const g = addGroup(topic, 'g')
+  produce(topic, 0, 10)
+  g.inFlight = 3
+  g.floors[0] += 3 // ackFloor(0, 3) made, delivered(3) not yet: a settlement under way
+  check(snapshotOf(topic))
+  t.same(faults, [], 'a positive residual within in_flight: a settlement under way, not judged')
+  g.delivered += 3
+  g.inFlight = 1 // one count that no settlement ends (a retry counted with dispatch()): never quiet again
+  check(snapshotOf(topic))
+  g.floors[0] += 4 // four settled that nobody counted delivered or dropped
+  const report = check(snapshotOf(topic))
+  t.equal(groupRow(report, 'leaky', 'g').residual, 4)
+  t.match(faults, [{ code: 'CONSERVATION_BROKEN', labels: { topic: 'leaky', group: 'g' }, previous: 6, attempted: 10 }], 'above in_flight: no settlement under way explains it, reported though never quiet')
 })
 
 // Re-reads that differ from the first read: something moved in between.

@@ -89,6 +89,28 @@ for (const backend of backends()) {
     t.end()
   })
 
+  t.test(`${backend}: a busy group settled per message has its identity checked at every scrape, not only when nothing is in flight`, (t) => {
+    // A broker under load always has something in flight: the check waited for a quiet window
+    // that never came, and a double count went unseen for as long as the load lasted.
+    const s = surfaceOn(t, backend)
+    const faults = faultsOf(s, { ignore: ['IN_FLIGHT_UNDERFLOW'] })
+    const topic = s.topic('orders')
+    const g = topic.group('g')
+    for (let i = 1; i <= 20; i++) {
+      topic.append(0, 1)
+      g.send(0, i)
+      if (i > 2) g.settle(0, i - 2, 'delivered') // two in flight at every moment
+      if (i % 5 === 0) s.stats('conservation')
+    }
+    t.same(codes(faults), [], 'honest and busy: nothing reported')
+    t.same([conservation(s, 'orders', 'g').residual, conservation(s, 'orders', 'g').in_flight], [0, 2])
+    g.delivered(1) // one message counted by count as well as per message: a double count
+    const row = conservation(s, 'orders', 'g')
+    t.same([row.residual, row.quiet, row.in_flight], [-1, false, 1], 'busy, not quiet')
+    t.same(codes(faults), ['CONSERVATION_BROKEN'], 'reported at the first scrape after it, messages still in flight')
+    t.end()
+  })
+
   t.test(`${backend}: a second settlement, one above last_seq, or outside the window counts nothing`, (t) => {
     const s = surfaceOn(t, backend)
     const faults = faultsOf(s)

@@ -4,13 +4,15 @@
 //   residual_g = Δproduced − Δdelivered_g − Δdropped_g − Δdepth_g     (0 for honest accounting)
 //
 // where depth_g = Σ_p (last_seq_p − ack_floor_{g,p} − settled above the floor) counts every message g
-// has not settled (reader.ts; docs/metrics.md). The
-// identity only has to hold in a quiet window: between a settlement's ackFloor() and its
-// delivered()/dropped() call (or while a producer in another thread is between its two writes)
-// a busy group shows transient non-zero residuals. The baseline is the group's balance at
-// registration (0, or what `from: 'latest'` skipped), recorded with the group itself, so no
-// transient can be frozen into it and no mistake is absorbed. A quiet, non-zero residual is a fault
-// (`CONSERVATION_BROKEN`), raised once per episode rather than once per scrape.
+// has not settled (reader.ts; docs/metrics.md). Between a floor-level settlement's ackFloor() and
+// its delivered()/dropped() call a busy group shows a transient residual (what the floor passed,
+// at most what is in flight), and while a producer in another thread is between its two writes
+// any group can (the re-read and the `producing` marker tell that moment). The baseline is the
+// group's balance at registration (0, or what `from: 'latest'` skipped), recorded with the group
+// itself, so no transient can be frozen into it and no mistake is absorbed. A confirmed non-zero
+// residual that no settlement under way explains is a fault (`CONSERVATION_BROKEN`), raised once
+// per episode rather than once per scrape: in a quiet window (nothing in flight), at any time for
+// a group settled per message, and above in_flight for a floor-level one.
 //
 // The same check holds in_flight to what the group owes (design §5): every message in flight is
 // one it has not settled, so in_flight ≤ depth_g. Only for a group settled per message on every
@@ -228,7 +230,14 @@ export class ConservationChecker {
     const residual = residualOf(group.start, topic.produced, group)
     if (residual === 0 || residual === 0n) {
       this.#episodes.end(group, Episode.Broken) // the episode, if any, is over
-    } else if (quiet) {
+    } else if (quiet || group.settledPerMessage || !transient(residual, group.inFlight)) {
+      // Judged on numbers a re-read confirms: in a quiet window; at any time for a group settled
+      // per message (its calls leave no transient outside its lock, which `producing` shows, so a
+      // busy group, never without something in flight, is checked too); and for a floor-level
+      // group with something in flight, when the residual is above what a settlement under way
+      // can leave (its floor moved first: what the floor passed, at most what is in flight). A
+      // floor-level settlement counted before its floor moves leaves a negative transient of any
+      // size, so a negative residual waits for a quiet window.
       fresh ??= reread(topic)
       if (sameNumbers(topic, group, fresh)) {
         if (this.#episodes.begin(group, Episode.Broken)) this.#onBroken(brokenFault(topic, group, residual))
@@ -257,6 +266,15 @@ export class ConservationChecker {
     this.#quiet = quiet
     return fresh
   }
+}
+
+/**
+ * Whether a floor-level group's residual can be a settlement under way (docs/metrics.md): its
+ * floor moved first (depth down by what it passed) and its delivered()/dropped() not yet made (in
+ * flight not yet lowered): residual ≤ in_flight; or counted first, its floor not yet moved: below 0.
+ */
+function transient(residual: number | bigint, inFlight: number): boolean {
+  return residual <= inFlight // mixed number/bigint comparison is exact
 }
 
 /** produced − delivered − dropped − depth, exact; a number unless it leaves the safe range. */
