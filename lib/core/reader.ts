@@ -20,6 +20,12 @@ const enum Chunk {
 if (1 << Chunk.Shift !== SLOTS_PER_CHUNK) throw new Error('internal: Chunk.Shift does not match SLOTS_PER_CHUNK')
 
 export class SnapshotReader {
+  /**
+   * @internal Test-only: called in each topic's read after its last_seq cells are read
+   * (`'lastSeq'`) and before its counters are (`'counters'`), so that a test can park a producer
+   * between its writes at those points (test/lifecycle-edges.test.js). Unset in use.
+   */
+  static parkAt: ((point: 'lastSeq' | 'counters', topic: string) => void) | undefined = undefined
   readonly #registry: Registry
   readonly #memory: Memory
   // Per slot chunk (index = chunk number), rebuilt per read: the thread rows (≥ 1) that have it,
@@ -360,6 +366,7 @@ export class SnapshotReader {
       // with no group, everything since the base.
       depth[p] = groupCount === 0 ? seq - base : 0
     }
+    SnapshotReader.parkAt?.('lastSeq', topic.name)
     let delivered: Count = 0
     let dropped: Count = 0
     let dlq: Count = 0
@@ -431,11 +438,20 @@ export class SnapshotReader {
       dropped = addCount(dropped, topic.retiredDropped)
       dlq = addCount(dlq, topic.retiredDlq)
     }
+    SnapshotReader.parkAt?.('counters', topic.name)
+    // The topic's counters before its producers' markers: a producer sets its marker, then writes
+    // its counter, then last_seq (topic.ts). A counter read after the marker could be one whose
+    // producer started after that check, with its last_seq not written yet: a torn read that a
+    // producer paused there until after the re-read's check leaves alike in both reads, unmarked.
+    // Read before, a counter ahead of last_seq is one whose marker is still set when checked, or
+    // whose last_seq is written by the re-read.
+    const produced = this.#count(topic.slot)
+    const bytes = this.#count(topic.slot + 1)
     // Both, always: the locks are looked at (a dead holder's taken over, a pending move finished)
     // whatever a producer's marker says.
     const held = this.#locksHeld(topic, pending)
     const writing = this.#sum(topic.slot + 2) !== 0 || held
-    return topicSnapshot(topic, this.#count(topic.slot), this.#count(topic.slot + 1), delivered, dropped, dlq, lastSeq, depth, groups, writing)
+    return topicSnapshot(topic, produced, bytes, delivered, dropped, dlq, lastSeq, depth, groups, writing)
   }
 }
 
