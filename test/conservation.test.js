@@ -260,6 +260,9 @@ t.test('a non-zero residual with messages in flight is not a fault', async (t) =
   t.equal(groupRow(report, 'busy', 'workers').quiet, false, 'not quiet: 3 in flight')
   t.same(faults, [], 'no fault outside a quiet window')
   t.same(rereads, [], 'no re-read is needed for a busy group')
+  g.delivered += 5 // counted before the floor moved, more than is in flight now: still a transient
+  check(snapshotOf(topic))
+  t.same([faults, rereads], [[], []], 'a negative residual of any size waits for a quiet window')
 })
 
 t.test('a group settled per message is judged while busy: its calls leave no transient outside its lock', async (t) => {
@@ -277,8 +280,8 @@ t.test('a group settled per message is judged while busy: its calls leave no tra
   report = check(snapshotOf(topic))
   t.equal(groupRow(report, 'busy', 'workers').quiet, false, 'not quiet: 3 in flight')
   t.match(faults, [{ code: 'CONSERVATION_BROKEN', labels: { topic: 'busy', group: 'workers' } }], 'confirmed by a re-read: the double count is reported while the group is busy')
-  check(snapshotOf(topicSnapshot(topic, { producing: true })))
-  t.equal(faults.length, 1, 'once per episode')
+  check(snapshotOf(topic))
+  t.equal(faults.length, 1, 'confirmed again: once per episode')
 })
 
 t.test('a floor-level group with more settled than it has in flight is judged while busy', async (t) => {

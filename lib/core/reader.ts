@@ -22,8 +22,9 @@ if (1 << Chunk.Shift !== SLOTS_PER_CHUNK) throw new Error('internal: Chunk.Shift
 export class SnapshotReader {
   /**
    * @internal Test-only: called in each topic's read after its last_seq cells are read
-   * (`'lastSeq'`) and before its counters are (`'counters'`), so that a test can park a producer
-   * between its writes at those points (test/lifecycle-edges.test.js). Unset in use.
+   * (`'lastSeq'`), and after its groups' counters but before the topic's own produced and bytes
+   * counters are read (`'counters'`), so that a test can park a producer between its writes at
+   * those points (test/lifecycle-edges.test.js). Unset in use.
    */
   static parkAt: ((point: 'lastSeq' | 'counters', topic: string) => void) | undefined = undefined
   readonly #registry: Registry
@@ -440,11 +441,11 @@ export class SnapshotReader {
     }
     SnapshotReader.parkAt?.('counters', topic.name)
     // The topic's counters before its producers' markers: a producer sets its marker, then writes
-    // its counter, then last_seq (topic.ts). A counter read after the marker could be one whose
-    // producer started after that check, with its last_seq not written yet: a torn read that a
-    // producer paused there until after the re-read's check leaves alike in both reads, unmarked.
-    // Read before, a counter ahead of last_seq is one whose marker is still set when checked, or
-    // whose last_seq is written by the re-read.
+    // its counter, then last_seq (topic.ts). A counter read after the marker check could be one
+    // whose producer started after that check, its last_seq not written yet; were the producer to
+    // finish after the re-read's last_seq read but before the re-read's marker check, both reads
+    // would show the same torn numbers, unmarked. Read before the check, a counter ahead of
+    // last_seq is one whose marker is still set at the check, or whose last_seq the re-read sees.
     const produced = this.#count(topic.slot)
     const bytes = this.#count(topic.slot + 1)
     // Both, always: the locks are looked at (a dead holder's taken over, a pending move finished)
