@@ -12,20 +12,13 @@ const fs = require('node:fs')
 const os = require('node:os')
 const path = require('node:path')
 const { spawnSync } = require('node:child_process')
-const { surfaceOn, backends } = require('./helpers')
+const { surfaceOn, backends, promtoolFor } = require('./helpers')
 
 const backend = backends().at(-1) // native when built: the rules are the subject here, not the backend
 
 const root = path.join(__dirname, '..')
-const bin = process.env.PROMTOOL || 'promtool'
-const probe = spawnSync(bin, ['--version'], { encoding: 'utf8' })
-const inCI = Boolean(process.env.CI) && !/^(0|false)$/i.test(process.env.CI)
-if (probe.error && probe.error.code === 'ENOENT') {
-  if (inCI) t.fail(`${bin} is not on PATH, but CI must have it: .ci/run installs Debian's prometheus package`)
-  else t.plan(0, `${bin} not found: install Debian's prometheus package to check the cluster rules`)
-} else {
-  main()
-}
+const bin = promtoolFor(t)
+if (bin !== undefined) main()
 
 /**
  * A simulated cluster: `nodes` ids, `seconds` of simulated time, samples every `step` seconds
@@ -38,7 +31,7 @@ function simulate(t, { nodes, seconds, step = 15, interval = 60, phase = {}, sec
     boot(id, config) {
       const surface = surfaceOn(t, backend, config, { scrapeThread: false })
       surface.on('fault', () => {}) // a read_only leader's refused writes raise faults: the subject here is the rules
-      cluster.node[id] = { surface, topics: new Map(), bootedAt: now }
+      cluster.node[id] = { surface, bootedAt: now }
       return cluster.node[id]
     },
     kill(id) {
@@ -120,22 +113,21 @@ function main() {
       second(now, cluster) {
         if (now === 0) {
           for (const id of ['a', 'b', 'c']) cluster.boot(id).surface.setLeaderEpoch(1)
-          cluster.node.a.topics.set('orders', cluster.node.a.surface.topic('orders'))
+          cluster.node.a.surface.topic('orders')
         }
         if (now === 1900) {
           cluster.node.a.surface.replicationRound({ replicas: 3, inSync: 1 }) // cut off: read_only
           cluster.node.b.surface.setLeaderEpoch(2)
           cluster.node.c.surface.setLeaderEpoch(2)
-          cluster.node.b.topics.set('orders', cluster.node.b.surface.topic('orders'))
+          cluster.node.b.surface.topic('orders')
         }
         if (now === 3700) {
           cluster.node.a.surface.replicationRound({ replicas: 3, inSync: 3 })
           cluster.node.a.surface.setLeaderEpoch(2)
           cluster.node.a.surface.removeTopic('orders') // a follower serves no topics
-          cluster.node.a.topics.delete('orders')
         }
         const leader = now < 1900 ? cluster.node.a : cluster.node.b
-        leader.topics.get('orders').append(0, 100, 20)
+        leader.surface.topic('orders').append(0, 100, 20)
       },
     })
     check(t, 'failover at a 2-minute scrape interval', {
@@ -155,11 +147,11 @@ function main() {
       second(now, cluster) {
         if (now === 0) {
           for (const id of ['a', 'b']) cluster.boot(id).surface.setLeaderEpoch(1)
-          cluster.node.a.topics.set('orders', cluster.node.a.surface.topic('orders'))
+          cluster.node.a.surface.topic('orders')
         }
-        if (now === 600) (cluster.node.b.surface.setLeaderEpoch(2), cluster.node.b.topics.set('orders', cluster.node.b.surface.topic('orders')))
-        cluster.node.a.topics.get('orders').append(0, 100, 20)
-        if (now >= 600 && now < 1200) cluster.node.b.topics.get('orders').append(0, 100, 20)
+        if (now === 600) (cluster.node.b.surface.setLeaderEpoch(2), cluster.node.b.surface.topic('orders'))
+        cluster.node.a.surface.topic('orders').append(0, 100, 20)
+        if (now >= 600 && now < 1200) cluster.node.b.surface.topic('orders').append(0, 100, 20)
       },
     })
     check(t, 'split brain at a 2-minute scrape interval', {
@@ -181,13 +173,13 @@ function main() {
       second(now, cluster) {
         if (now === 0) {
           for (const id of ['a', 'b', 'c']) cluster.boot(id).surface.setLeaderEpoch(1)
-          cluster.node.a.topics.set('orders', cluster.node.a.surface.topic('orders'))
+          cluster.node.a.surface.topic('orders')
         }
         const soft = (inSync) => { for (const id of ['a', 'b']) cluster.node[id]?.surface.replicationRound({ replicas: 3, inSync }) }
         if (now === 1200) (cluster.kill('c'), soft(2))
         if (now === 3000) (cluster.boot('c').surface.setLeaderEpoch(1), soft(3))
         if (now === 3600) (cluster.kill('a'), cluster.node.b.surface.replicationRound({ replicas: 3, inSync: 2 }), cluster.node.c.surface.replicationRound({ replicas: 3, inSync: 2 }))
-        if (cluster.node.a !== undefined && now % 240 === 0) cluster.node.a.topics.get('orders').append(0, 100, 1)
+        if (cluster.node.a !== undefined && now % 240 === 0) cluster.node.a.surface.topic('orders').append(0, 100, 1)
       },
     })
     check(t, 'a lull at night, then a leader lost', {

@@ -265,3 +265,18 @@ function played(backend) {
 }
 
 module.exports.played = played
+
+/**
+ * promtool (PROMTOOL=/path overrides the one on PATH), or undefined when it is missing: the test
+ * is then skipped locally and fails in CI, which installs Debian's prometheus package.
+ */
+function promtoolFor(t) {
+  const bin = process.env.PROMTOOL || 'promtool'
+  const probe = require('node:child_process').spawnSync(bin, ['--version'], { encoding: 'utf8' })
+  if (!probe.error || probe.error.code !== 'ENOENT') return bin
+  const inCI = Boolean(process.env.CI) && !/^(0|false)$/i.test(process.env.CI)
+  if (inCI) t.fail(`${bin} is not on PATH, but CI must have it: .ci/run installs Debian's prometheus package`)
+  else t.plan(0, `${bin} not found: install Debian's prometheus package (apt-get install --no-install-recommends prometheus) to check the rules`)
+  return undefined
+}
+module.exports.promtoolFor = promtoolFor
