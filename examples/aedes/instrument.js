@@ -2,7 +2,8 @@
 // The glue between aedes and mq-metrics (docs/integration.md walks through it). One mq-metrics
 // topic per MQTT topic (partition 0), one group per client subscribed to it by exact name. A message
 // is appended when the broker takes it, before any copy is forwarded; aedes' packet counter leads
-// every copy back to its seq until every group has settled it. QoS 0 and 1; wildcards are not counted.
+// every copy back to its seq until every group has settled it. QoS 0, 1 and 2 (a QoS 2 copy settles at
+// its PUBREC in a persistent session, its PUBCOMP in a clean one); wildcard subscriptions are not counted.
 const STATE = Symbol.for('mq-metrics') // on aedes' client objects of clean sessions
 const ZERO = Symbol('mq-metrics QoS 0') // on every client: the packet its deliver0 sends now (no packet id)
 const NAME_MAX = 1024 // the library's longest name; longer MQTT topics and client ids are not counted
@@ -15,6 +16,7 @@ function instrument(broker, surface, { window: WINDOW = 65536 } = {}) {
   const GROUP = { from: 'latest', max_in_flight: 65535, settle_window: WINDOW } // MQTT: ≤ 65,535 packet ids per client
   const topics = new Map() // MQTT topic → { name, handle, counters, base, groups: client id → group state, dark, routing }
   const owned = new Map() // client id → the topics it has a group on
+  const exactly = new Map() // persistent client id → packet id → its QoS 2 copy stored, until its PUBREC
   const idle = new Set() // topics without a group, oldest first: one leaves for a subscription's topic at max_topics
   // counters: aedes' counters of the topic's messages not yet settled by every group, increasing;
   // the message at index i has seq base + i (append() numbers a partition's messages one by one).
@@ -80,7 +82,12 @@ function instrument(broker, surface, { window: WINDOW = 65536 } = {}) {
   }
   const update = broker.persistence.outgoingUpdate.bind(broker.persistence)
   broker.persistence.outgoingUpdate = function (client, packet, done) { // a persistent session's copy numbered before it is sent
-    return update(client, packet, (err, c, p) => (err && p?.cmd === 'publish' && settleStored(client, p, 'dropped'), done(err, c, p))) // aedes lost the copy (it cleared another's by mistake): never sent
+    if (packet.cmd === 'pubrel') received(client, packet.messageId) // or its PUBREC: aedes stores the PUBREL in the QoS 2 copy's place
+    return update(client, packet, (err, c, p) => {
+      if (err && p?.cmd === 'publish') settleStored(client, p, 'dropped') // aedes lost the copy (it cleared another's by mistake): never sent
+      else if (!err && p?.qos === 2 && p.cmd === 'publish' && groupOf(client, p) !== undefined) (exactly.get(client.id) ?? exactly.set(client.id, new Map()).get(client.id)).set(p.messageId, p) // until its PUBREC
+      done(err, c, p)
+    })
   }
   const settleStored = (client, packet, outcome) => { // a persistent session's copy, as aedes stored it, in flight: settled once
     const m = groupOf(client, packet), seq = m && seqOf(m.t, packet.brokerCounter)
@@ -116,8 +123,8 @@ function instrument(broker, surface, { window: WINDOW = 65536 } = {}) {
     if (s.head >= 192 && s.head * 2 >= s.sent.length) (s.sent = s.sent.slice(s.head)), (s.head = 0)
   }
   const clear = broker.persistence.outgoingClearMessageId.bind(broker.persistence)
-  broker.persistence.outgoingClearMessageId = function (client, packet, done) { // a PUBACK
-    const s = packet.cmd === 'puback' ? client[STATE] : undefined // a clean session's: aedes keeps no packet for it
+  broker.persistence.outgoingClearMessageId = function (client, packet, done) { // a PUBACK, or a QoS 2 copy's PUBCOMP
+    const s = packet.cmd === 'puback' || packet.cmd === 'pubcomp' ? client[STATE] : undefined // a clean session's: aedes keeps no packet for it
     if (s === undefined) return clear(client, packet, packet.cmd === 'puback' ? (err, copy) => (copy?.cmd === 'publish' && settleStored(client, copy, 'delivered'), done(err, copy)) : done) // a persistent session's: aedes hands back the stored copy
     const at = s.sent.indexOf(-packet.messageId, s.head) // acks come in order: at the head
     if (at >= 0) {
@@ -126,6 +133,13 @@ function instrument(broker, surface, { window: WINDOW = 65536 } = {}) {
       acked(m, seq, 'delivered')
     }
     return clear(client, packet, done)
+  }
+  // A persistent session's QoS 2 copy is settled at its PUBREC (the subscriber has it), found by
+  // packet id in the glue's own map: aedes' in-memory store keeps no usable record after it (it
+  // relabels a stored PUBREL with the next one's id when two await their PUBCOMP).
+  const received = (client, id) => {
+    const ids = exactly.get(client.id), stored = ids?.get(id)
+    if (stored !== undefined) ids.delete(id), settleStored(client, stored, 'delivered')
   }
   const preConnect = broker.preConnect
   broker.preConnect = function (client, packet, callback) { // before a persistent session's restored subscriptions take deliver0
@@ -163,7 +177,7 @@ function instrument(broker, surface, { window: WINDOW = 65536 } = {}) {
     if (m.g.floor(0) < last) m.g.settleUpTo(0, last, 'dropped')
     t.handle.removeGroup(m.id), t.groups.delete(m.id), t.dark.delete(m), (m.lost = Infinity), (m.ending = false)
     if (t.groups.size === 0) idle.add(t.name)
-    if (owned.get(m.id)?.delete(t.name) && owned.get(m.id).size === 0) owned.delete(m.id)
+    if (owned.get(m.id)?.delete(t.name) && owned.get(m.id).size === 0) owned.delete(m.id), exactly.delete(m.id)
   }
   // An unsubscription: the copies in flight may still be acknowledged (MQTT 3.1.1 §3.10.4), the group leaves after them.
   const unsubscribe = (m) => {
@@ -190,7 +204,7 @@ function instrument(broker, surface, { window: WINDOW = 65536 } = {}) {
   const away = (client) => session(client).forEach((m) => { // a persistent session goes offline (unless a takeover has restored it already)
     if (m.client === client) dark(m, true)
   })
-  return { pending: () => [...topics.values()].reduce((n, t) => n + t.counters.length, 0), sweep: () => topics.forEach(sweep), clients: () => owned.size }
+  return { pending: () => [...topics.values()].reduce((n, t) => n + t.counters.length, 0), sweep: () => topics.forEach(sweep), clients: () => owned.size, awaitingPubrec: () => [...exactly.values()].reduce((n, ids) => n + ids.size, 0) }
 }
 
 module.exports = { instrument }

@@ -298,6 +298,60 @@ test('PUBACKs out of order: a clean session acknowledging each pair of messages 
   await r.end()
 }))
 
+test('QoS 2: a copy settles at its PUBREC in a persistent session, at its PUBCOMP in a clean one', () => withBroker(async (b, faults) => {
+  // aedes sends a QoS 2 copy, the subscriber answers PUBREC (it has the message), aedes PUBREL, the
+  // subscriber PUBCOMP. A persistent session's PUBREC reaches the glue (aedes stores the PUBREL in
+  // the copy's place), a clean session's does not: its copies settle at the PUBCOMP. Before the
+  // glue knew QoS 2, every copy sent at QoS 2 stayed in flight until its window gave it up.
+  const seen = new Map()
+  const subscribe = async (id, clean, qos) => {
+    const c = await connect(b.mqttPort, { clientId: id, clean })
+    seen.set(id, seen.get(id) ?? new Set())
+    c.on('message', (topic, payload) => seen.get(id).add(payload.toString()))
+    if (qos !== undefined) await c.subscribeAsync('orders', { qos })
+    return c
+  }
+  const holdPubcomps = (c, from) => { // the PUBCOMPs from the from-th on are held: returns the function that sends them
+    const send = c._sendPacket.bind(c), held = []
+    let n = 0
+    c._sendPacket = (packet, done, ...rest) => (packet.cmd === 'pubcomp' && ++n >= from ? (held.push(packet), done?.()) : send(packet, done, ...rest))
+    return () => held.splice(0).forEach((packet) => send(packet))
+  }
+  const clean = await subscribe('sub-2c', true, 2)
+  const releaseClean = holdPubcomps(clean, 1)
+  const one = await subscribe('sub-21', true, 1) // QoS 2 publishes go out to it at QoS 1
+  let persistent = await subscribe('sub-2p', false, 2)
+  holdPubcomps(persistent, 41) // never sent: it goes before them
+  const pub = await connect(b.mqttPort, { clientId: 'pub-2' })
+  for (let i = 0; i < 60; i++) await pub.publishAsync('orders', `q2-${i}`, { qos: 2 })
+  for (let i = 0; i < 20; i++) await pub.publishAsync('orders', `q1-${i}`, { qos: 1 })
+  const settled = (id, inFlight, delivered) => () => { const g = groupOf(b, id); return g.in_flight === inFlight && g.delivered === delivered }
+  const settling = (what, ok) => until(what, ok).catch((e) => { throw new Error(`${e.message}: ${JSON.stringify(b.surface.stats('groups').groups)}, faults ${JSON.stringify(faults)}`) })
+  await settling('the clean subscriber\'s QoS 2 copies to wait for their PUBCOMP', () => seen.get('sub-2c').size === 80 && settled('sub-2c', 60, 20)())
+  await settling('the persistent subscriber\'s copies to settle at their PUBREC, PUBCOMP or not', () => seen.get('sub-2p').size === 80 && settled('sub-2p', 0, 80)())
+  assert.equal(fifo(b.broker.clients['sub-2c']).entries, 60, 'the clean session\'s FIFO holds the copies awaiting their PUBCOMP')
+  releaseClean()
+  persistent.stream.destroy()
+  await sleep(100)
+  persistent = await subscribe('sub-2p', false) // back: aedes sends its stored PUBRELs again (and, relabelled by its store, some copies: counted once)
+  const groups = () => b.surface.stats('groups').groups
+  await settling('every copy settled', () => groups().length === 3 && groups().every((g) => g.in_flight === 0 && g.lag === 0))
+  await sleep(200) // what aedes sends again has arrived
+  assert.equal(b.surface.stats('topics').totals.produced, 80)
+  for (const id of ['sub-2c', 'sub-21', 'sub-2p']) {
+    const g = groupOf(b, id)
+    assert.equal(seen.get(id).size, 80, `${id} received every message`)
+    assert.deepEqual([g.delivered, g.dropped, g.retries, g.in_flight], [80, 0, 0, 0], `${id}: every message delivered once`)
+  }
+  assert.equal(fifo(b.broker.clients['sub-2c']).entries, 0, 'the clean session\'s FIFO is empty')
+  assert.equal(b.glue.awaitingPubrec(), 0, 'the glue forgets a persistent session\'s QoS 2 copy at its PUBREC')
+  for (const t of b.surface.stats('conservation').topics) for (const g of t.groups) assert.equal(g.residual, 0)
+  b.glue.sweep()
+  assert.equal(b.glue.pending(), 0)
+  assert.deepEqual(faults.map((f) => f.code), [], 'no faults')
+  await Promise.all([clean, one, persistent, pub].map((c) => c.endAsync()))
+}))
+
 // A second review's cases: what aedes does for a session that is offline, or leaving, and what the
 // glue must not hold or count past its window; names the library does not take; a cluster.
 
