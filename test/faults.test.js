@@ -58,6 +58,12 @@ const ALONE = [
     (t, s) => t.same(s.stats('partitions').partitions.map((p) => p.last_seq), [10], 'last_seq kept')],
   ['ack floor decrease', (s) => { s.topic('x').produced(0, 10, 100, 10); s.topic('x').group('g').ackFloor(0, 6) }, (s) => s.topic('x').group('g').ackFloor(0, 5), false, 'ACK_FLOOR_INVALID',
     (t, s) => t.same(s.stats('groups').groups[0].ack_floors, { 0: 6 }, 'the floor is kept')],
+  ['ack floor below a resumed log\'s base', (s) => { s.topic('x').produced(0, 100, 0, 0); s.topic('x').produced(0, 110, 100, 10); s.topic('x').group('g') }, (s) => s.topic('x').group('g').ackFloor(0, 50), false, 'ACK_FLOOR_INVALID',
+    (t, s) => {
+      t.equal(s.topic('x').group('g').floor(0), 100, 'the floor is the base still')
+      t.equal(s.topic('x').group('g').ackFloor(0, 60), false, 'a second call is refused against the base too, not against the first')
+      t.equal(s.topic('x').group('g').ackFloor(0, 105), true, 'a floor above the base is taken')
+    }],
   ['ack floor past last_seq', (s) => s.topic('x').group('g') && s.topic('x').produced(0, 10, 100, 10), (s) => s.topic('x').group('g').ackFloor(0, 11), false, 'ACK_FLOOR_INVALID',
     (t, s) => t.same(s.stats('groups').groups[0].ack_floors, { 0: 0 }, 'the floor stays 0')],
   ['ack floor on a partition never produced', (s) => s.topic('x').group('g'), (s) => s.topic('x').group('g').ackFloor(3, 1), false, 'ACK_FLOOR_INVALID',

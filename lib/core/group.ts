@@ -378,9 +378,11 @@ export class Group {
     const sharedChunks = this.#recorder.sharedChunks
     let slot: number | undefined = this.entity.floorSlot(partition)
     if (slot !== undefined && (rowChunks[slot >>> Chunk.Shift] === undefined || sharedChunks[slot >>> Chunk.Shift] === undefined)) slot = undefined
-    const current = slot === undefined
+    const kept = slot === undefined
       ? this.#knownFloor(partition)
       : Math.max(rowChunks[slot >>> Chunk.Shift][slot & Chunk.Mask], sharedChunks[slot >>> Chunk.Shift][slot & Chunk.Mask])
+    // The floor floor() shows: a resumed log's base (the seq before its first message) when higher.
+    const current = lastSeqSlot === undefined ? kept : Math.max(kept, this.#topic.baseOf(lastSeqSlot, partition))
     if (floor < current || floor > lastSeq) {
       const labels = { topic: this.#topic.entity.label, group: this.entity.label, partition: String(partition) }
       this.#recorder.fault('ACK_FLOOR_INVALID', 'mq_group_lag', labels, current, floor)
