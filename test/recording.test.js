@@ -2,7 +2,9 @@
 // The recording API (docs/api.md): each recording call's effect, each invariant, bad inputs, config,
 // removal and caps — against every backend.
 const t = require('tap')
-const { lib, backends, surfaceOn, faultsOf, topicNumbers } = require('./helpers')
+const { lib, backends, surfaceOn, faultsOf, topicNumbers, played } = require('./helpers')
+const { announce } = require('../dist/core/reclamation')
+const { LOG_CHUNK_INTS } = require('../dist/core/layout')
 
 for (const backend of backends()) {
   t.test(`${backend}: surface.backend says which backend is live`, async (t) => {
@@ -261,6 +263,50 @@ for (const backend of backends()) {
     t.same([n.produced, n.partitions.length, n.groups.length], [2, 2, 1])
     surface.removeTopic('b')
     t.ok(surface.topic('c'), 'removing a topic frees room under max_topics')
+  })
+
+  t.test(`${backend}: a full registration log refuses each kind of registration whole, keeps room for removals, and takes registrations again once they retired`, async (t) => {
+    const { main, worker, read } = played(backend)
+    main.registry.logCapacityInts = 4 * LOG_CHUNK_INTS // 3 chunks for registrations, 1 kept
+    const kept = main.handles.topic('kept')
+    kept.produced(0, 1, 10)
+    const g = kept.group('g')
+    const name = (i) => `topic-${String(i).padStart(5, '0')}-${'x'.repeat(90)}`
+    let n = 0
+    let refused
+    for (; n < 10_000 && refused === undefined; n++) {
+      try { main.handles.topic(name(n)) } catch (error) { refused = error }
+    }
+    t.ok(refused instanceof lib.MqMetricsError, 'an MqMetricsError')
+    t.match(refused, { name: 'LimitError', code: 'LIMIT_REACHED', limit: 'registration_log', message: /registration log is full .*nothing was registered/ })
+    t.ok(n > 500, `${n - 1} topics fit in 3 chunks of 64 KiB`)
+    let p = 1 // then partitions, the smallest entries, until not even one fits
+    for (; p < 100; p++) {
+      try { kept.produced(p, 1, 1) } catch (error) { t.equal(error.limit, 'registration_log'); break }
+    }
+    t.ok(p < 100, `${p - 1} partitions took what was left`)
+    const slots = main.registry.slotsInUse()
+    const numbers = () => read().map((x) => [x.name, x.produced, x.bytes, [...x.partitionNumbers], [...x.lastSeq], x.groups.map((y) => [y.name, y.inFlight, y.delivered, y.dropped])])
+    const before = numbers()
+    let refusals = 0
+    for (let k = 0; k < 100; k++) try { main.handles.topic(name(n + k)) } catch (error) { if (error.limit === 'registration_log') refusals++ }
+    const refuses = (what, call) => t.throws(call, { name: 'LimitError', limit: 'registration_log' }, what)
+    refuses('a new partition', () => kept.produced(p, 1, 5))
+    refuses('a new group', () => kept.group('h', { from: 'latest' }))
+    refuses('a group\'s settlement window', () => g.send(0, 1))
+    refuses('a group\'s ack floor', () => g.ackFloor(0, 1))
+    t.equal(refusals, 100, 'every further topic is refused')
+    t.equal(main.registry.slotsInUse(), slots, 'refused registrations hold no slots')
+    t.same(numbers(), before, 'and change no number')
+    t.equal(g.inFlight(), 0)
+    for (let k = 0; k < 50; k++) t.equal(main.registry.removeTopic(name(k)), true, `a removal is taken in a full log (${k})`)
+    announce(worker.memory)
+    announce(main.memory)
+    t.ok(main.handles.topic(name(n + 100)), 'once the removed topics retired, a topic registers again')
+    kept.produced(p, 1, 5)
+    t.equal(g.send(0, 1), true)
+    const [, , , partitions, lastSeq, groups] = numbers().find(([name]) => name === 'kept')
+    t.same([partitions.at(-1), lastSeq.at(-1), groups], [p, 1, [['g', 1, 0, 0]]], 'so does a partition, and a window')
   })
 
   t.test(`${backend}: counters above 2^53 stay exact`, async (t) => {

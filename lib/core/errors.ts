@@ -74,8 +74,8 @@ export class ClosedError extends MqMetricsError {
 
 /** A cardinality cap of the configuration (max_topics, max_partitions_per_topic, max_groups_per_topic) would be passed: nothing is registered. */
 export class LimitError extends MqMetricsError {
-  /** The configuration key whose cap was reached. */
-  readonly limit: 'max_topics' | 'max_partitions_per_topic' | 'max_groups_per_topic'
+  /** The configuration key whose cap was reached, or `registration_log`: the log every registration is written to is full. */
+  readonly limit: 'max_topics' | 'max_partitions_per_topic' | 'max_groups_per_topic' | 'registration_log'
   constructor(limit: LimitError['limit'], message: string) {
     super('LIMIT_REACHED', message)
     this.name = 'LimitError'

@@ -102,6 +102,20 @@ export function wideAmount(high: number, low: number): bigint {
   return (BigInt(high >>> 0) << 32n) | BigInt(low >>> 0)
 }
 
+/** How many Int32 cells an entry of `fields` fields (and `text`) takes: its header, fields, text. */
+export function entryLength(fields: number, text?: string): number {
+  return 1 + fields + (text === undefined ? 0 : 1 + Math.ceil(text.length / 2))
+}
+
+/** Where entries of these `lengths`, written from `position` on, end (one that does not fit what is left of a chunk starts the next). */
+export function endAfter(position: number, lengths: readonly number[]): number {
+  for (const length of lengths) {
+    const within = position % LOG_CHUNK_INTS
+    position += (within + length > LOG_CHUNK_INTS ? LOG_CHUNK_INTS - within : 0) + length
+  }
+  return position
+}
+
 /** Where an entry was found: its chunk, its header's index there, its type and length. */
 export interface EntryAt {
   log: Int32Array
@@ -125,7 +139,7 @@ export class RegistrationLog {
    * and the position after it.
    */
   write(generation: number, position: number, type: Entry, fields: readonly number[], text?: string): [number, number] {
-    const length = 1 + fields.length + (text === undefined ? 0 : 1 + Math.ceil(text.length / 2))
+    const length = entryLength(fields.length, text)
     if (length > LOG_CHUNK_INTS) throw new RangeError('mq-metrics: a registration log entry does not fit a chunk')
     let within = position % LOG_CHUNK_INTS
     if (within + length > LOG_CHUNK_INTS) {

@@ -14,8 +14,8 @@ import {
 import { ClosedError, LimitError, RemovedGroupError, RemovedTopicError } from './errors'
 import { sanitizeLabelValue } from './labels'
 import { LabelCarry, carriesEntries, carryEntries } from './carry'
-import { CarryKind, Entry, RegistrationLog, amountRows, narrow, readText, wide, wideAmount } from './log'
-import { B_NEXT_ID, C_CLOSED, C_LOG_CHECKPOINT, C_LOG_END, C_LOG_GENERATION, C_NEXT_CHUNK, C_NEXT_HEADER_SLOT, C_NEXT_SLOT, C_NEXT_WINDOW_SLOT, C_RECOUNT, C_SLOT_CHUNKS, C_SLOTS_RESERVED, SHARED_ROW, SLOTS_PER_CHUNK } from './layout'
+import { CarryKind, Entry, RegistrationLog, amountRows, endAfter, entryLength, narrow, readText, wide, wideAmount } from './log'
+import { B_NEXT_ID, C_CLOSED, C_LOG_CHECKPOINT, C_LOG_END, C_LOG_GENERATION, C_NEXT_CHUNK, C_NEXT_HEADER_SLOT, C_NEXT_SLOT, C_NEXT_WINDOW_SLOT, C_RECOUNT, C_SLOT_CHUNKS, C_SLOTS_RESERVED, LOG_CHUNK_INTS, MAX_LOG_CHUNKS, SHARED_ROW, SLOTS_PER_CHUNK } from './layout'
 import { Memory } from './memory'
 import { advanceEpoch, catchUpEpoch, nextEpoch, passedEpoch, ring } from './reclamation'
 import { Count, addCount } from './snapshot'
@@ -98,6 +98,12 @@ export class Registry {
   onGroupRemoved: ((group: GroupEntity) => void) | undefined
   /** The log length (Int32 units) below which it is never compacted; tests lower it to compact often. */
   compactMinInts = COMPACT_MIN_INTS
+  /**
+   * How many Int32 cells one generation of the log may hold (its directory's chunks, 414 MiB with
+   * 64 KiB chunks); tests lower it to fill the log. A registration may use it but for the last
+   * 1/64 (at least a chunk), kept for what makes room: removals, and folds of counters near 2^53.
+   */
+  logCapacityInts = MAX_LOG_CHUNKS * LOG_CHUNK_INTS
 
   constructor(memory: Memory, config: ResolvedConfig) {
     this.memory = memory
@@ -173,6 +179,7 @@ export class Registry {
       if (this.topics.size >= this.config.max_topics) {
         throw new LimitError('max_topics', `cannot register topic ${JSON.stringify(name)}: max_topics (${this.config.max_topics}) reached`)
       }
+      this.#room([entryLength(3, name)], () => `topic ${JSON.stringify(name)}`)
       const id = this.#nextId()
       const slot = this.#allocate(KEY_TOPIC)
       // The liveness tag must be set before the entry is published (handles compare it to the id).
@@ -281,6 +288,7 @@ export class Registry {
       if (topic.partitionNumbers.length >= this.config.max_partitions_per_topic) {
         throw new LimitError('max_partitions_per_topic', `cannot register partition ${partition} of topic ${JSON.stringify(topic.name)}: max_partitions_per_topic (${this.config.max_partitions_per_topic}) reached`)
       }
+      this.#room([entryLength(4)], () => `partition ${partition} of topic ${JSON.stringify(topic.name)}`)
       const slot = this.#allocate(KEY_PARTITION)
       this.#storeShared(topic.slot + T_PARTITIONS, topic.partitionNumbers.length + 1) // entities.ts: before the entry
       this.#appendCounted(Entry.Partition, [...wide(topic.id), partition, slot])
@@ -303,6 +311,7 @@ export class Registry {
       if (topic.groups.length >= this.config.max_groups_per_topic) {
         throw new LimitError('max_groups_per_topic', `cannot register group ${JSON.stringify(name)} on topic ${JSON.stringify(topic.name)}: max_groups_per_topic (${this.config.max_groups_per_topic}) reached`)
       }
+      this.#room([entryLength(7, name), ...(latest ? topic.partitionNumbers.map(() => entryLength(4)) : [])], () => `group ${JSON.stringify(name)} on topic ${JSON.stringify(topic.name)}`)
       const id = this.#nextId()
       const slot = this.#allocate(KEY_GROUP)
       const entries: [Entry, number[], string?][] = [[Entry.Group, [...wide(topic.id), ...wide(id), slot, maxInFlight, window], name]]
@@ -385,6 +394,7 @@ export class Registry {
       this.#assertGroupAlive(group)
       const again = group.windowSlot(partition)
       if (again !== undefined) return again
+      this.#room([entryLength(5)], () => `the settlement window of group ${JSON.stringify(group.name)} on partition ${partition}`)
       const slot = this.#allocate(windowKey(group.window))
       const header = this.#allocate(KEY_HEADER)
       this.#appendCounted(Entry.Window, [...wide(group.id), partition, slot, header])
@@ -400,6 +410,7 @@ export class Registry {
       this.#assertGroupAlive(group)
       const again = group.floorSlot(partition)
       if (again !== undefined) return again
+      this.#room([entryLength(4)], () => `the ack floor of group ${JSON.stringify(group.name)} on partition ${partition}`)
       const slot = this.#allocate(KEY_FLOOR)
       this.#append(Entry.Floor, [...wide(group.id), partition, slot])
       return group.floorSlot(partition)!
@@ -611,10 +622,37 @@ export class Registry {
     this.#appendAll([[type, fields, text]])
   }
 
+  /**
+   * Refuses a registration whose entries (their `lengths`) the log cannot take, before anything
+   * is allocated for it: LimitError `registration_log`, nothing registered. It leaves the last
+   * 1/64 of the log to removals, retirements and folds, so that room can still be made in a full
+   * log. Caller locks and has synced.
+   */
+  #room(lengths: number[], what: () => string): void {
+    const control = this.memory.control
+    const reserve = Math.max(LOG_CHUNK_INTS, Math.floor(this.logCapacityInts / 64))
+    const fits = () => endAfter(control[C_LOG_END], lengths) <= this.logCapacityInts - reserve
+    if (fits()) return
+    // Retirements due are written first (into the reserve); a compaction then drops what they
+    // retired. Only a log that grew since its last compaction is compacted again: refusals in a
+    // row compact at most once.
+    this.reclaim()
+    if (control[C_LOG_END] > control[C_LOG_CHECKPOINT]) this.compact()
+    if (fits()) return
+    throw this.#logFull(`cannot register ${what()}`)
+  }
+
+  #logFull(what: string): LimitError {
+    const mib = (this.logCapacityInts * 4) / 2 ** 20
+    return new LimitError('registration_log', `${what}: the registration log is full (${mib >= 1 ? Math.round(mib) : mib.toFixed(2)} MiB: the names and registrations of every live topic, partition and group, and removals not reclaimed yet); nothing was registered. Remove topics or groups no longer in use (per-message or per-client names?) to make room`)
+  }
+
   /** Appends entries and publishes them with one store. Caller locks and has synced. */
   #appendAll(entries: [Entry, number[], string?][]): void {
     const control = this.memory.control
     let end = control[C_LOG_END]
+    // Past the log's end nothing is written: a removal or a fold the reserve (#room) cannot take is refused whole.
+    if (endAfter(end, entries.map(([, fields, text]) => entryLength(fields.length, text))) > this.logCapacityInts) throw this.#logFull('cannot write to the registration log')
     let texts: Map<number, string> | undefined
     for (const [type, fields, its] of entries) {
       const [position, next] = this.#log.write(this.#logGeneration, end, type, fields, its)
