@@ -128,7 +128,7 @@ export class Surface extends EventEmitter {
         confirm: (suspects) => this.#observer.confirm(suspects),
         note: (fault) => {
           this.#faults.note(fault)
-          this.emit('fault', fault)
+          this.#tell('fault', fault)
         },
         inThread: (gzip, abandoned) => (gzip ? this.#metricsGzipHere(abandoned) : this.#metricsBodyHere(abandoned)),
       })
@@ -199,7 +199,7 @@ export class Surface extends EventEmitter {
   replicationRound(round: { replicas: number; inSync: number }): QuorumState {
     this.#assertOpen()
     const change = this.#quorum.round(round)
-    if (change) this.emit('quorum', change satisfies QuorumEvent)
+    if (change) this.#tell('quorum', change satisfies QuorumEvent)
     return this.#quorum.state
   }
 
@@ -479,14 +479,32 @@ export class Surface extends EventEmitter {
 
   #fault(fault: FaultRecord): void {
     this.#faults.add(fault)
-    this.emit('fault', fault)
+    this.#tell('fault', fault)
+  }
+
+  /**
+   * Emits `'fault'` or `'quorum'` to each listener in turn. The call that raised it has made its
+   * writes already and must return what it returns: a listener that throws does not end it, nor
+   * keep the next listener from hearing; its error is thrown again on the next tick, where it is
+   * an uncaught exception as it would be in a timer (node:diagnostics_channel does the same).
+   */
+  #tell(event: 'fault' | 'quorum', value: FaultRecord | QuorumEvent): void {
+    for (const listener of this.rawListeners(event)) {
+      try {
+        listener.call(this, value)
+      } catch (error) {
+        process.nextTick(() => {
+          throw error
+        })
+      }
+    }
   }
 
   /** Faults workers raised since the last drain (counted already, in shared memory): logged and emitted once. */
   #drainWorkerFaults(): void {
     for (const fault of this.#workerFaults.drain()) {
       this.#faults.note(fault)
-      this.emit('fault', fault)
+      this.#tell('fault', fault)
     }
   }
 

@@ -537,3 +537,31 @@ t.test('attachSurface after close: the closed surface refuses new work clearly',
   t.throws(() => surface.render(), { code: 'SURFACE_CLOSED' })
   t.throws(() => surface.share(), { code: 'SURFACE_CLOSED' })
 })
+
+// A broker's 'fault' listener that throws: the call that raised the fault has counted already, so
+// it returns what it returns; the other listeners still hear; the listener's error is thrown on
+// the next tick (an uncaught exception, as in a timer). Played in a child: that exception ends it.
+for (const backend of backends()) {
+  t.test(`${backend}: a 'fault' or 'quorum' listener that throws does not make the call throw after it counted`, async (t) => {
+    const script = `
+      const { createSurface } = require(${JSON.stringify(path.join(__dirname, '..', 'dist'))})
+      const s = createSurface({}, { scrapeThread: false })
+      const heard = []
+      s.on('fault', (f) => { throw new Error('listener bug: ' + f.code) })
+      s.on('fault', (f) => heard.push(f.code))
+      s.on('quorum', () => { throw new Error('listener bug: quorum') })
+      s.on('quorum', (q) => heard.push('quorum ' + q.to))
+      const topic = s.topic('orders')
+      topic.append(0, 10, 3)
+      const g = topic.group('g', { max_in_flight: 1 })
+      g.send(0, 1)
+      const returned = g.send(0, 2) // past max_in_flight: counted (true), IN_FLIGHT_LIMIT_PASSED
+      const tier = s.replicationRound({ replicas: 3, inSync: 1 })
+      console.log(JSON.stringify({ returned, inFlight: g.inFlight(), second: g.isInFlight(0, 2), tier, heard }))
+    `
+    const run = require('node:child_process').spawnSync(process.execPath, ['-e', script], { encoding: 'utf8', env: { ...process.env, MQ_METRICS_BACKEND: backend }, timeout: 30_000 })
+    t.same(JSON.parse(run.stdout), { returned: true, inFlight: 2, second: true, tier: 2, heard: ['IN_FLIGHT_LIMIT_PASSED', 'quorum 2'] }, 'each call returned, counted, and the next listener heard')
+    t.match(run.stderr, /Error: listener bug: IN_FLIGHT_LIMIT_PASSED/, 'the listener\'s error is thrown afterwards, uncaught')
+    t.not(run.status, 0, 'and ends the process, as a throw in a timer would')
+  })
+}
