@@ -1,7 +1,7 @@
 // What a worker thread records with: attachSurface() maps the memory surface.share() describes
 // and hands back topic handles and the latency estimator (design §11).
 import { BackendName, SharedArena, attachArena } from './core/backend'
-import type { ResolvedConfig } from './core/config'
+import { ResolvedConfig, resolveConfig } from './core/config'
 import { ClosedError } from './core/errors'
 import { describe } from './core/labels'
 import { LATENCY_BUCKETS, LatencyEstimator, LatencyWindow, latencyEstimator } from './core/latency'
@@ -33,6 +33,7 @@ function checkShared(shared: unknown): asserts shared is SharedSurface {
   if (arena === null || typeof arena !== 'object') throw new TypeError(`${expected}: its arena is ${describe(arena)}`)
   if (arena.backend === 'js') {
     if (!(arena.buffer instanceof SharedArrayBuffer)) throw new TypeError(`${expected}: its js arena holds ${describe(arena.buffer)}, not a SharedArrayBuffer`)
+    if (!(arena.buffer as SharedArrayBuffer & { growable?: boolean }).growable) throw new TypeError(`${expected}: its js arena's SharedArrayBuffer is not growable (share() gives the surface's own)`)
   } else if (arena.backend === 'native') {
     if (!Number.isSafeInteger(arena.id) || arena.id <= 0) throw new TypeError(`${expected}: its native arena id is ${describe(arena.id)}`)
   } else {
@@ -40,6 +41,15 @@ function checkShared(shared: unknown): asserts shared is SharedSurface {
   }
   if (!(arena.doorbell instanceof SharedArrayBuffer) || arena.doorbell.byteLength < 4) throw new TypeError(`${expected}: its arena's doorbell is ${describe(arena.doorbell)}, not a SharedArrayBuffer of 4 bytes`)
   if (config === null || typeof config !== 'object') throw new TypeError(`${expected}: its config is ${describe(config)}`)
+  // The surface's resolved configuration, every key: a worker keeps the same caps as the main thread.
+  let resolved: ResolvedConfig
+  try {
+    resolved = resolveConfig(config)
+  } catch (error) {
+    throw new TypeError(`${expected}: its config is not a surface's (${(error as Error).message})`)
+  }
+  const missing = Object.keys(resolved).filter((key) => !Object.prototype.hasOwnProperty.call(config, key))
+  if (missing.length > 0) throw new TypeError(`${expected}: its config lacks ${missing.join(', ')}`)
 }
 
 /** design §11: what a worker thread records with. */

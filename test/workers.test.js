@@ -81,6 +81,14 @@ t.test('attachSurface refuses anything but a share() result', async (t) => {
   const { lib } = require('./helpers')
   t.throws(() => lib.attachSurface({}), TypeError)
   t.throws(() => lib.attachSurface(null), TypeError)
+  // A share() altered on its way: checked before anything is attached, so a worker never records
+  // under caps other than the surface's, or over memory the surface does not grow.
+  const { surfaceOn } = require('./helpers')
+  const surface = surfaceOn(t, 'js', { max_topics: 3 })
+  const shared = surface.share()
+  t.throws(() => lib.attachSurface({ ...shared, config: {} }), { name: 'TypeError', message: /its config lacks metrics_enabled, .*max_groups_per_topic/ })
+  t.throws(() => lib.attachSurface({ ...shared, config: { ...shared.config, max_topics: -1 } }), { name: 'TypeError', message: /its config is not a surface's .*max_topics/ })
+  t.throws(() => lib.attachSurface({ ...shared, arena: { ...shared.arena, buffer: new SharedArrayBuffer(65536) } }), { name: 'TypeError', message: /not growable/ })
 })
 
 // design §5 across threads: a partition written by one thread keeps its last_seq hint to itself
