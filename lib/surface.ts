@@ -25,7 +25,7 @@ import type { SharedSurface } from './worker'
 import { QuorumState, Snapshot, SnapshotWithPartitions, withPartitions } from './core/snapshot'
 import { ResolvedSurfaceOptions, SurfaceOptions, resolveSurfaceOptions } from './http/options'
 import { ScrapePacer, ScrapeScheduler } from './http/pacing'
-import { StatsContext, StatsView, StatsViews, statsFromQueryLater, statsView } from './exposition/stats'
+import { StatsContext, StatsView, StatsViews, statsFromQueryLater, statsRequest, statsViewOf } from './exposition/stats'
 import { WorkerFaultChannel } from './core/worker-faults'
 import { ScrapeThread, ScrapeThreadState } from './scrape/thread'
 
@@ -241,10 +241,15 @@ export class Surface extends EventEmitter {
     return text
   }
 
-  /** design §7: one view of the numbers, typed per view (an unknown view is a StatsError). */
+  /**
+   * design §7: one view of the numbers, typed per view (an unknown view is a StatsError). The view
+   * and filter are checked before the read, as /stats does: a refused call reads nothing, so it
+   * raises no fault (the conservation check runs with the read).
+   */
   stats<V extends StatsView>(view: V, filter: { topic?: string; group?: string } = {}): StatsViews[V] {
     if (!isPlainObject(filter)) throw new TypeError(`stats filter must be an object, got ${describe(filter)}`)
-    return statsView(view, filter, this.#statsContext()) as StatsViews[V]
+    const request = statsRequest(view, filter)
+    return statsViewOf(request, this.#statsContext()) as StatsViews[V]
   }
 
   /** Mounts into the broker's own node:http server: true when it handled the request. */

@@ -239,6 +239,32 @@ t.test('statsFromQuery: validation before the context is built', async (t) => {
   }
 })
 
+t.test('surface.stats(): a refused call reads nothing, so it raises and counts no fault', async (t) => {
+  const { backends, surfaceOn } = require('./helpers')
+  const refused = [
+    ['an unknown view', (s) => s.stats('bogus'), 'INVALID_FILTER'],
+    ['no view', (s) => s.stats(), 'MISSING_FILTER'],
+    ['a filter key typo', (s) => s.stats('topics', { topics: 'orders' }), 'INVALID_QUERY'],
+    ['a filter value that is not a string', (s) => s.stats('groups', { group: 5 }), 'INVALID_QUERY'],
+  ]
+  for (const backend of backends()) {
+    for (const [what, call, code] of refused) {
+      // A group that delivered more than was produced: the next read raises CONSERVATION_BROKEN.
+      const surface = surfaceOn(t, backend, {}, { scrapeThread: false })
+      const orders = surface.topic('orders')
+      for (let i = 0; i < 5; i++) orders.append(0, 10)
+      orders.group('billing').delivered(7)
+      const emitted = []
+      surface.on('fault', (fault) => emitted.push(fault.code))
+      t.throws(() => call(surface), { name: 'StatsError', code }, `${backend}, ${what}: refused`)
+      t.strictSame(emitted, [], `${backend}, ${what}: no fault emitted (the refused call would have read the snapshot)`)
+      // The first call that is answered reads, and finds the broken identity.
+      t.equal(surface.stats('faults').counts.CONSERVATION_BROKEN, 1, `${backend}, ${what}: the answered call raises CONSERVATION_BROKEN, once`)
+      t.strictSame(emitted, ['CONSERVATION_BROKEN'], `${backend}, ${what}: emitted by the answered call`)
+    }
+  }
+})
+
 t.test('statsFromQuery: a good request', async (t) => {
   let built = 0
   const answer = statsFromQuery(new URLSearchParams('filter=groups&topic=a.b&group=g%2F1'), () => (built++, context()))

@@ -140,13 +140,32 @@ export function isStatsView(view: unknown): view is StatsView {
   return typeof view === 'string' && (STATS_VIEWS as readonly string[]).includes(view)
 }
 
-/** The /stats object for one view. Throws StatsError for an unknown view or a bad filter. */
-export function statsView(view: string, filter: StatsFilter, ctx: StatsContext): StatsViews[StatsView] {
+/** A view and its narrowing, checked: what statsViewOf() builds from a context. */
+export interface StatsRequest {
+  view: StatsView
+  narrow: Narrow
+}
+
+/**
+ * Checks a `surface.stats(view, filter)` call before anything is read (a snapshot and a
+ * conservation check cost a scrape and may raise faults; a refused call must change nothing).
+ * Throws StatsError for a missing or unknown view or a bad filter.
+ */
+export function statsRequest(view: unknown, filter: unknown): StatsRequest {
   if (view === undefined) throw new StatsError('MISSING_FILTER', `a view is required, e.g. stats('topics'); ${ALLOWED_VIEWS}`)
   if (!isStatsView(view)) {
     throw new StatsError('INVALID_FILTER', `unknown view ${JSON.stringify(String(view))}; ${ALLOWED_VIEWS}`)
   }
-  const narrow = checkFilter(filter)
+  return { view, narrow: checkFilter(filter) }
+}
+
+/** The /stats object for one view. Throws StatsError for an unknown view or a bad filter. */
+export function statsView(view: string, filter: StatsFilter, ctx: StatsContext): StatsViews[StatsView] {
+  return statsViewOf(statsRequest(view, filter), ctx)
+}
+
+/** The /stats object for a request statsRequest() checked. */
+export function statsViewOf({ view, narrow }: StatsRequest, ctx: StatsContext): StatsViews[StatsView] {
   switch (view) {
     case 'topics':
       return topicsView(ctx.snapshot, narrow)
@@ -232,7 +251,7 @@ function parseQuery(query: URLSearchParams): { view: string; filter: StatsFilter
   return { view: views[0], filter }
 }
 
-interface Narrow {
+export interface Narrow {
   topic: string | undefined
   group: string | undefined
 }
