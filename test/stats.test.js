@@ -7,6 +7,7 @@ const { ConservationChecker } = require('../dist/core/conservation.js')
 const { FaultLog } = require('../dist/core/faults.js')
 const { resolveConfig } = require('../dist/core/config.js')
 const { toJSON } = require('../dist/core/json.js')
+const { describe } = require('../dist/core/labels.js')
 
 const U64_MAX = 2n ** 64n - 1n
 const ALLOWED = 'topics, partitions, groups, quorum, latency, conservation, faults, collisions, config'
@@ -196,8 +197,12 @@ t.test('topic= and group= narrow to exact raw names', async (t) => {
 })
 
 t.test('statsView rejects an unknown view with the allowed list', async (t) => {
-  for (const view of ['nope', '', 'TOPICS', null, 42]) {
+  for (const view of ['nope', '', 'TOPICS']) {
     t.throws(() => statsView(view, {}, context()), { name: 'StatsError', code: 'INVALID_FILTER', statusCode: 400, message: new RegExp(`allowed views: ${ALLOWED}$`) }, `view ${String(view)}`)
+  }
+  // Not a string: a TypeError (errors.md), not "unknown view \"topics\"" for ['topics'].
+  for (const [view, got] of [[['topics'], 'an array'], [new String('topics'), 'an object'], [null, 'null'], [42, '42'], [Symbol('topics'), 'Symbol\\(topics\\)']]) {
+    t.throws(() => statsView(view, {}, context()), { name: 'TypeError', message: new RegExp(`^stats view must be a string \\(${ALLOWED}\\), got ${got}$`) }, `view ${String(view)}`)
   }
   t.throws(() => statsView(undefined, {}, context()), { name: 'StatsError', code: 'MISSING_FILTER', statusCode: 400, message: new RegExp(`^a view is required, e.g. stats\\('topics'\\); allowed views: ${ALLOWED}$`) }, 'no view')
   const error = (() => { try { statsView('x', {}, context()) } catch (e) { return e } })()
@@ -213,6 +218,7 @@ t.test('statsView rejects a filter object with an unknown key (a typo must not w
   const surface = require('../dist').createSurface({}, { scrapeThread: false })
   t.teardown(() => surface.close())
   for (const filter of [null, [], 'a.b']) t.throws(() => surface.stats('topics', filter), { name: 'TypeError', message: /^stats filter must be an object, got / }, `surface.stats() with ${JSON.stringify(filter)}`)
+  for (const view of [['topics'], new String('topics')]) t.throws(() => surface.stats(view), { name: 'TypeError', message: /^stats view must be a string / }, `surface.stats() with ${describe(view)}`)
 })
 
 t.test('statsFromQuery: validation before the context is built', async (t) => {

@@ -8,7 +8,7 @@
 //            conservation), only the topics that have such a group.
 // The broker-wide views (quorum, latency, faults, config) ignore both.
 import { MqMetricsError } from '../core/errors'
-import { isPlainObject } from '../core/labels'
+import { describe, isPlainObject } from '../core/labels'
 import type { ConservationReport } from '../core/conservation'
 import type { ResolvedConfig } from '../core/config'
 import type { FaultLogView } from '../core/faults'
@@ -149,10 +149,13 @@ export interface StatsRequest {
 /**
  * Checks a `surface.stats(view, filter)` call before anything is read (a snapshot and a
  * conservation check cost a scrape and may raise faults; a refused call must change nothing).
- * Throws StatsError for a missing or unknown view or a bad filter.
+ * Throws StatsError for a missing or unknown view or a bad filter, TypeError for a view that is
+ * not a string.
  */
 export function statsRequest(view: unknown, filter: unknown): StatsRequest {
   if (view === undefined) throw new StatsError('MISSING_FILTER', `a view is required, e.g. stats('topics'); ${ALLOWED_VIEWS}`)
+  // A bad type is a TypeError (docs/errors.md): ['topics'] is not an unknown view "topics".
+  if (typeof view !== 'string') throw new TypeError(`stats view must be a string (${STATS_VIEWS.join(', ')}), got ${describe(view)}`)
   if (!isStatsView(view)) {
     throw new StatsError('INVALID_FILTER', `unknown view ${JSON.stringify(String(view))}; ${ALLOWED_VIEWS}`)
   }
