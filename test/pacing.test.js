@@ -104,6 +104,12 @@ t.test('createSurface() options: defaults, errors naming the key, frozen', async
     [{ maxConnections: 65536 }, 'maxConnections', /from 1 to 65535/],
     [{ maxScrapeBytes: 65535 }, 'maxScrapeBytes', /at least 65536/],
     [{ maxScrapeBytes: '1mb' }, 'maxScrapeBytes', /at least 65536 \(bytes\), got the string "1mb"/],
+    // null is not "the default", as in the configuration: leave the key out for that.
+    [{ scrapeShare: null }, 'scrapeShare', /got null$/],
+    [{ scrapeBurstMs: null }, 'scrapeBurstMs', /got null$/],
+    [{ maxConnections: null }, 'maxConnections', /got null$/],
+    [{ maxScrapeBytes: null }, 'maxScrapeBytes', /got null$/],
+    [{ scrapeThread: null }, 'scrapeThread', /must be true or false, got null$/],
   ]
   for (const [options, key, message] of cases) {
     t.throws(() => lib.createSurface({}, options), { name: 'ConfigError', code: 'CONFIG_INVALID', key, message }, `${JSON.stringify(options)} names ${key}`)

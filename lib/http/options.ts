@@ -44,25 +44,30 @@ const OPTION_KEYS: readonly (keyof SurfaceOptions)[] = ['scrapeShare', 'scrapeBu
 
 /** Checks createSurface()'s options: unknown keys and values out of range are a ConfigError naming the key. */
 export function resolveSurfaceOptions(input: unknown): ResolvedSurfaceOptions {
-  const own = ownFields(input, 'options', OPTION_KEYS, `unknown option (known options: ${OPTION_KEYS.join(', ')})`)
-  const share = own('scrapeShare') ?? DEFAULT_SCRAPE_SHARE
+  const given = ownFields(input, 'options', OPTION_KEYS, `unknown option (known options: ${OPTION_KEYS.join(', ')})`)
+  // A key left out takes its default; null is a bad value, as in the configuration (config.ts).
+  const own = (key: keyof SurfaceOptions, fallback: unknown): unknown => {
+    const value = given(key)
+    return value === undefined ? fallback : value
+  }
+  const share = own('scrapeShare', DEFAULT_SCRAPE_SHARE)
   // Below 1%, one 10 ms slice would wait over a second: a scrape would time out before it ends.
   if (typeof share !== 'number' || !(share >= MIN_SCRAPE_SHARE && share <= 1)) {
     throw new ConfigError('scrapeShare', `must be a number from ${MIN_SCRAPE_SHARE} to 1 (1: unpaced), got ${describe(share)}`)
   }
-  const burst = own('scrapeBurstMs') ?? DEFAULT_SCRAPE_BURST_MS
+  const burst = own('scrapeBurstMs', DEFAULT_SCRAPE_BURST_MS)
   if (typeof burst !== 'number' || !(burst >= 0 && burst <= MAX_SCRAPE_BURST_MS)) {
     throw new ConfigError('scrapeBurstMs', `must be a number from 0 to ${MAX_SCRAPE_BURST_MS}, got ${describe(burst)}`)
   }
-  const maxConnections = own('maxConnections') ?? DEFAULT_MAX_CONNECTIONS
+  const maxConnections = own('maxConnections', DEFAULT_MAX_CONNECTIONS)
   if (typeof maxConnections !== 'number' || !Number.isInteger(maxConnections) || maxConnections < 1 || maxConnections > 65535) {
     throw new ConfigError('maxConnections', `must be an integer from 1 to 65535, got ${describe(maxConnections)}`)
   }
-  const maxScrapeBytes = own('maxScrapeBytes') ?? DEFAULT_MAX_SCRAPE_BYTES
+  const maxScrapeBytes = own('maxScrapeBytes', DEFAULT_MAX_SCRAPE_BYTES)
   if (typeof maxScrapeBytes !== 'number' || !Number.isSafeInteger(maxScrapeBytes) || maxScrapeBytes < 2 ** 16) {
     throw new ConfigError('maxScrapeBytes', `must be an integer of at least 65536 (bytes), got ${describe(maxScrapeBytes)}`)
   }
-  const scrapeThread = own('scrapeThread') ?? true
+  const scrapeThread = own('scrapeThread', true)
   if (typeof scrapeThread !== 'boolean') throw new ConfigError('scrapeThread', `must be true or false, got ${describe(scrapeThread)}`)
   return Object.freeze({ scrapeShare: share, scrapeBurstMs: burst, maxConnections, maxScrapeBytes, scrapeThread })
 }
