@@ -294,12 +294,13 @@ function listenOptions(options: ListenOptions): { port: number; hostname: string
     // A typo (`hostname`) must not quietly bind the default address instead.
     if (key !== 'port' && key !== 'host') throw new TypeError(`unknown listen option ${JSON.stringify(key)} (known: port, host)`)
   }
-  const port = options.port ?? DEFAULT_PORT
-  if (typeof port !== 'number' || !Number.isInteger(port)) {
-    throw new TypeError(`listen port must be an integer, got ${describe(port)}`)
+  // A key left out takes its default; null is a bad value, as in the configuration (config.ts).
+  // api.md: a TypeError for what is not a number, a RangeError for a number out of range.
+  const port = options.port === undefined ? DEFAULT_PORT : options.port
+  if (typeof port !== 'number' || !Number.isInteger(port) || port < 0 || port > 65535) {
+    throw new (typeof port === 'number' ? RangeError : TypeError)(`listen port must be an integer from 0 to 65535, got ${describe(port)}`)
   }
-  if (port < 0 || port > 65535) throw new RangeError(`listen port must be 0 to 65535, got ${port}`)
-  const hostname = options.host ?? DEFAULT_HOST
+  const hostname = options.host === undefined ? DEFAULT_HOST : options.host
   if (typeof hostname !== 'string' || hostname.length === 0) {
     throw new TypeError(`listen host must be a non-empty string, got ${describe(hostname)}`)
   }
