@@ -61,12 +61,18 @@ for (const backend of backends()) {
     }
   })
 
-  t.test(`${backend}: invalid rounds are RangeErrors and change nothing`, async (t) => {
+  t.test(`${backend}: invalid rounds are TypeErrors (not a number) or RangeErrors (out of range) and change nothing`, async (t) => {
     const surface = surfaceOn(t, backend)
     surface.replicationRound({ replicas: 3, inSync: 2 })
+    const show = (round) => `{ ${Object.entries(round).map(([k, v]) => `${k}: ${typeof v === 'string' ? JSON.stringify(v) : typeof v === 'bigint' ? `${v}n` : v}`).join(', ')} }`
     for (const round of [{ replicas: 3, inSync: 4 }, { replicas: 0, inSync: 0 }, { replicas: -1, inSync: 0 },
-      { replicas: 3, inSync: -1 }, { replicas: 2.5, inSync: 1 }, { replicas: 3, inSync: 1.5 }, { replicas: '3', inSync: 1 }, {}]) {
-      t.throws(() => surface.replicationRound(round), RangeError, JSON.stringify(round))
+      { replicas: 3, inSync: -1 }, { replicas: 2.5, inSync: 1 }, { replicas: 3, inSync: 1.5 }, { replicas: NaN, inSync: 1 }, { replicas: 3, inSync: Infinity }]) {
+      t.throws(() => surface.replicationRound(round), RangeError, show(round))
+    }
+    // api.md's rule: a TypeError for a value that is not a number (a missing field included).
+    for (const [round, key] of [[{ replicas: '3', inSync: 1 }, 'replicas'], [{ replicas: 3, inSync: '1' }, 'inSync'], [{ replicas: null, inSync: 1 }, 'replicas'],
+      [{ replicas: 3n, inSync: 1 }, 'replicas'], [{ inSync: 1 }, 'replicas'], [{ replicas: 3 }, 'inSync'], [{}, 'replicas']]) {
+      t.throws(() => surface.replicationRound(round), { name: 'TypeError', message: new RegExp(`^${key} must be an integer`) }, show(round))
     }
     t.throws(() => surface.replicationRound(null), TypeError)
     t.throws(() => surface.replicationRound([]), { name: 'TypeError', message: /expects { replicas, inSync }, got an array/ })

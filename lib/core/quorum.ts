@@ -66,11 +66,12 @@ export class Quorum {
       if (key !== 'replicas' && key !== 'inSync') throw new TypeError(`unknown replicationRound field ${JSON.stringify(key)} (known: replicas, inSync)`)
     }
     const { replicas, inSync } = round as { replicas: unknown; inSync: unknown }
+    // api.md: a TypeError for a value that is not a number (a missing field too), a RangeError for NaN, a fraction, out of range.
     if (typeof replicas !== 'number' || !Number.isSafeInteger(replicas) || replicas < 1) {
-      throw new RangeError(`replicas must be an integer ≥ 1 (it counts the leader), got ${describe(replicas)}`)
+      throw new (typeof replicas === 'number' ? RangeError : TypeError)(`replicas must be an integer ≥ 1 (it counts the leader), got ${describe(replicas)}`)
     }
     if (typeof inSync !== 'number' || !Number.isSafeInteger(inSync) || inSync < 0 || inSync > replicas) {
-      throw new RangeError(`inSync must be an integer from 0 to replicas (${replicas}), got ${describe(inSync)}`)
+      throw new (typeof inSync === 'number' ? RangeError : TypeError)(`inSync must be an integer from 0 to replicas (${replicas}), got ${describe(inSync)}`)
     }
     const from = this.state
     const to = tierFor(replicas, inSync)
