@@ -204,6 +204,12 @@ for (const backend of backends()) {
     t.throws(() => topic.group('x', { max_in_flight: 0 }), RangeError)
     t.throws(() => topic.group('x', []), { name: 'TypeError', message: 'group options must be an object, got an array' })
     t.notOk(s.stats('groups').groups.some((g) => g.group === 'x'), 'and no group x was registered')
+    // Own keys only, as the configuration reads them: an inherited key is not something the caller wrote.
+    const inherited = topic.group('inherited', Object.create({ from: 'latest', max_in_flight: 5, settle_window: 64 }))
+    t.equal(inherited.floor(0), 0, 'an inherited from: \'latest\' is not read: the group starts at the earliest')
+    t.equal(group(s, 'orders', 'inherited').max_in_flight, 1000, 'an inherited max_in_flight is not read')
+    t.equal(topic.group('inherited', Object.create({ max_in_flight: 7, settle_window: 32 })), inherited, 'nor compared with the existing group\'s')
+    t.equal(topic.group('inherited', Object.create({ from: 'oldest' })), inherited, 'nor checked')
     t.throws(() => topic.group('latest', { settle_window: 64 }), /registered with settle_window 1024/)
     t.same(codes(faults), [])
     t.end()

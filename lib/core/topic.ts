@@ -361,6 +361,8 @@ export class Topic {
     let maxInFlight = config.max_in_flight
     let window = DEFAULT_SETTLE_WINDOW
     let latest = false
+    let maxInFlightGiven = false
+    let windowGiven = false
     if (options !== undefined) {
       if (!isPlainObject(options)) throw new TypeError(`group options must be an object, got ${describe(options)}`)
       for (const key of Object.keys(options)) {
@@ -368,23 +370,29 @@ export class Topic {
           throw new TypeError(`unknown group option ${JSON.stringify(key)} (known: max_in_flight, from, settle_window)`)
         }
       }
-      const override = options.max_in_flight
+      // Own keys only, as the configuration reads them (config.ts ownFields): a key inherited from
+      // a prototype (or a polluted Object.prototype) is not something the caller wrote.
+      const own = (key: keyof GroupOptions): unknown => (Object.prototype.hasOwnProperty.call(options, key) ? options[key] : undefined)
+      const override = own('max_in_flight')
       if (override !== undefined) {
         if (typeof override !== 'number' || !Number.isInteger(override) || override < 1 || override > MAX_IN_FLIGHT_LIMIT) {
           throw new (typeof override === 'number' ? RangeError : TypeError)(`max_in_flight must be an integer from 1 to ${MAX_IN_FLIGHT_LIMIT}, got ${describe(override)}`)
         }
         maxInFlight = override
+        maxInFlightGiven = true
       }
-      if (options.from !== undefined) {
-        if (options.from !== 'earliest' && options.from !== 'latest') throw new TypeError(`from must be 'earliest' or 'latest', got ${describe(options.from)}`)
-        latest = options.from === 'latest'
+      const from = own('from')
+      if (from !== undefined) {
+        if (from !== 'earliest' && from !== 'latest') throw new TypeError(`from must be 'earliest' or 'latest', got ${describe(from)}`)
+        latest = from === 'latest'
       }
-      if (options.settle_window !== undefined) {
-        const w = options.settle_window
+      const w = own('settle_window')
+      if (w !== undefined) {
         if (typeof w !== 'number' || !Number.isInteger(w) || w < 32 || w > MAX_SETTLE_WINDOW || w % 32 !== 0) {
           throw new (typeof w === 'number' ? RangeError : TypeError)(`settle_window must be a multiple of 32 from 32 to ${MAX_SETTLE_WINDOW}, got ${describe(w)}`)
         }
         window = w
+        windowGiven = true
       }
     }
     this.alive()
@@ -399,10 +407,10 @@ export class Topic {
       handle = new Group(this.#recorder, this, entity)
       this.#addGroupHandle(handle)
     }
-    if (options?.max_in_flight !== undefined && handle.entity.maxInFlight !== maxInFlight) {
+    if (maxInFlightGiven && handle.entity.maxInFlight !== maxInFlight) {
       throw new RangeError(`group ${JSON.stringify(name)} of topic ${JSON.stringify(this.name)} is registered with max_in_flight ${handle.entity.maxInFlight}, not ${maxInFlight}`)
     }
-    if (options?.settle_window !== undefined && handle.entity.window !== window) {
+    if (windowGiven && handle.entity.window !== window) {
       throw new RangeError(`group ${JSON.stringify(name)} of topic ${JSON.stringify(this.name)} is registered with settle_window ${handle.entity.window}, not ${window}`)
     }
     return handle
