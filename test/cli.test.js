@@ -503,3 +503,22 @@ t.test('--urls-from FILE: one URL per line, or Prometheus file_sd JSON', async (
     t.match(r.stderr, message)
   }
 })
+
+t.test('--urls-from reads at most 4 MiB: a huge or endless file is a usage error, not a crash', async (t) => {
+  const dir = t.testdir({
+    // Valid otherwise (one broker named over and over): only its size is wrong.
+    'huge.txt': 'http://127.0.0.1:1\n'.repeat(Math.ceil((4 * 2 ** 20 + 1) / 19)),
+    'at-the-bound.txt': 'http://127.0.0.1:1\n'.padEnd(4 * 2 ** 20, '#'),
+  })
+  const message = /^mq-stats: --urls-from "[^"]+" is larger than 4 MiB: not a list of brokers \(see mq-stats --help\)\n$/
+  const huge = await run(['--urls-from', path.join(dir, 'huge.txt')])
+  t.equal(huge.code, 64, 'a regular file past the bound: exit 64')
+  t.match(huge.stderr, message, 'one line saying why')
+  const bounded = await run(['--urls-from', path.join(dir, 'at-the-bound.txt')])
+  t.equal(bounded.code, 3, 'a file of exactly 4 MiB is read (its broker is unreachable: exit 3)')
+  // An endless file (a device, a pipe that never closes with data): the bin, so that a read
+  // without a bound would show as what it was, an abort once memory ran out.
+  const endless = await bin(['--urls-from', '/dev/zero'])
+  t.equal(endless.code, 64, '/dev/zero: exit 64')
+  t.match(endless.stderr, message, '/dev/zero: one line saying why')
+})

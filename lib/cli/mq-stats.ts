@@ -23,8 +23,8 @@ Reads /healthz and /stats from one or more mq-metrics brokers and prints a table
                    (default: one summary row per broker)
   --url URL        broker base URL; repeat for several brokers (default ${DEFAULT_URL})
   --urls-from FILE more brokers: one URL per line (# comments), or a Prometheus file_sd JSON
-                   file ([{"targets": ["host:port", ...]}]); with several brokers the summary
-                   ends with a cluster line: worst tier, the leader, whether epochs agree
+                   file ([{"targets": ["host:port", ...]}]), at most 4 MiB; with several brokers
+                   the summary ends with a cluster line: worst tier, the leader, whether epochs agree
   --token TOKEN    bearer token for brokers with metrics_auth_token
                    (default: the MQ_STATS_TOKEN environment variable, which ps cannot show)
   --watch SECONDS  redraw every SECONDS until Ctrl-C, then exit with the last status
@@ -166,12 +166,19 @@ function parseArgs(argv: readonly string[], env: NodeJS.ProcessEnv): Options {
   return options
 }
 
+/**
+ * The largest --urls-from file read (bytes): ~100,000 URLs. A device or pipe that never ends
+ * (/dev/zero) would otherwise be read until memory runs out.
+ */
+export const MAX_URLS_FILE_BYTES = 4 * 2 ** 20
+
 /** --urls-from FILE: one URL per line, or a Prometheus file_sd JSON file (its targets, over http). */
 function urlsFrom(file: string): string[] {
   let content: string
   try {
-    content = fs.readFileSync(file, 'utf8').replace(/^\uFEFF/, '') // a byte order mark, as some editors write
+    content = readBounded(file, MAX_URLS_FILE_BYTES).replace(/^\uFEFF/, '') // a byte order mark, as some editors write
   } catch (error) {
+    if (error instanceof UsageError) throw error
     throw new UsageError(`cannot read --urls-from ${JSON.stringify(file)}: ${(error as NodeJS.ErrnoException).code ?? (error as Error).message}`)
   }
   if (/^\s*\[/.test(content)) {
@@ -194,6 +201,24 @@ function urlsFrom(file: string): string[] {
   const urls = content.split('\n').map((line) => line.replace(/#.*/, '').trim()).filter((line) => line !== '')
   if (urls.length === 0) throw new UsageError(`--urls-from ${JSON.stringify(file)} lists no URL`)
   return urls.map(checkUrl)
+}
+
+/** The file as UTF-8, read up to `max` bytes: past them, a UsageError (nothing more is read). */
+function readBounded(file: string, max: number): string {
+  const fd = fs.openSync(file, 'r')
+  try {
+    const buffer = Buffer.alloc(max + 1)
+    let length = 0
+    for (;;) {
+      const read = fs.readSync(fd, buffer, length, buffer.length - length, null)
+      if (read === 0) break
+      length += read
+      if (length > max) throw new UsageError(`--urls-from ${JSON.stringify(file)} is larger than ${max / 2 ** 20} MiB: not a list of brokers`)
+    }
+    return buffer.toString('utf8', 0, length)
+  } finally {
+    fs.closeSync(fd)
+  }
 }
 
 function checkUrl(value: string): string {
