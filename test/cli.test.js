@@ -277,13 +277,27 @@ t.test('usage errors exit 64 with one line; --help exits 0', async (t) => {
     [['--url', 'localhost'], /--url needs an absolute http\(s\) URL/],
     [['--json=yes'], /--json takes no value/],
     [['--token', ''], /--token must not be empty/],
+    // A token an HTTP header cannot carry: it was sent, and failed as "unreachable" (exit 3).
+    [['--token', 'a\nb'], /^mq-stats: --token has a character an HTTP header cannot carry \(U\+000A\): a broker's metrics_auth_token is visible ASCII/],
+    [['--token', 'ü€'], /--token has a character an HTTP header cannot carry \(U\+20AC\)/],
+    [['--token=a\u0000'], /--token has a character an HTTP header cannot carry \(U\+0000\)/],
+    [['--token', 's3cret'], /MQ_STATS_TOKEN has a character an HTTP header cannot carry \(U\+000D\)/, { MQ_STATS_TOKEN: 's3cret\r' }, 0],
+    [[], /MQ_STATS_TOKEN has a character an HTTP header cannot carry \(U\+000D\)/, { MQ_STATS_TOKEN: 's3cret\r' }],
   ]
-  for (const [args, message] of cases) {
-    const r = await run(args)
-    t.equal(r.code, 64, `${args.join(' ')}: exit 64`)
-    t.match(r.stderr, message, `${args.join(' ')}: says what is wrong`)
-    t.match(r.stderr, /^mq-stats: [^\n]*\(see mq-stats --help\)\n$/, `${args.join(' ')}: one line`)
-    t.equal(r.stdout, '')
+  for (const [args, message, env, code = 64] of cases) {
+    if (code === 0) {
+      // --token wins: the environment's token is not used, so not checked either.
+      const r = await run([...args, '--url', 'http://127.0.0.1:1'], env)
+      t.equal(r.code, 3, `--token given with ${JSON.stringify(env)}: the environment's token is not read (exit 3: unreachable)`)
+      t.notMatch(r.stderr, message)
+      continue
+    }
+    const r = await run(args, env)
+    const label = args.map((arg) => (/^[\x21-\x7e]+$/.test(arg) ? arg : JSON.stringify(arg))).join(' ') + (env ? ` with ${JSON.stringify(env)}` : '')
+    t.equal(r.code, 64, `${label}: exit 64`)
+    t.match(r.stderr, message, `${label}: says what is wrong`)
+    t.match(r.stderr, /^mq-stats: [^\n]*\(see mq-stats --help\)\n$/, `${label}: one line`)
+    t.equal(r.stdout, '', `${label}: nothing on stdout`)
   }
   for (const flag of ['--help', '-h']) {
     const r = await run([flag, '--url', 'http://127.0.0.1:1'])

@@ -163,7 +163,21 @@ function parseArgs(argv: readonly string[], env: NodeJS.ProcessEnv): Options {
   // A broker named twice (--url and a --urls-from file) is one broker: read and counted once.
   options.urls = [...new Set(options.urls)]
   options.token = token ?? (env.MQ_STATS_TOKEN || undefined)
+  if (options.token !== undefined) checkToken(options.token, token !== undefined ? '--token' : 'MQ_STATS_TOKEN')
   return options
+}
+
+/**
+ * What node:http refuses in a header value (a control character but tab, a character above
+ * U+00FF): such a token cannot be sent, so it is a usage error, not an unreachable broker.
+ */
+const NOT_IN_A_HEADER = /[^\t\x20-\x7e\x80-\xff]/u
+
+function checkToken(token: string, source: string): void {
+  const bad = NOT_IN_A_HEADER.exec(token)
+  if (bad === null) return
+  const code = `U+${bad[0].codePointAt(0)!.toString(16).toUpperCase().padStart(4, '0')}`
+  throw new UsageError(`${source} has a character an HTTP header cannot carry (${code}): a broker's metrics_auth_token is visible ASCII`)
 }
 
 /**
