@@ -10,7 +10,8 @@ const { Worker } = require('node:worker_threads')
 const { backends, surfaceOn } = require('./helpers')
 
 const DIST = JSON.stringify(path.join(__dirname, '..', 'dist'))
-const CLOSED = { name: 'ClosedError', code: 'SURFACE_CLOSED' }
+// The message says what to do, not only what is wrong (errors.md: create a new surface).
+const CLOSED = { name: 'ClosedError', code: 'SURFACE_CLOSED', message: /^this mq-metrics surface is closed: .*create a new surface with createSurface\(\)/ }
 
 /** Every call a broker makes, on a topic handle `topic` and its group `group`, as [what, call]. */
 function recordingCalls(topic, group) {

@@ -253,12 +253,16 @@ for (const backend of backends()) {
     const surface = surfaceOn(t, backend, { max_topics: 2, max_partitions_per_topic: 2, max_groups_per_topic: 1 })
     const a = surface.topic('a')
     surface.topic('b')
-    t.throws(() => surface.topic('c'), { name: 'LimitError', code: 'LIMIT_REACHED', limit: 'max_topics', message: /max_topics \(2\)/ })
+    // Each message says what to do about it, not only what is wrong.
+    t.throws(() => surface.topic('c'), { name: 'LimitError', code: 'LIMIT_REACHED', limit: 'max_topics',
+      message: 'cannot register topic "c": max_topics (2) reached; raise max_topics in the configuration, or remove a topic no longer in use (surface.removeTopic())' })
     a.produced(0, 1, 1)
     a.produced(1, 1, 1)
-    t.throws(() => a.produced(2, 1, 1), { name: 'LimitError', limit: 'max_partitions_per_topic', message: /max_partitions_per_topic/ })
+    t.throws(() => a.produced(2, 1, 1), { name: 'LimitError', limit: 'max_partitions_per_topic',
+      message: 'cannot register partition 2 of topic "a": max_partitions_per_topic (2) reached; raise max_partitions_per_topic in the configuration' })
     a.group('g')
-    t.throws(() => a.group('h'), { name: 'LimitError', limit: 'max_groups_per_topic', message: /max_groups_per_topic/ })
+    t.throws(() => a.group('h'), { name: 'LimitError', limit: 'max_groups_per_topic',
+      message: 'cannot register group "h" on topic "a": max_groups_per_topic (1) reached; raise max_groups_per_topic in the configuration, or remove a group no longer in use (topic.removeGroup())' })
     const n = topicNumbers(surface, 'a')
     t.same([n.produced, n.partitions.length, n.groups.length], [2, 2, 1])
     surface.removeTopic('b')

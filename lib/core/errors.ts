@@ -67,7 +67,7 @@ export class RemovedGroupError extends MqMetricsError {
 /** The surface (or the recorder of a worker) was used after `close()`. */
 export class ClosedError extends MqMetricsError {
   constructor(what: string) {
-    super('SURFACE_CLOSED', `${what} is closed`)
+    super('SURFACE_CLOSED', `${what} is closed: it records and reads nothing more; create a new surface with createSurface()`)
     this.name = 'ClosedError'
   }
 }

@@ -177,7 +177,7 @@ export class Registry {
       const again = this.topics.get(name)
       if (again) return again
       if (this.topics.size >= this.config.max_topics) {
-        throw new LimitError('max_topics', `cannot register topic ${JSON.stringify(name)}: max_topics (${this.config.max_topics}) reached`)
+        throw new LimitError('max_topics', `cannot register topic ${JSON.stringify(name)}: max_topics (${this.config.max_topics}) reached; raise max_topics in the configuration, or remove a topic no longer in use (surface.removeTopic())`)
       }
       this.#room([entryLength(3, name)], () => `topic ${JSON.stringify(name)}`)
       const id = this.#nextId()
@@ -286,7 +286,7 @@ export class Registry {
       const again = topic.partitionSlot(partition)
       if (again !== undefined) return again
       if (topic.partitionNumbers.length >= this.config.max_partitions_per_topic) {
-        throw new LimitError('max_partitions_per_topic', `cannot register partition ${partition} of topic ${JSON.stringify(topic.name)}: max_partitions_per_topic (${this.config.max_partitions_per_topic}) reached`)
+        throw new LimitError('max_partitions_per_topic', `cannot register partition ${partition} of topic ${JSON.stringify(topic.name)}: max_partitions_per_topic (${this.config.max_partitions_per_topic}) reached; raise max_partitions_per_topic in the configuration`)
       }
       this.#room([entryLength(4)], () => `partition ${partition} of topic ${JSON.stringify(topic.name)}`)
       const slot = this.#allocate(KEY_PARTITION)
@@ -309,7 +309,7 @@ export class Registry {
       const again = topic.group(name)
       if (again) return again
       if (topic.groups.length >= this.config.max_groups_per_topic) {
-        throw new LimitError('max_groups_per_topic', `cannot register group ${JSON.stringify(name)} on topic ${JSON.stringify(topic.name)}: max_groups_per_topic (${this.config.max_groups_per_topic}) reached`)
+        throw new LimitError('max_groups_per_topic', `cannot register group ${JSON.stringify(name)} on topic ${JSON.stringify(topic.name)}: max_groups_per_topic (${this.config.max_groups_per_topic}) reached; raise max_groups_per_topic in the configuration, or remove a group no longer in use (topic.removeGroup())`)
       }
       this.#room([entryLength(7, name), ...(latest ? topic.partitionNumbers.map(() => entryLength(4)) : [])], () => `group ${JSON.stringify(name)} on topic ${JSON.stringify(topic.name)}`)
       const id = this.#nextId()
