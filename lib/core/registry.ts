@@ -46,6 +46,9 @@ export interface ArenaUsage {
   threadRows: number
 }
 
+/** Freed blocks one Free entry of a checkpoint lists (3 cells each: an entry fits a log chunk). */
+const FREE_PER_ENTRY = 4096
+
 export class Registry {
   readonly memory: Memory
   readonly config: ResolvedConfig
@@ -96,6 +99,8 @@ export class Registry {
    */
   onTopicRemoved: ((topic: TopicEntity) => void) | undefined
   onGroupRemoved: ((group: GroupEntity) => void) | undefined
+  /** Log cells the entities retired since the last checkpoint hold, which a compaction drops (#heldInts). */
+  #reclaimable = 0
   /** The log length (Int32 units) below which it is never compacted; tests lower it to compact often. */
   compactMinInts = COMPACT_MIN_INTS
   /**
@@ -253,7 +258,14 @@ export class Registry {
 
   /** Retires the removed groups and topics no call can still write into (the reader calls it before a read). Caller locks. */
   reclaim(): void {
-    if (this.#retiring.length > 0 || this.#retiringTopics.size > 0) this.#retirePassed()
+    if (this.#retiring.length === 0 && this.#retiringTopics.size === 0) return
+    try {
+      this.#retirePassed()
+    } catch (error) {
+      // A full log takes no retirement: those due wait (each is written whole or not at all), so
+      // that a read, or the allocation of a registration #room let through, never fails on them.
+      if (!(error instanceof LimitError)) throw error
+    }
   }
 
   /** The topics retiring into their label's carry (see #retiringTopics). */
@@ -434,6 +446,7 @@ export class Registry {
       else this.#assertGroupAlive(group)
       const amount = row[index]
       const control = this.memory.control
+      if (endAfter(control[C_LOG_END], [entryLength(3)]) > this.logCapacityInts) throw this.#logFull('cannot fold a counter near 2^53 into the registration log', 'nothing was written')
       const end = this.#log.write(this.#logGeneration, control[C_LOG_END], Entry.Fold, [slot, ...wide(amount)])[1]
       row[index] -= amount
       control[C_LOG_END] = end
@@ -630,29 +643,47 @@ export class Registry {
    */
   #room(lengths: number[], what: () => string): void {
     const control = this.memory.control
-    const reserve = Math.max(LOG_CHUNK_INTS, Math.floor(this.logCapacityInts / 64))
-    const fits = () => endAfter(control[C_LOG_END], lengths) <= this.logCapacityInts - reserve
-    if (fits()) return
-    // Retirements due are written first (into the reserve); a compaction then drops what they
-    // retired. Only a log that grew since its last compaction is compacted again: refusals in a
-    // row compact at most once.
+    const fits = () => endAfter(control[C_LOG_END], lengths) <= this.logCapacityInts - this.#logReserve()
+    // Retirements due are written first (into the reserve), so that #allocate has none to write.
     this.reclaim()
-    if (control[C_LOG_END] > control[C_LOG_CHECKPOINT]) this.compact()
     if (fits()) return
-    throw this.#logFull(`cannot register ${what()}`)
+    if (this.#compactionDue(true)) this.compact()
+    if (fits()) return
+    throw this.#logFull(`cannot register ${what()}`, 'nothing was registered')
   }
 
-  #logFull(what: string): LimitError {
+  /** The log's last 1/64 (at least a chunk): what registrations leave to removals, retirements and folds. */
+  #logReserve(): number {
+    return Math.max(LOG_CHUNK_INTS, Math.floor(this.logCapacityInts / 64))
+  }
+
+  /**
+   * Whether the log is compacted now: it has doubled since its checkpoint (and passed
+   * compactMinInts), or, `full` (a registration it cannot take) or into its reserve, what it grew
+   * by since and what retirements since freed (#reclaimable) add up to a quarter of the reserve:
+   * each compaction of a full log is paid for by that much, however many registrations it
+   * refuses meanwhile.
+   */
+  #compactionDue(full = false): boolean {
+    const control = this.memory.control
+    const end = control[C_LOG_END]
+    const freed = end - control[C_LOG_CHECKPOINT] + this.#reclaimable
+    const reserve = this.#logReserve()
+    if (end > Math.max(this.compactMinInts, 2 * control[C_LOG_CHECKPOINT])) return true
+    return (full || end > this.logCapacityInts - reserve) && freed >= reserve / 4
+  }
+
+  #logFull(what: string, outcome: string): LimitError {
     const mib = (this.logCapacityInts * 4) / 2 ** 20
-    return new LimitError('registration_log', `${what}: the registration log is full (${mib >= 1 ? Math.round(mib) : mib.toFixed(2)} MiB: the names and registrations of every live topic, partition and group, and removals not reclaimed yet); nothing was registered. Remove topics or groups no longer in use (per-message or per-client names?) to make room`)
+    return new LimitError('registration_log', `${what}: the registration log is full (${mib >= 1 ? Math.round(mib) : mib.toFixed(2)} MiB for the names and registrations of every live topic, partition and group, removals not retired yet, and what they freed); ${outcome}. Remove topics or groups no longer in use (per-message or per-client names?): their room comes back once they have retired and the log is compacted (docs/operations.md)`)
   }
 
   /** Appends entries and publishes them with one store. Caller locks and has synced. */
   #appendAll(entries: [Entry, number[], string?][]): void {
     const control = this.memory.control
     let end = control[C_LOG_END]
-    // Past the log's end nothing is written: a removal or a fold the reserve (#room) cannot take is refused whole.
-    if (endAfter(end, entries.map(([, fields, text]) => entryLength(fields.length, text))) > this.logCapacityInts) throw this.#logFull('cannot write to the registration log')
+    // Past the log's end nothing is written: a removal or a retirement the reserve (#room) cannot take is refused whole.
+    if (endAfter(end, entries.map(([, fields, text]) => entryLength(fields.length, text))) > this.logCapacityInts) throw this.#logFull('cannot write a removal or a retirement to the registration log', 'nothing was written')
     let texts: Map<number, string> | undefined
     for (const [type, fields, its] of entries) {
       const [position, next] = this.#log.write(this.#logGeneration, end, type, fields, its)
@@ -665,14 +696,13 @@ export class Registry {
 
   /** Entries just published (up to `end`, with the texts they hold by position): applied locally, the log compacted when due. */
   #published(end: number, texts?: Map<number, string>): void {
-    const control = this.memory.control
     this.#appending = texts
     try {
       while (this.#cursor < end) this.#applyAt(this.#cursor)
     } finally {
       this.#appending = undefined
     }
-    if (end > Math.max(this.compactMinInts, 2 * control[C_LOG_CHECKPOINT])) this.compact()
+    if (this.#compactionDue()) this.compact()
   }
 
   /**
@@ -681,12 +711,32 @@ export class Registry {
    * live state, and a thread that attaches later replays that, not the history. Caller locks and
    * has synced (also called directly by tests).
    */
-  compact(): void {
-    const control = this.memory.control
+  compact(): boolean {
+    // Measured first: a checkpoint that would not fit the log is not written (the log goes on as it is).
+    if (this.#checkpoint((length, end) => endAfter(end, [length])) > this.logCapacityInts) return false
     const next = this.#logGeneration + 1
+    const end = this.#checkpoint((length, end, type, fields, text) => this.#log.write(next, end, type, fields, text)[1])
+    const control = this.memory.control
+    // Published by three plain stores with no call between (a terminated thread never stops
+    // between them; see fold()): an end of one generation never stands with the other.
+    control[C_LOG_CHECKPOINT] = end
+    control[C_LOG_END] = end
+    control[C_LOG_GENERATION] = next
+    // This thread's picture is the checkpoint it just wrote.
+    this.#logGeneration = next
+    this.#cursor = end
+    this.#reclaimable = 0
+    return true
+  }
+
+  /**
+   * The checkpoint of this thread's picture, entry by entry through `put` (given each entry's
+   * length and where the checkpoint ends so far; returns where it ends after the entry): its end.
+   */
+  #checkpoint(write: (length: number, end: number, type: Entry, fields: number[], text?: string) => number): number {
     let end = 0
     const put = (type: Entry, fields: number[], text?: string) => {
-      end = this.#log.write(next, end, type, fields, text)[1]
+      end = write(entryLength(fields.length, text), end, type, fields, text)
     }
     const restate = (topic: TopicEntity, retiring: boolean) => {
       const topicId = wide(topic.id)
@@ -717,22 +767,22 @@ export class Registry {
     // The carries, each on a live topic of its label (there is one while the carry exists).
     for (const [label, carry] of this.carries) for (const [type, fields, text] of carry.entries(this.#byLabel.get(label)![0].id)) put(type, fields, text)
     for (const [slot, amount] of this.folds) for (const [part] of amountRows([amount])) put(Entry.Fold, [slot, ...wide(part)])
+    // Freed blocks, many to an entry (3 cells each: fewer than the registration that held the
+    // block took, so a checkpoint after removals is never larger than the log they were made in).
     for (const [key, queue] of this.#free) {
-      for (let i = queue.head; i < queue.slots.length; i++) put(Entry.Free, [key, queue.slots[i], ...wide(queue.epochs[i])])
+      for (let i = queue.head; i < queue.slots.length; i += FREE_PER_ENTRY) {
+        const fields = [key]
+        for (let j = i; j < Math.min(i + FREE_PER_ENTRY, queue.slots.length); j++) fields.push(queue.slots[j], ...wide(queue.epochs[j]))
+        put(Entry.Free, fields)
+      }
     }
     put(Entry.CheckpointEnd, [])
-    // Published by three plain stores with no call between (a terminated thread never stops
-    // between them; see fold()): an end of one generation never stands with the other.
-    control[C_LOG_CHECKPOINT] = end
-    control[C_LOG_END] = end
-    control[C_LOG_GENERATION] = next
-    // This thread's picture is the checkpoint it just wrote.
-    this.#logGeneration = next
-    this.#cursor = end
+    return end
   }
 
   /** A checkpoint is about to be replayed over this thread's picture: reset what it restates in full. */
   #beginCheckpoint(): void {
+    this.#reclaimable = 0
     this.#seen = new Set()
     this.folds.clear()
     this.#free.clear()
@@ -917,6 +967,7 @@ export class Registry {
       }
       case Entry.TopicRetired: {
         const topic = this.#retiringTopics.get(narrow(log[f], log[f + 1]))!
+        if (!this.#inCheckpoint) this.#reclaimable += this.#heldInts(topic)
         this.#releaseTopic(topic, topic.retireEpoch)
         this.#retiredTopic(topic)
         return
@@ -973,6 +1024,7 @@ export class Registry {
         const groupId = narrow(log[f + 2], log[f + 3])
         const group = groupId === 0 ? undefined : this.#groupsById.get(groupId)
         if (group !== undefined) {
+          if (!this.#inCheckpoint) this.#reclaimable += this.#heldInts(group)
           this.#releaseGroup(group, group.retireEpoch)
           this.#forgetGroup(group)
         }
@@ -1002,9 +1054,12 @@ export class Registry {
         this.folds.set(slot, (this.folds.get(slot) ?? 0n) + wideAmount(log[f + 1], log[f + 2]))
         return
       }
-      case Entry.Free:
-        this.#release(log[f], log[f + 1], narrow(log[f + 2], log[f + 3]))
+      case Entry.Free: {
+        // [key, then slot and epoch (two cells) per block]; the entry's length (header included) says how many.
+        const blocks = (next - position - 2) / 3
+        for (let b = 0, at = f + 1; b < blocks; b++, at += 3) this.#release(log[f], log[at], narrow(log[at + 1], log[at + 2]))
         return
+      }
       case Entry.CheckpointEnd:
         if (this.#seen !== undefined) this.#endCheckpoint(this.#seen)
         this.#seen = undefined
@@ -1041,6 +1096,19 @@ export class Registry {
   }
 
   /** A group's blocks (its cells and its floors), freed at `epoch`. */
+  /**
+   * What a compaction no longer restates once `entity` has retired: the log cells its
+   * registrations take, less the 3 its each freed block takes in a checkpoint's Free entries.
+   */
+  #heldInts(entity: TopicEntity | GroupEntity): number {
+    if (entity instanceof GroupEntity) {
+      return entryLength(7, entity.name) - 3 + entity.floorSlots.length * 2 // a window's entry (6) frees two blocks (6)
+    }
+    let ints = entryLength(3, entity.name) - 3 + entity.partitionSlots.length * 2
+    for (const group of [...entity.groups, ...entity.retiring]) ints += this.#heldInts(group)
+    return ints
+  }
+
   #releaseGroup(group: GroupEntity, epoch: number): void {
     for (const slot of group.floorSlots) this.#release(KEY_FLOOR, slot, epoch)
     for (const slot of group.windowSlots) this.#release(windowKey(group.window), slot, epoch)
