@@ -16,7 +16,7 @@ function instrument(broker, surface, { window: WINDOW = 65536 } = {}) {
   const GROUP = { from: 'latest', max_in_flight: 65535, settle_window: WINDOW } // MQTT: ≤ 65,535 packet ids per client
   const topics = new Map() // MQTT topic → { name, handle, counters, base, groups: client id → group state, dark, routing }
   const owned = new Map() // client id → the topics it has a group on
-  const exactly = new Map() // persistent client id → packet id → its QoS 2 copy stored, until its PUBREC
+  const exactly = new Map() // persistent client id → packet id → [group, seq] of its QoS 2 copy, until its PUBREC (≤ 65,535 per client)
   const idle = new Set() // topics without a group, oldest first: one leaves for a subscription's topic at max_topics
   // counters: aedes' counters of the topic's messages not yet settled by every group, increasing;
   // the message at index i has seq base + i (append() numbers a partition's messages one by one).
@@ -74,7 +74,7 @@ function instrument(broker, surface, { window: WINDOW = 65536 } = {}) {
     }
   }
   const enqueue = broker.persistence.outgoingEnqueueCombi.bind(broker.persistence)
-  broker.persistence.outgoingEnqueueCombi = function (subs, packet, done) { // a QoS 1 message stored for the persistent sessions that get a copy
+  broker.persistence.outgoingEnqueueCombi = function (subs, packet, done) { // a QoS 1 or 2 message stored for the persistent sessions that get a copy
     const t = subs?.length && packet.brokerId === broker.id ? topics.get(packet.topic) : undefined // aedes calls it for every message: most store no copy
     const stored = t?.routing.size ? t.routing.get(seqOf(t, packet.brokerCounter)) : undefined // routed() is waiting for it
     if (stored !== undefined) for (const sub of subs) stored.push(sub.clientId) // an offline session's copy is sent when it is back
@@ -85,7 +85,7 @@ function instrument(broker, surface, { window: WINDOW = 65536 } = {}) {
     if (packet.cmd === 'pubrel') received(client, packet.messageId) // or its PUBREC: aedes stores the PUBREL in the QoS 2 copy's place
     return update(client, packet, (err, c, p) => {
       if (err && p?.cmd === 'publish') settleStored(client, p, 'dropped') // aedes lost the copy (it cleared another's by mistake): never sent
-      else if (!err && p?.qos === 2 && p.cmd === 'publish' && groupOf(client, p) !== undefined) (exactly.get(client.id) ?? exactly.set(client.id, new Map()).get(client.id)).set(p.messageId, p) // until its PUBREC
+      else if (!err && p?.qos === 2 && p.cmd === 'publish') awaitPubrec(client, p)
       done(err, c, p)
     })
   }
@@ -137,9 +137,16 @@ function instrument(broker, surface, { window: WINDOW = 65536 } = {}) {
   // A persistent session's QoS 2 copy is settled at its PUBREC (the subscriber has it), found by
   // packet id in the glue's own map: aedes' in-memory store keeps no usable record after it (it
   // relabels a stored PUBREL with the next one's id when two await their PUBCOMP).
+  const awaitPubrec = (client, packet) => { // a QoS 2 copy of a persistent session numbered: its group and seq, until its PUBREC
+    const m = groupOf(client, packet), seq = m && seqOf(m.t, packet.brokerCounter)
+    if (seq > m?.lost) (exactly.get(client.id) ?? exactly.set(client.id, new Map()).get(client.id)).set(packet.messageId, [m, seq])
+  }
   const received = (client, id) => {
-    const ids = exactly.get(client.id), stored = ids?.get(id)
-    if (stored !== undefined) ids.delete(id), settleStored(client, stored, 'delivered')
+    const ids = exactly.get(client.id), copy = ids?.get(id)
+    if (copy === undefined) return
+    ids.delete(id)
+    const [m, seq] = copy
+    if (seq > m.lost && m.g.isInFlight(0, seq)) acked(m, seq, 'delivered')
   }
   const preConnect = broker.preConnect
   broker.preConnect = function (client, packet, callback) { // before a persistent session's restored subscriptions take deliver0
