@@ -368,6 +368,10 @@ t.test('listen: options, independence, close()', async (t) => {
   // null is not "the default" (9464, 127.0.0.1), as in the configuration: leave the key out for that.
   t.match(await refusal({ port: null }), { name: 'TypeError', message: 'listen port must be an integer from 0 to 65535, got null' }, 'port null: TypeError')
   t.match(await refusal({ port: 0, host: null }), { name: 'TypeError', message: 'listen host must be a non-empty string, got null' }, 'host null: TypeError')
+  // Own keys only, as the configuration reads them: an inherited port or host is not read.
+  const inherited = await listen(host, Object.assign(Object.create({ host: '0.0.0.0' }), { port: 0 }))
+  t.equal(inherited.host, '127.0.0.1', 'an inherited host is not read: the default is')
+  await inherited.close()
 
   const a = await listen(host, { port: 0 })
   const b = await listen(host, { port: 0 })

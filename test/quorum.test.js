@@ -75,6 +75,8 @@ for (const backend of backends()) {
       t.throws(() => surface.replicationRound(round), { name: 'TypeError', message: new RegExp(`^${key} must be an integer`) }, show(round))
     }
     t.throws(() => surface.replicationRound(null), TypeError)
+    // Own fields only, as the configuration reads its keys: an inherited field is not one the caller wrote.
+    t.throws(() => surface.replicationRound(Object.create({ replicas: 3, inSync: 3 })), { name: 'TypeError', message: /^replicas must be an integer/ }, 'inherited fields are not read')
     t.throws(() => surface.replicationRound([]), { name: 'TypeError', message: /expects { replicas, inSync }, got an array/ })
     // A misspelt field is an error, not a round read from the fields that happen to be right.
     t.throws(() => surface.replicationRound({ replicas: 3, inSync: 3, insync: 1 }), { name: 'TypeError', message: 'unknown replicationRound field "insync" (known: replicas, inSync)' })

@@ -214,6 +214,7 @@ t.test('statsView rejects a filter object with an unknown key (a typo must not w
     t.throws(() => statsView('groups', filter, context()), { name: 'StatsError', code: 'INVALID_QUERY', message: /unknown stats filter key ".+" \(known: topic, group\)/ }, JSON.stringify(filter))
   }
   t.same(statsView('topics', { topic: 'a.b' }, context()).topics.map((x) => x.topic), ['a.b'], 'the known keys narrow as before')
+  t.ok(statsView('topics', Object.create({ topic: 'a.b' }), context()).topics.length > 1, 'an inherited key is not read: the view is not narrowed')
   t.throws(() => statsView('topics', [], context()), { name: 'StatsError', code: 'INVALID_QUERY', message: /must be an object/ }, 'an array is not a filter (it would read as no filter)')
   const surface = require('../dist').createSurface({}, { scrapeThread: false })
   t.teardown(() => surface.close())

@@ -53,6 +53,14 @@ export function isPlainObject(value: unknown): value is Record<string, unknown> 
   return value !== null && typeof value === 'object' && !Array.isArray(value)
 }
 
+/**
+ * An options object's own `key` (undefined when absent): a key inherited from a prototype (or a
+ * polluted Object.prototype) is not something the caller wrote, as the configuration reads it.
+ */
+export function ownOption(options: object, key: string): unknown {
+  return Object.prototype.hasOwnProperty.call(options, key) ? (options as Record<string, unknown>)[key] : undefined
+}
+
 export function describe(value: unknown): string {
   if (typeof value === 'string') return `the string ${JSON.stringify(value.length > 40 ? value.slice(0, 40) + '…' : value)}`
   if (typeof value === 'bigint') return `the bigint ${value}n`

@@ -2,7 +2,7 @@
 // Int32 cell of the shared control block — the gauge, /healthz, /stats, mq-stats and
 // admitWrite() all read that cell, so there is no second copy to drift (and worker threads see
 // read_only at once).
-import { describe, isPlainObject } from './labels'
+import { describe, isPlainObject, ownOption } from './labels'
 import { C_QUORUM } from './layout'
 import type { QuorumState } from './snapshot'
 
@@ -65,7 +65,8 @@ export class Quorum {
     for (const key of Object.keys(round)) {
       if (key !== 'replicas' && key !== 'inSync') throw new TypeError(`unknown replicationRound field ${JSON.stringify(key)} (known: replicas, inSync)`)
     }
-    const { replicas, inSync } = round as { replicas: unknown; inSync: unknown }
+    const replicas = ownOption(round, 'replicas')
+    const inSync = ownOption(round, 'inSync')
     // api.md: a TypeError for a value that is not a number (a missing field too), a RangeError for NaN, a fraction, out of range.
     if (typeof replicas !== 'number' || !Number.isSafeInteger(replicas) || replicas < 1) {
       throw new (typeof replicas === 'number' ? RangeError : TypeError)(`replicas must be an integer ≥ 1 (it counts the leader), got ${describe(replicas)}`)

@@ -1,6 +1,6 @@
 // A topic handle: produced()/append() on its partitions, and the registry of its group handles.
 import { FatalInvariantError } from './errors'
-import { describe, isPlainObject, validateName } from './labels'
+import { describe, isPlainObject, ownOption, validateName } from './labels'
 import { MAX_IN_FLIGHT_LIMIT } from './config'
 import { DEFAULT_SETTLE_WINDOW, GroupEntity, P_BASE, P_LOCK, TopicEntity } from './entities'
 import { acquire, release } from './lock'
@@ -370,9 +370,7 @@ export class Topic {
           throw new TypeError(`unknown group option ${JSON.stringify(key)} (known: max_in_flight, from, settle_window)`)
         }
       }
-      // Own keys only, as the configuration reads them (config.ts ownFields): a key inherited from
-      // a prototype (or a polluted Object.prototype) is not something the caller wrote.
-      const own = (key: keyof GroupOptions): unknown => (Object.prototype.hasOwnProperty.call(options, key) ? options[key] : undefined)
+      const own = (key: keyof GroupOptions): unknown => ownOption(options, key)
       const override = own('max_in_flight')
       if (override !== undefined) {
         if (typeof override !== 'number' || !Number.isInteger(override) || override < 1 || override > MAX_IN_FLIGHT_LIMIT) {

@@ -8,7 +8,7 @@
 //            conservation), only the topics that have such a group.
 // The broker-wide views (quorum, latency, faults, config) ignore both.
 import { MqMetricsError } from '../core/errors'
-import { describe, isPlainObject } from '../core/labels'
+import { describe, isPlainObject, ownOption } from '../core/labels'
 import type { ConservationReport } from '../core/conservation'
 import type { ResolvedConfig } from '../core/config'
 import type { FaultLogView } from '../core/faults'
@@ -266,7 +266,8 @@ function checkFilter(filter: unknown): Narrow {
     // A typo (`topics`) must not quietly show every topic: the HTTP query rejects it as well.
     if (key !== 'topic' && key !== 'group') throw new StatsError('INVALID_QUERY', `unknown stats filter key ${JSON.stringify(key)} (known: topic, group)`)
   }
-  const { topic, group } = filter as Record<string, unknown>
+  const topic = ownOption(filter, 'topic')
+  const group = ownOption(filter, 'group')
   for (const [key, value] of [['topic', topic], ['group', group]] as const) {
     if (value !== undefined && typeof value !== 'string') throw new StatsError('INVALID_QUERY', `${key} must be a string (an exact raw name)`)
   }

@@ -9,7 +9,7 @@ import { gzip } from 'node:zlib'
 import { GZIP_LEVEL, GzipBody } from '../exposition/gzip'
 import { METRICS_CONTENT_TYPE } from '../exposition/allowlist'
 import { toJSON } from '../core/json'
-import { describe, isPlainObject } from '../core/labels'
+import { describe, isPlainObject, ownOption } from '../core/labels'
 import { DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_SCRAPE_BYTES } from './options'
 import { ScrapeAbandoned } from './pacing'
 import { UsageError } from '../core/errors'
@@ -296,11 +296,13 @@ function listenOptions(options: ListenOptions): { port: number; hostname: string
   }
   // A key left out takes its default; null is a bad value, as in the configuration (config.ts).
   // api.md: a TypeError for what is not a number, a RangeError for a number out of range.
-  const port = options.port === undefined ? DEFAULT_PORT : options.port
+  const givenPort = ownOption(options, 'port')
+  const port = givenPort === undefined ? DEFAULT_PORT : givenPort
   if (typeof port !== 'number' || !Number.isInteger(port) || port < 0 || port > 65535) {
     throw new (typeof port === 'number' ? RangeError : TypeError)(`listen port must be an integer from 0 to 65535, got ${describe(port)}`)
   }
-  const hostname = options.host === undefined ? DEFAULT_HOST : options.host
+  const givenHost = ownOption(options, 'host')
+  const hostname = givenHost === undefined ? DEFAULT_HOST : givenHost
   if (typeof hostname !== 'string' || hostname.length === 0) {
     throw new TypeError(`listen host must be a non-empty string, got ${describe(hostname)}`)
   }
