@@ -325,6 +325,33 @@ for (const backend of backends()) {
     t.same([partitions.at(-1), lastSeq.at(-1), groups], [p, 1, [['g', 1, 0, 0]]], 'so does a partition, and a window')
   })
 
+  t.test(`${backend}: removals while a thread holds their retirements back stop before the log's end, and go on once it is back between tasks`, async (t) => {
+    const { main, worker, read } = played(backend)
+    main.registry.logCapacityInts = 4 * LOG_CHUNK_INTS
+    const names = []
+    for (let k = 0; k < 100 && names.length === k * 200; k++) {
+      const topic = main.handles.topic(`t${k}`)
+      for (let g = 0; g < 200; g++) try { topic.group(`g${g}`) && names.push([topic, `g${g}`]) } catch (error) { t.equal(error.limit, 'registration_log'); break }
+    }
+    let removed = 0
+    let refusal
+    for (const [topic, name] of names) {
+      try { topic.removeGroup(name); removed++ } catch (error) { refusal = error; break }
+      if (removed % 50 === 0) read() // the main thread announces in each read; the worker never does: nothing retires
+    }
+    t.match(refusal, { name: 'LimitError', limit: 'registration_log', message: /cannot remove: .*nothing was removed/ }, `a removal is refused after ${removed} of ${names.length}`)
+    t.ok(read(), 'reads still work')
+    let more = 0
+    for (const [topic, name] of names.slice(removed)) {
+      if (more % 50 === 0) announce(worker.memory), announce(main.memory) // back between tasks: both announce as removals ring
+      try { topic.removeGroup(name); more++ } catch (error) { t.fail(`removal after the worker announced: ${error.message}`); break }
+    }
+    t.equal(removed + more, names.length, 'then every removal is taken')
+    announce(worker.memory)
+    announce(main.memory)
+    t.ok(main.handles.topic('after'), 'and registrations are taken again')
+  })
+
   t.test(`${backend}: a log full of settlement windows, all removed, takes registrations again (what they freed fits in less than they took)`, async (t) => {
     const { main, worker } = played(backend)
     main.registry.logCapacityInts = 4 * LOG_CHUNK_INTS

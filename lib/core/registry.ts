@@ -99,7 +99,7 @@ export class Registry {
    */
   onTopicRemoved: ((topic: TopicEntity) => void) | undefined
   onGroupRemoved: ((group: GroupEntity) => void) | undefined
-  /** Log cells the entities retired since the last checkpoint hold, which a compaction drops (#heldInts). */
+  /** Log cells the entities retired (or removed with nothing to carry) since the last checkpoint hold, which a compaction drops (#heldInts). */
   #reclaimable = 0
   /** The log length (Int32 units) below which it is never compacted; tests lower it to compact often. */
   compactMinInts = COMPACT_MIN_INTS
@@ -229,11 +229,12 @@ export class Registry {
       // thread that catches up with the log (#catchUp), before any later epoch can start. From
       // nextEpoch() to advanceEpoch() the lock must be this thread's alone, as for any registration
       // (lock.ts: taken from a holder only once it is gone, or unknown for LOCK_STEAL_MS).
+      this.#roomToRemove()
       const epoch = nextEpoch(this.memory)
       const keep = this.#byLabel.get(topic.label)!.length > 1 ? 1 : 0 // its label's series stays: it retires into the carry
       this.#append(Entry.RemoveTopic, [...wide(topic.id), ...wide(epoch), keep])
       advanceEpoch(this.memory, epoch)
-      this.#retirePassed()
+      this.reclaim()
       return true
     })
   }
@@ -247,11 +248,12 @@ export class Registry {
       this.#assertAlive(topic)
       const group = topic.group(name)
       if (!group) return false
+      this.#roomToRemove()
       const epoch = nextEpoch(this.memory) // as removeTopic()
       const carries = this.groupLabelLive(topic.label, group.label, group) ? 1 : 0 // its label's series stays: its retries with it
       this.#append(Entry.RemoveGroup, [...wide(group.id), ...wide(epoch), carries])
       advanceEpoch(this.memory, epoch)
-      this.#retirePassed()
+      this.reclaim()
       return true
     })
   }
@@ -652,6 +654,22 @@ export class Registry {
     throw this.#logFull(`cannot register ${what()}`, 'nothing was registered')
   }
 
+  /**
+   * Refuses a removal (LimitError, nothing removed) the log's reserve has no room for: removals
+   * may take its first quarter only, the rest is for their retirements (about twice a group
+   * removal's entry), which a thread busy in one task holds back while removals go on. The
+   * retirements due are written first, and the log compacted when that frees enough (#room).
+   * Caller locks and has synced.
+   */
+  #roomToRemove(): void {
+    const control = this.memory.control
+    const fits = () => endAfter(control[C_LOG_END], [entryLength(5)]) <= this.logCapacityInts - Math.ceil((this.#logReserve() * 3) / 4)
+    if (fits()) return
+    this.reclaim()
+    if (!fits() && this.#compactionDue(true)) this.compact()
+    if (!fits()) throw this.#logFull('cannot remove', 'nothing was removed: the removals before it have not retired yet (a thread is busy in one task), and it is taken once they have and the log is compacted')
+  }
+
   /** The log's last 1/64 (at least a chunk): what registrations leave to removals, retirements and folds. */
   #logReserve(): number {
     return Math.max(LOG_CHUNK_INTS, Math.floor(this.logCapacityInts / 64))
@@ -682,8 +700,8 @@ export class Registry {
   #appendAll(entries: [Entry, number[], string?][]): void {
     const control = this.memory.control
     let end = control[C_LOG_END]
-    // Past the log's end nothing is written: a removal or a retirement the reserve (#room) cannot take is refused whole.
-    if (endAfter(end, entries.map(([, fields, text]) => entryLength(fields.length, text))) > this.logCapacityInts) throw this.#logFull('cannot write a removal or a retirement to the registration log', 'nothing was written')
+    // Past the log's end nothing is written: what the reserve (#room, #roomToRemove) cannot take is refused whole.
+    if (endAfter(end, entries.map(([, fields, text]) => entryLength(fields.length, text))) > this.logCapacityInts) throw this.#logFull('cannot write to the registration log', 'nothing was written')
     let texts: Map<number, string> | undefined
     for (const [type, fields, its] of entries) {
       const [position, next] = this.#log.write(this.#logGeneration, end, type, fields, its)
@@ -955,6 +973,7 @@ export class Registry {
         } else {
           // Every thread replays the same entries into the same queues, so it queues the same
           // blocks in the same order. They wait for the removal's epoch (reclamation.ts).
+          if (!this.#inCheckpoint) this.#reclaimable += this.#heldInts(topic)
           this.#releaseTopic(topic, epoch)
           this.#forgetTopic(topic)
         }
