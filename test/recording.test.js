@@ -352,22 +352,53 @@ for (const backend of backends()) {
     t.ok(main.handles.topic('after'), 'and registrations are taken again')
   })
 
+  t.test(`${backend}: a full log of topics sharing labels in pairs: removing a label's last topic is always taken and makes room`, async (t) => {
+    const { main, worker, read } = played(backend)
+    main.registry.logCapacityInts = 4 * LOG_CHUNK_INTS
+    let pairs = 0
+    try {
+      for (; pairs < 10_000; pairs++) for (const name of [`a.${pairs}`, `a_${pairs}`]) main.handles.topic(name).produced(0, 1, 1)
+    } catch (error) {
+      t.equal(error.limit, 'registration_log', `full at pair ${pairs}`)
+    }
+    const removeAll = (names) => {
+      let refused = 0
+      for (const name of names) {
+        try { main.registry.removeTopic(name) } catch (error) { if (error.limit !== 'registration_log') throw error; refused++ }
+        announce(worker.memory), announce(main.memory), read()
+      }
+      return refused
+    }
+    // One of each pair retires into its label's carry (the log grows: some are refused); the
+    // other, then its label's last topic, frees the label's room at once: always taken.
+    const removed = []
+    for (let k = 0; k < pairs; k++) if (removeAll([`a.${k}`]) === 0) removed.push(k)
+    t.ok(removed.length > 0 && removed.length < pairs, `some of the first of each pair are refused (${pairs - removed.length} of ${pairs}): the carries grow the log`)
+    t.equal(removeAll(removed.map((k) => `a_${k}`)), 0, 'a label\'s last topic is always taken')
+    let registered = 0
+    for (let k = 0; k < 200; k++) try { main.handles.topic(`after-${k}`) && registered++ } catch (error) { t.fail(`topic ${k}: ${error.message}`); break }
+    t.equal(registered, 200, 'and what they freed takes registrations again')
+  })
+
   t.test(`${backend}: a log full of settlement windows, all removed, takes registrations again (what they freed fits in less than they took)`, async (t) => {
     const { main, worker } = played(backend)
-    main.registry.logCapacityInts = 4 * LOG_CHUNK_INTS
+    main.registry.logCapacityInts = 16 * LOG_CHUNK_INTS // a reserve small beside the log: the freed blocks' entries must fit where the windows were
     const topic = main.handles.topic('wide')
-    for (let p = 0; p < 64; p++) topic.produced(p, 1, 1)
+    for (let p = 0; p < 200; p++) topic.produced(p, 1, 1)
     let groups = 0
     try {
       for (; groups < 256; groups++) {
         const group = topic.group(`g${groups}`, { settle_window: 64 })
-        for (let p = 0; p < 64; p++) group.send(p, 1)
+        for (let p = 0; p < 200; p++) group.send(p, 1)
       }
     } catch (error) {
       t.equal(error.limit, 'registration_log', `the log filled at group ${groups}`)
     }
-    t.ok(groups > 20 && groups < 256, `${groups} groups of 64 windows filled it`)
-    for (let k = 0; k <= groups; k++) try { topic.removeGroup(`g${k}`) } catch (error) { t.fail(String(error)) }
+    t.ok(groups > 20 && groups < 256, `${groups} groups of 200 windows filled it`)
+    for (let k = 0; k <= groups; k++) {
+      try { topic.removeGroup(`g${k}`) } catch (error) { t.fail(String(error)) }
+      if (k % 20 === 0) announce(worker.memory), announce(main.memory)
+    }
     announce(worker.memory)
     announce(main.memory)
     let registered = 0

@@ -101,6 +101,8 @@ export class Registry {
   onGroupRemoved: ((group: GroupEntity) => void) | undefined
   /** Log cells the entities retired (or removed with nothing to carry) since the last checkpoint hold, which a compaction drops (#heldInts). */
   #reclaimable = 0
+  /** Log end + #reclaimable when compact() last found its checkpoint too large to write (−∞: never, or compacted since). */
+  #uncompacted = -Infinity
   /** The log length (Int32 units) below which it is never compacted; tests lower it to compact often. */
   compactMinInts = COMPACT_MIN_INTS
   /**
@@ -229,9 +231,9 @@ export class Registry {
       // thread that catches up with the log (#catchUp), before any later epoch can start. From
       // nextEpoch() to advanceEpoch() the lock must be this thread's alone, as for any registration
       // (lock.ts: taken from a holder only once it is gone, or unknown for LOCK_STEAL_MS).
-      this.#roomToRemove()
-      const epoch = nextEpoch(this.memory)
       const keep = this.#byLabel.get(topic.label)!.length > 1 ? 1 : 0 // its label's series stays: it retires into the carry
+      this.#roomToRemove(keep === 1 ? this.#topicRetirementInts(topic) : 0)
+      const epoch = nextEpoch(this.memory)
       this.#append(Entry.RemoveTopic, [...wide(topic.id), ...wide(epoch), keep])
       advanceEpoch(this.memory, epoch)
       this.reclaim()
@@ -248,9 +250,9 @@ export class Registry {
       this.#assertAlive(topic)
       const group = topic.group(name)
       if (!group) return false
-      this.#roomToRemove()
-      const epoch = nextEpoch(this.memory) // as removeTopic()
       const carries = this.groupLabelLive(topic.label, group.label, group) ? 1 : 0 // its label's series stays: its retries with it
+      this.#roomToRemove(entryLength(10) + (carries === 1 ? entryLength(6, group.label) : 0)) // its Retired entry, and its retries' carry
+      const epoch = nextEpoch(this.memory) // as removeTopic()
       this.#append(Entry.RemoveGroup, [...wide(group.id), ...wide(epoch), carries])
       advanceEpoch(this.memory, epoch)
       this.reclaim()
@@ -543,7 +545,7 @@ export class Registry {
     const size = key >>> KIND_BITS
     // A handle maps a block through one chunk's view: a larger block would run past it (topic.ts MAX_SETTLE_WINDOW keeps windows below).
     if (size > SLOTS_PER_CHUNK) throw new Error(`internal: a block of ${size} slots does not fit a chunk of ${SLOTS_PER_CHUNK}`)
-    this.reclaim()
+    // The retirements due were written by #room, before the registration's room was measured: none here, after it.
     // `queued`: blocks of this key already taken from the queue's front for entries not published yet.
     const free = this.#free.get(key)
     const front = free === undefined ? 0 : free.head + queued
@@ -655,19 +657,39 @@ export class Registry {
   }
 
   /**
-   * Refuses a removal (LimitError, nothing removed) the log's reserve has no room for: removals
-   * may take its first quarter only, the rest is for their retirements (about twice a group
-   * removal's entry), which a thread busy in one task holds back while removals go on. The
-   * retirements due are written first, and the log compacted when that frees enough (#room).
-   * Caller locks and has synced.
+   * Refuses a removal (LimitError, nothing removed) the log's reserve has no room for. One that
+   * owes a retirement (`owes` cells of it, an upper bound: a group; a topic whose label another
+   * topic has) may take the reserve's first quarter, the rest being for those retirements, which
+   * a thread busy in one task holds back while removals go on; past it, only when no retirement
+   * is pending and its own fits after it, an eighth of the reserve before the end. One that owes
+   * none (the last topic of its label, which frees its room at once) may take it all, so that
+   * room can always be made. The retirements
+   * due are written first, and the log compacted when that frees enough (#room). Caller locks
+   * and has synced.
    */
-  #roomToRemove(): void {
+  #roomToRemove(owes: number): void {
     const control = this.memory.control
-    const fits = () => endAfter(control[C_LOG_END], [entryLength(5)]) <= this.logCapacityInts - Math.ceil((this.#logReserve() * 3) / 4)
+    const quarter = this.logCapacityInts - Math.ceil((this.#logReserve() * 3) / 4)
+    const fits = () => {
+      const end = endAfter(control[C_LOG_END], [entryLength(5)])
+      if (owes === 0 || end <= quarter) return end <= this.logCapacityInts
+      return this.#retiring.length === 0 && this.#retiringTopics.size === 0 && end + owes <= this.logCapacityInts - Math.ceil(this.#logReserve() / 8)
+    }
     if (fits()) return
     this.reclaim()
     if (!fits() && this.#compactionDue(true)) this.compact()
     if (!fits()) throw this.#logFull('cannot remove', 'nothing was removed: the removals before it have not retired yet (a thread is busy in one task), and it is taken once they have and the log is compacted')
+  }
+
+  /**
+   * An upper bound of the log cells a topic removed into its label's carry takes to retire
+   * (#topicCarry): its five counters' carries, a last_seq one per partition, a retries one per
+   * group label, and TopicRetired, each amount below 2^64 (one entry).
+   */
+  #topicRetirementInts(topic: TopicEntity): number {
+    let ints = 5 * entryLength(6) + topic.partitionNumbers.length * entryLength(6) + entryLength(2)
+    for (const label of new Set([...topic.groups, ...topic.retiring].map((group) => group.label))) ints += entryLength(6, label)
+    return ints
   }
 
   /** The log's last 1/64 (at least a chunk): what registrations leave to removals, retirements and folds. */
@@ -687,6 +709,7 @@ export class Registry {
     const end = control[C_LOG_END]
     const freed = end - control[C_LOG_CHECKPOINT] + this.#reclaimable
     const reserve = this.#logReserve()
+    if (end + this.#reclaimable < this.#uncompacted + reserve / 4) return false // measured too large not long ago
     if (end > Math.max(this.compactMinInts, 2 * control[C_LOG_CHECKPOINT])) return true
     return (full || end > this.logCapacityInts - reserve) && freed >= reserve / 4
   }
@@ -730,8 +753,12 @@ export class Registry {
    * has synced (also called directly by tests).
    */
   compact(): boolean {
-    // Measured first: a checkpoint that would not fit the log is not written (the log goes on as it is).
-    if (this.#checkpoint((length, end) => endAfter(end, [length])) > this.logCapacityInts) return false
+    // Measured first: a checkpoint that would not fit the log is not written (the log goes on as
+    // it is, and is not measured again until a quarter of the reserve more has been freed or written).
+    if (this.#checkpoint((length, end) => endAfter(end, [length])) > this.logCapacityInts) {
+      this.#uncompacted = this.memory.control[C_LOG_END] + this.#reclaimable
+      return false
+    }
     const next = this.#logGeneration + 1
     const end = this.#checkpoint((length, end, type, fields, text) => this.#log.write(next, end, type, fields, text)[1])
     const control = this.memory.control
@@ -744,6 +771,7 @@ export class Registry {
     this.#logGeneration = next
     this.#cursor = end
     this.#reclaimable = 0
+    this.#uncompacted = -Infinity
     return true
   }
 
@@ -788,10 +816,14 @@ export class Registry {
     // Freed blocks, many to an entry (3 cells each: fewer than the registration that held the
     // block took, so a checkpoint after removals is never larger than the log they were made in).
     for (const [key, queue] of this.#free) {
-      for (let i = queue.head; i < queue.slots.length; i += FREE_PER_ENTRY) {
+      for (let i = queue.head; i < queue.slots.length; ) {
+        // As many as what is left of the chunk holds (an entry that does not fit would skip the rest of it).
+        const room = Math.floor((LOG_CHUNK_INTS - (end % LOG_CHUNK_INTS) - 2) / 3)
+        const n = Math.min(FREE_PER_ENTRY, queue.slots.length - i, room >= 1 ? room : FREE_PER_ENTRY)
         const fields = [key]
-        for (let j = i; j < Math.min(i + FREE_PER_ENTRY, queue.slots.length); j++) fields.push(queue.slots[j], ...wide(queue.epochs[j]))
+        for (let j = i; j < i + n; j++) fields.push(queue.slots[j], ...wide(queue.epochs[j]))
         put(Entry.Free, fields)
+        i += n
       }
     }
     put(Entry.CheckpointEnd, [])
@@ -801,6 +833,7 @@ export class Registry {
   /** A checkpoint is about to be replayed over this thread's picture: reset what it restates in full. */
   #beginCheckpoint(): void {
     this.#reclaimable = 0
+    this.#uncompacted = -Infinity
     this.#seen = new Set()
     this.folds.clear()
     this.#free.clear()
@@ -834,8 +867,11 @@ export class Registry {
     for (const group of [...topic.groups, ...topic.retiring]) this.#groupsById.delete(group.id)
     // The label's series leaves with its last live topic: what retired into it, or still retires, goes too.
     if (this.liveWithLabel(topic.label).length === 0) {
+      const carry = this.carries.get(topic.label)
+      if (!this.#inCheckpoint && carry !== undefined) for (const [, fields, text] of carry.entries(0)) this.#reclaimable += entryLength(fields.length, text)
       this.carries.delete(topic.label)
       for (const retiring of [...this.retiringWithLabel(topic.label)]) {
+        if (!this.#inCheckpoint) this.#reclaimable += this.#heldInts(retiring)
         this.#releaseTopic(retiring, retiring.retireEpoch)
         this.#retiredTopic(retiring)
       }
@@ -1114,7 +1150,6 @@ export class Registry {
     for (let i = 0; i < key >>> KIND_BITS; i++) this.folds.delete(slot + i)
   }
 
-  /** A group's blocks (its cells and its floors), freed at `epoch`. */
   /**
    * What a compaction no longer restates once `entity` has retired: the log cells its
    * registrations take, less the 3 its each freed block takes in a checkpoint's Free entries.
@@ -1128,6 +1163,7 @@ export class Registry {
     return ints
   }
 
+  /** A group's blocks (its cells and its floors), freed at `epoch`. */
   #releaseGroup(group: GroupEntity, epoch: number): void {
     for (const slot of group.floorSlots) this.#release(KEY_FLOOR, slot, epoch)
     for (const slot of group.windowSlots) this.#release(windowKey(group.window), slot, epoch)
