@@ -643,7 +643,8 @@ export class Registry {
    * Refuses a registration whose entries (their `lengths`) the log cannot take, before anything
    * is allocated for it: LimitError `registration_log`, nothing registered. It leaves the last
    * 1/64 of the log to removals, retirements and folds, so that room can still be made in a full
-   * log. Caller locks and has synced.
+   * log; it writes the retirements due first, and compacts when that is due (#compactionDue).
+   * Caller locks and has synced.
    */
   #room(lengths: number[], what: () => string): void {
     const control = this.memory.control
@@ -663,9 +664,8 @@ export class Registry {
    * a thread busy in one task holds back while removals go on; past it, only when no retirement
    * is pending and its own fits after it, an eighth of the reserve before the end. One that owes
    * none (the last topic of its label, which frees its room at once) may take it all, so that
-   * room can always be made. The retirements
-   * due are written first, and the log compacted when that frees enough (#room). Caller locks
-   * and has synced.
+   * room can always be made. The retirements due are written first, and the log compacted when
+   * that frees enough (#room). Caller locks and has synced.
    */
   #roomToRemove(owes: number): void {
     const control = this.memory.control
@@ -813,8 +813,8 @@ export class Registry {
     // The carries, each on a live topic of its label (there is one while the carry exists).
     for (const [label, carry] of this.carries) for (const [type, fields, text] of carry.entries(this.#byLabel.get(label)![0].id)) put(type, fields, text)
     for (const [slot, amount] of this.folds) for (const [part] of amountRows([amount])) put(Entry.Fold, [slot, ...wide(part)])
-    // Freed blocks, many to an entry (3 cells each: fewer than the registration that held the
-    // block took, so a checkpoint after removals is never larger than the log they were made in).
+    // Freed blocks, many to an entry (3 cells each: no more than the registration that held the
+    // block took, so what removals free never makes a checkpoint larger than the log they were made in).
     for (const [key, queue] of this.#free) {
       for (let i = queue.head; i < queue.slots.length; ) {
         // As many as what is left of the chunk holds (an entry that does not fit would skip the rest of it).
