@@ -22,8 +22,10 @@ function instrument(broker, surface, { window: WINDOW = 65536 } = {}) {
   // the message at index i has seq base + i (append() numbers a partition's messages one by one).
   const topicOf = (name, subscribing) => topics.get(name) ?? (name.length <= NAME_MAX && (topics.size < surface.config.max_topics || (subscribing && evict())) ? register(name) : undefined) // full: no throw per publish
   const register = (name) => limited(() => { const handle = surface.topic(name); idle.add(name); return topics.set(name, { name, handle, counters: [], base: handle.lastSeq(0) + 1, groups: new Map(), dark: new Set(), routing: new Map() }).get(name) })
-  const evict = () => { for (const name of idle) return idle.delete(name), topics.delete(name), surface.removeTopic(name); return false }
-  const limited = (registration) => { try { return registration() } catch (error) { if (error.code !== 'LIMIT_REACHED') throw error } } // past max_topics or max_groups_per_topic: not counted
+  const evict = () => { for (const name of idle) return limited(() => surface.removeTopic(name)) === true && (idle.delete(name), topics.delete(name)); return false }
+  // Past max_topics, max_groups_per_topic or what the registration log holds, the library refuses
+  // (LIMIT_REACHED, nothing changed): what it refused is not counted, and the broker goes on.
+  const limited = (call) => { try { return call() } catch (error) { if (error.code !== 'LIMIT_REACHED') throw error } }
   const seqOf = (t, counter) => { // binary search; a copy forwarded as it is published is the newest: tried first
     const c = t.counters
     let lo = c[c.length - 1] === counter ? c.length - 1 : 0, hi = c.length - 1
@@ -43,20 +45,32 @@ function instrument(broker, surface, { window: WINDOW = 65536 } = {}) {
     m.check = seq + WINDOW - KEEP
     return m.ending && m.g.inFlight() === 0 && (leave(m), true) // its last copy in flight given up
   }
-  const drop = (m, seq) => room(m, seq) || m.g.settle(0, seq, 'dropped') // a copy the group will never be sent
+  const drop = (m, seq) => limited(() => room(m, seq) || m.g.settle(0, seq, 'dropped')) // a copy the group will never be sent
   const groupOf = (client, packet) => (packet.brokerId === broker.id ? topics.get(packet.topic)?.groups.get(client.id) : undefined) // another node's message (a cluster): counted there
   const acked = (m, seq, outcome) => { // a copy in flight is acknowledged (or can no longer be)
-    if (seq > m.lost) m.g.settle(0, seq, outcome)
+    try {
+      if (seq > m.lost) m.g.settle(0, seq, outcome)
+    } catch (error) {
+      if (error.code !== 'LIMIT_REACHED') throw error // its first settlement, with no room for its window
+    }
     if (m.ending && m.g.inFlight() === 0) leave(m)
   }
 
+  const appended = (t, bytes) => {
+    try {
+      return t.handle.append(0, bytes)
+    } catch (error) {
+      if (error.code !== 'LIMIT_REACHED') throw error
+      return 0
+    }
+  }
   const publish = broker.publish
   broker.publish = function (packet, client, done) {
     if (typeof client === 'function') (done = client), (client = null)
     const t = !packet.brokerCounter && counted(packet.topic) ? topicOf(packet.topic) : undefined
     if (t !== undefined) {
       const p = packet.payload
-      const seq = t.handle.append(0, typeof p === 'string' ? Buffer.byteLength(p) : p?.length ?? 0) // 0: refused (read_only), not counted
+      const seq = appended(t, typeof p === 'string' ? Buffer.byteLength(p) : p?.length ?? 0) // 0: refused (read_only, or no room for the partition), not counted
       if (seq !== 0) t.counters.push(this.counter + 1) // the counter aedes gives its copy of the packet, next
       if (client?.closed && !client.clean) away(client) // its will: aedes publishes it before 'clientDisconnect'
       if (seq !== 0 && t.dark.size !== 0) done = routed(t, seq, done)
@@ -102,16 +116,23 @@ function instrument(broker, surface, { window: WINDOW = 65536 } = {}) {
     const zero = packet.qos === 0 || client[ZERO] === packet // aedes sends it with no packet id (to a QoS 0 subscription)
     const id = s !== undefined && !zero ? s.next : 0 // and numbers a clean session's other copies in this order
     if (id !== 0) (s.next = id === 65535 ? 1 : id + 1), s.sent[s.head] === -id && reused(s) // its id taken again: that copy cannot be acknowledged now
+    try {
+      forwarded(client, packet, s, id, zero)
+    } catch (error) {
+      if (error.code !== 'LIMIT_REACHED') throw error // the group's first copy, with no room for its window: not counted
+    }
+    return out
+  }
+  const forwarded = (client, packet, s, id, zero) => { // counts a copy aedes forwards
     const m = groupOf(client, packet)
     const seq = m && seqOf(m.t, packet.brokerCounter)
-    if (m === undefined || seq === undefined || seq <= m.lost || room(m, seq)) return out // not ours, from before the subscription, or given up
+    if (m === undefined || seq === undefined || seq <= m.lost || room(m, seq)) return // not ours, from before the subscription, or given up
     const again = packet.messageId || m.last === seq // perhaps sent before: a persistent session's queue, or a taken-over connection's twin
     if (again && m.g.isInFlight(0, seq)) m.g.redeliver(0, seq), id !== 0 && s.sent.push(-id, m, seq)
-    else if (m.ending || (again && m.g.isSettled(0, seq))) return out // settled already (a QoS 0 copy aedes kept queued, a twin's; or, its subscription ending, a wildcard's copy): counted once
+    else if (m.ending || (again && m.g.isSettled(0, seq))) return // settled already (a QoS 0 copy aedes kept queued, a twin's; or, its subscription ending, a wildcard's copy): counted once
     else if (zero || m.qos === 0) m.g.settle(0, seq, 'delivered') // sent at QoS 0 (aedes sends at most at the subscription's QoS): no acknowledgement will come
     else m.g.send(0, seq), id !== 0 && s.sent.push(-id, m, seq) // −id: never equal to a seq
     m.last = seq
-    return out
   }
   const refused = (client, packet) => { // the broker's own authorizeForward keeps this copy back: never sent
     const m = groupOf(client, packet), seq = m && seqOf(m.t, packet.brokerCounter)
@@ -179,10 +200,10 @@ function instrument(broker, surface, { window: WINDOW = 65536 } = {}) {
     m.offline = offline
     if (offline || m.ending) m.t.dark.add(m); else m.t.dark.delete(m)
   }
-  const leave = (m) => { // the group leaves: what it still owes is given up on
+  const leave = (m) => { // the group leaves: what it still owes is given up on (a removal the log has no room for: it stays)
     const t = m.t, last = t.handle.lastSeq(0)
-    if (m.g.floor(0) < last) m.g.settleUpTo(0, last, 'dropped')
-    t.handle.removeGroup(m.id), t.groups.delete(m.id), t.dark.delete(m), (m.lost = Infinity), (m.ending = false)
+    if (limited(() => (m.g.floor(0) < last && m.g.settleUpTo(0, last, 'dropped'), t.handle.removeGroup(m.id))) === undefined) return
+    t.groups.delete(m.id), t.dark.delete(m), (m.lost = Infinity), (m.ending = false)
     if (t.groups.size === 0) idle.add(t.name)
     if (owned.get(m.id)?.delete(t.name) && owned.get(m.id).size === 0) owned.delete(m.id), exactly.delete(m.id)
   }
@@ -191,8 +212,12 @@ function instrument(broker, surface, { window: WINDOW = 65536 } = {}) {
     if (m.client.connected === false && !m.client.closed) return void (m.unsubscribing = true) // aedes replays its queue still, this topic's too: after it
     const last = m.t.handle.lastSeq(0)
     m.unsubscribing = false
-    if (room(m, last)) return
-    for (let seq = Math.max(m.g.floor(0), m.lost) + 1; seq <= last; seq++) if (!m.g.isInFlight(0, seq) && !m.g.isSettled(0, seq)) m.g.settle(0, seq, 'dropped')
+    const left = limited(() => {
+      if (room(m, last)) return true
+      for (let seq = Math.max(m.g.floor(0), m.lost) + 1; seq <= last; seq++) if (!m.g.isInFlight(0, seq) && !m.g.isSettled(0, seq)) m.g.settle(0, seq, 'dropped')
+      return false
+    })
+    if (left === true) return
     if (m.g.inFlight() === 0) return leave(m)
     m.ending = true, dark(m, m.offline)
   }

@@ -352,6 +352,40 @@ test('QoS 2: a copy settles at its PUBREC in a persistent session, at its PUBCOM
   await Promise.all([clean, one, persistent, pub].map((c) => c.endAsync()))
 }))
 
+test('the library refusing a call for lack of room (a full registration log): the broker goes on, what it refused is not counted, the others stay exact', () => withBroker(async (b, faults) => {
+  const received = { 'sub-full': 0, 'sub-ok': 0 }
+  const subscribe = async (id) => {
+    const c = await connect(b.mqttPort, { clientId: id })
+    c.on('message', () => received[id]++)
+    await c.subscribeAsync('orders', { qos: 1 })
+    return c
+  }
+  const full = await subscribe('sub-full')
+  const ok = await subscribe('sub-ok')
+  // sub-full's group meets a full log: its first per-message call (its settlement window) and its
+  // removal are refused, as the library refuses them when the registration log has no room.
+  const { LimitError } = require('mq-metrics')
+  const refuse = () => { throw new LimitError('registration_log', 'the registration log is full (injected by the test)') }
+  const topic = b.surface.topic('orders')
+  const g = topic.group('sub-full')
+  for (const call of ['send', 'settle', 'settleUpTo', 'redeliver']) g[call] = refuse
+  const removeGroup = topic.removeGroup.bind(topic)
+  topic.removeGroup = (name) => (name === 'sub-full' ? refuse() : removeGroup(name))
+  const pub = await connect(b.mqttPort, { clientId: 'pub-full' })
+  for (let i = 0; i < 50; i++) await pub.publishAsync('orders', `m${i}`, { qos: 1 })
+  await until('both subscribers to receive every message', () => received['sub-full'] === 50 && received['sub-ok'] === 50)
+  await until('sub-ok\'s copies settled', () => groupOf(b, 'sub-ok').delivered === 50 && groupOf(b, 'sub-ok').in_flight === 0)
+  assert.deepEqual([groupOf(b, 'sub-full').delivered, groupOf(b, 'sub-full').in_flight], [0, 0], 'what the library refused is not counted')
+  await full.endAsync() // a clean session ends: its group's removal is refused, it stays
+  await sleep(100)
+  for (let i = 50; i < 60; i++) await pub.publishAsync('orders', `m${i}`, { qos: 1 }) // the broker goes on
+  await until('sub-ok to have the rest', () => groupOf(b, 'sub-ok').delivered === 60 && groupOf(b, 'sub-ok').in_flight === 0)
+  assert.equal(b.surface.stats('topics').totals.produced, 60)
+  assert.ok(groupOf(b, 'sub-full'), 'the group whose removal was refused is still there')
+  assert.deepEqual(faults.map((f) => f.code), [], 'no faults')
+  await Promise.all([ok, pub].map((c) => c.endAsync()))
+}))
+
 // A second review's cases: what aedes does for a session that is offline, or leaving, and what the
 // glue must not hold or count past its window; names the library does not take; a cluster.
 

@@ -36,7 +36,7 @@ export const enum Entry {
    * checkpoint).
    */
   Retired = 9,
-  /** size, slot, epoch(2): a freed block, in its queue's order (checkpoints only). */
+  /** key (the blocks' size and kind), then slot, epoch(2) per block: freed blocks, in their queue's order, as many as the chunk holds (checkpoints only). */
   Free = 10,
   /** The checkpoint at the start of a generation is complete. */
   CheckpointEnd = 11,

@@ -99,7 +99,11 @@ export class Registry {
    */
   onTopicRemoved: ((topic: TopicEntity) => void) | undefined
   onGroupRemoved: ((group: GroupEntity) => void) | undefined
-  /** Log cells the entities retired (or removed with nothing to carry) since the last checkpoint hold, which a compaction drops (#heldInts). */
+  /**
+   * Log cells a compaction would drop, freed since the last checkpoint: by entities retired or
+   * removed with nothing to carry (#heldInts, their removal's entry included), and by a label's
+   * carry gone with its last topic.
+   */
   #reclaimable = 0
   /** Log end + #reclaimable when compact() last found its checkpoint too large to write (−∞: never, or compacted since). */
   #uncompacted = -Infinity
@@ -251,7 +255,7 @@ export class Registry {
       const group = topic.group(name)
       if (!group) return false
       const carries = this.groupLabelLive(topic.label, group.label, group) ? 1 : 0 // its label's series stays: its retries with it
-      this.#roomToRemove(entryLength(10) + (carries === 1 ? entryLength(6, group.label) : 0)) // its Retired entry, and its retries' carry
+      this.#roomToRemove(entryLength(10) + (carries === 1 ? entryLength(6, group.label) : 0)) // its Retired entry and its retries' carry, amounts below 2^62
       const epoch = nextEpoch(this.memory) // as removeTopic()
       this.#append(Entry.RemoveGroup, [...wide(group.id), ...wide(epoch), carries])
       advanceEpoch(this.memory, epoch)
@@ -673,6 +677,7 @@ export class Registry {
     const fits = () => {
       const end = endAfter(control[C_LOG_END], [entryLength(5)])
       if (owes === 0 || end <= quarter) return end <= this.logCapacityInts
+      // (end + owes, not endAfter(): the eighth of the reserve left takes the padding a chunk's end may add)
       return this.#retiring.length === 0 && this.#retiringTopics.size === 0 && end + owes <= this.logCapacityInts - Math.ceil(this.#logReserve() / 8)
     }
     if (fits()) return
@@ -684,7 +689,7 @@ export class Registry {
   /**
    * An upper bound of the log cells a topic removed into its label's carry takes to retire
    * (#topicCarry): its five counters' carries, a last_seq one per partition, a retries one per
-   * group label, and TopicRetired, each amount below 2^64 (one entry).
+   * group label, and TopicRetired, each amount below 2^62 (one entry: log.ts amountRows).
    */
   #topicRetirementInts(topic: TopicEntity): number {
     let ints = 5 * entryLength(6) + topic.partitionNumbers.length * entryLength(6) + entryLength(2)
@@ -699,19 +704,20 @@ export class Registry {
 
   /**
    * Whether the log is compacted now: it has doubled since its checkpoint (and passed
-   * compactMinInts), or, `full` (a registration it cannot take) or into its reserve, what it grew
-   * by since and what retirements since freed (#reclaimable) add up to a quarter of the reserve:
-   * each compaction of a full log is paid for by that much, however many registrations it
-   * refuses meanwhile.
+   * compactMinInts), or, `full` (a registration it cannot take) or into its reserve, what
+   * retirements and removals freed since (#reclaimable) adds up to a quarter of the reserve:
+   * each compaction of a full log frees that much at least, however many calls it refuses
+   * meanwhile.
    */
   #compactionDue(full = false): boolean {
     const control = this.memory.control
     const end = control[C_LOG_END]
-    const freed = end - control[C_LOG_CHECKPOINT] + this.#reclaimable
     const reserve = this.#logReserve()
     if (end + this.#reclaimable < this.#uncompacted + reserve / 4) return false // measured too large not long ago
     if (end > Math.max(this.compactMinInts, 2 * control[C_LOG_CHECKPOINT])) return true
-    return (full || end > this.logCapacityInts - reserve) && freed >= reserve / 4
+    // Full, what was written since is live or owed as much as not: only what retirements and
+    // removals freed (#reclaimable) pays for a compaction.
+    return (full || end > this.logCapacityInts - reserve) && this.#reclaimable >= reserve / 4
   }
 
   #logFull(what: string, outcome: string): LimitError {
@@ -1152,13 +1158,14 @@ export class Registry {
 
   /**
    * What a compaction no longer restates once `entity` has retired: the log cells its
-   * registrations take, less the 3 its each freed block takes in a checkpoint's Free entries.
+   * registrations and its removal take, less the 3 its each freed block takes in a checkpoint's
+   * Free entries. (A topic's groups count their removal too: an upper bound by a few cells.)
    */
   #heldInts(entity: TopicEntity | GroupEntity): number {
     if (entity instanceof GroupEntity) {
-      return entryLength(7, entity.name) - 3 + entity.floorSlots.length * 2 // a window's entry (6) frees two blocks (6)
+      return entryLength(5) + entryLength(7, entity.name) - 3 + entity.floorSlots.length * 2 // a window's entry (6) frees two blocks (6)
     }
-    let ints = entryLength(3, entity.name) - 3 + entity.partitionSlots.length * 2
+    let ints = entryLength(5) + entryLength(3, entity.name) - 3 + entity.partitionSlots.length * 2
     for (const group of [...entity.groups, ...entity.retiring]) ints += this.#heldInts(group)
     return ints
   }
@@ -1199,7 +1206,7 @@ export class Registry {
    * Memory the registry holds in the arena, for leak checks: slots in use and ever handed out
    * (freed blocks are reused, so this stops growing once churn reaches a steady state), freed
    * blocks waiting for reuse, arena chunks allocated, the registration log's length in bytes
-   * (compacted: bounded by what is alive and the freed blocks, one checkpoint entry each), and
+   * (compacted: bounded by what is alive and the freed blocks, one place each in a checkpoint's Free entries), and
    * thread rows claimed (the main thread's included; rows of exited threads are reused, so this
    * counts threads alive at once, not attaches).
    */
