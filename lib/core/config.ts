@@ -1,7 +1,7 @@
 // design §8: configuration is read once, at startup. Unknown keys and wrongly-typed values are a
 // ConfigError naming the key; the result is frozen, so nothing can change afterwards.
 import { ConfigError } from './errors'
-import { describe, isPlainObject } from './labels'
+import { describe, isPlainObject, ownOption } from './labels'
 
 export interface Config {
   metrics_enabled?: boolean
@@ -55,7 +55,7 @@ export function ownFields(input: unknown, what: string, known: readonly string[]
   for (const key of Object.keys(given)) {
     if (!known.includes(key)) throw new ConfigError(key, unknown)
   }
-  return (key) => (Object.prototype.hasOwnProperty.call(given, key) ? given[key] : undefined)
+  return (key) => ownOption(given, key)
 }
 
 export function resolveConfig(input: unknown): ResolvedConfig {
