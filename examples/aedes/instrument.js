@@ -25,6 +25,7 @@ function instrument(broker, surface, { window: WINDOW = 65536 } = {}) {
   const evict = () => { for (const name of idle) return limited(() => surface.removeTopic(name)) === true && (idle.delete(name), topics.delete(name)); return false }
   // Past max_topics, max_groups_per_topic or what the registration log holds, the library refuses
   // (LIMIT_REACHED, nothing changed): what it refused is not counted, and the broker goes on.
+  // Paths taken per message (append, forward, acknowledgement) catch it inline: no closure per call.
   const limited = (call) => { try { return call() } catch (error) { if (error.code !== 'LIMIT_REACHED') throw error } }
   const seqOf = (t, counter) => { // binary search; a copy forwarded as it is published is the newest: tried first
     const c = t.counters
