@@ -1,5 +1,6 @@
 // The surface a broker links in: recording API, quorum state, faults, and the three endpoints.
 // It composes the parts; each part lives in the file its name says (STYLE: layout).
+import { constants as bufferConstants } from 'node:buffer'
 import { EventEmitter } from 'node:events'
 import type { IncomingMessage, ServerResponse } from 'node:http'
 import { Arena, BackendName, backendReason, chooseBackend, createArena, loadAddon } from './core/backend'
@@ -231,8 +232,21 @@ export class Surface extends EventEmitter {
     return withPartitions(this.#observe(true))
   }
 
+  /** @internal The longest string render() makes (V8's limit); tests lower it. */
+  maxRenderChars: number = bufferConstants.MAX_STRING_LENGTH
+
   render(): string {
     const body = this.#renderer.render(this.#observe())
+    if (body.length > this.maxRenderChars) {
+      // V8 would throw its own ERR_STRING_TOO_LONG from toString(): some 40,000 topics with
+      // 1,000-character names and a group each are past it. GET /metrics sends the bytes as they are.
+      const length = body.length
+      this.#renderer.recycle(body)
+      throw new RangeError(
+        `surface.render(): the /metrics body is ${length} bytes, longer than a JavaScript string can be (${this.maxRenderChars}); ` +
+          'serve it with listen() (GET /metrics sends the bytes without making a string), or register fewer or shorter names',
+      )
+    }
     // The body is ASCII (label values are sanitized, help texts and numbers are ASCII), so latin1
     // decodes it exactly; Node makes a large latin1 string an external one (one copy), where utf8
     // decoding validates every byte: 30 ms of a 187k-sample render() here (bench/render.js).

@@ -11,7 +11,7 @@ const { Renderer } = require('../dist/exposition/render.js')
 const { formatFloat, writeDigits } = require('../dist/exposition/digits.js')
 const { METRICS, METRICS_CONTENT_TYPE } = require('../dist/exposition/allowlist.js')
 const { sanitizeLabelValue, escapeLabelValue, escapeHelp } = require('../dist/core/labels.js')
-const { prng, steppingClock } = require('./helpers')
+const { prng, steppingClock, backends, surfaceOn } = require('./helpers')
 
 const GOLDEN = path.join(__dirname, 'golden')
 const TWO_53 = 2 ** 53
@@ -488,6 +488,19 @@ t.test('the exposition grows its buffer when a scrape is much larger than the la
   const snapshot = snapshotOf({ topics })
   t.equal(renderer.render(snapshot).toString('utf8'), reference(snapshot), 'a large scrape after a tiny one is complete')
   t.equal(renderer.render(snapshotOf()).toString('utf8'), reference(snapshotOf()), 'and a tiny one after it')
+})
+
+t.test('surface.render() of a body longer than a string can be is a RangeError that says what to do', async (t) => {
+  // render-size.stress.js builds a real one (40,000 long names); here the limit is lowered.
+  for (const backend of backends()) {
+    const surface = surfaceOn(t, backend)
+    surface.topic('orders').produced(0, 1, 1)
+    const length = surface.render().length
+    surface.maxRenderChars = length - 1
+    t.throws(() => surface.render(), { name: 'RangeError', message: new RegExp(`body is ${length} bytes.*\\(${length - 1}\\).*listen\\(\\)`) }, `${backend}: refused`)
+    surface.maxRenderChars = length
+    t.equal(surface.render().length, length, `${backend}: a body of exactly the limit renders, and the refusal left the renderer usable`)
+  }
 })
 
 // --- promtool ------------------------------------------------------------------------------------
