@@ -148,6 +148,12 @@ napi_value ArenaChunk(napi_env env, napi_callback_info info) {
   {
     std::lock_guard<std::mutex> lock(gMutex);
     Arena* arena = FindLocked(static_cast<uint32_t>(id));
+    if (arena == nullptr && id >= gNextId) {
+      // No arena of this process ever had this id (ids are never reused): the share was made in
+      // another process, or altered. lib/core/backend.ts turns this code into a TypeError.
+      napi_throw_error(env, "ARENA_UNKNOWN", "mq-metrics: no native arena of this process has this id");
+      return args::Undefined(env);
+    }
     if (arena == nullptr || arena->released) {
       // lib/core/backend.ts turns this code into a ClosedError, as the JS backend throws.
       napi_throw_error(env, "SURFACE_CLOSED", "mq-metrics: the surface's native arena was closed");

@@ -100,3 +100,17 @@ t.test('attachSurface() of anything but a share() is a TypeError saying what is 
   for (const [argument, message] of cases) t.throws(() => lib.attachSurface(argument), { name: 'TypeError', message }, JSON.stringify(argument))
   t.equal(lib.attachSurface(shared).backend, 'js', 'the real thing attaches')
 })
+
+t.test('attachSurface() of a native share whose arena id no surface of this process ever had is a TypeError; of a closed one, ClosedError', async (t) => {
+  if (!backends().includes('native')) return t.skip('the native core is not built')
+  const surface = surfaceOn(t, 'native')
+  const shared = surface.share()
+  // Ids are handed out in order and never reused: one far above this surface's was never made.
+  const forged = { ...shared, arena: { ...shared.arena, id: shared.arena.id + 1000 } }
+  t.throws(() => lib.attachSurface(forged), { name: 'TypeError', message: new RegExp(`no native arena of this process has id ${shared.arena.id + 1000}.*another process`) })
+  t.equal(lib.attachSurface(shared).backend, 'native', 'the real share attaches')
+  const closed = surfaceOn(t, 'native')
+  const closedShare = closed.share()
+  await closed.close()
+  t.throws(() => lib.attachSurface(closedShare), { name: 'ClosedError', code: 'SURFACE_CLOSED' }, 'a closed surface\'s share is still ClosedError')
+})

@@ -155,8 +155,13 @@ class NativeArena implements Arena {
     try {
       buffer = this.#addon.arenaChunk(this.#id, k)
     } catch (error) {
-      // The surface was closed before this thread mapped the chunk (native/arena.cc).
-      if ((error as { code?: unknown })?.code === 'SURFACE_CLOSED') throw new ClosedError('this mq-metrics surface')
+      // The surface was closed before this thread mapped the chunk, or the id names no arena of this
+      // process (native/arena.cc).
+      const code = (error as { code?: unknown })?.code
+      if (code === 'SURFACE_CLOSED') throw new ClosedError('this mq-metrics surface')
+      if (code === 'ARENA_UNKNOWN') {
+        throw new TypeError(`mq-metrics: no native arena of this process has id ${this.#id}: a share() is for the threads of the process that made it (was it made in another process, or altered?)`)
+      }
       throw error
     }
     // undefined: the addon could not make the view because this thread is being terminated.
