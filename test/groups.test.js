@@ -39,6 +39,13 @@ for (const backend of backends()) {
     t.same(series(body, 'mq_topic_messages_dlq_total'), ['mq_topic_messages_dlq_total{topic="orders"} 4'])
     t.same(surface.stats('groups', { topic: 'orders' }).groups.map((g) => g.group), ['stays'], '/stats lists the groups that remain')
     t.same(surface.stats('conservation').topics[0].groups.map((g) => [g.group, g.residual]), [['stays', 0]], 'the remaining group\'s identity is unaffected')
+    // The last group leaves: no one has consumed the partition's messages any more, so its depth
+    // is every message since its base, as before the first group (docs/metrics.md).
+    t.equal(topic.removeGroup('stays'), true)
+    body = surface.render()
+    t.same(series(body, 'mq_partition_depth'), ['mq_partition_depth{topic="orders",partition="0"} 200'], 'with no group left, depth is all 200 messages')
+    t.same(series(body, 'mq_group_lag'), [], 'no group series')
+    t.same(series(body, 'mq_topic_messages_delivered_total'), ['mq_topic_messages_delivered_total{topic="orders"} 340'], 'and the counters stay')
     t.same(faults, [], 'no fault')
     t.end()
   })
