@@ -116,6 +116,7 @@ for (const backend of backends()) {
     const faults = faultsOf(s)
     const topic = s.topic('orders')
     const g = topic.group('billing', { settle_window: 32 })
+    t.same([g.settleWindow, g.maxInFlight, topic.group('other').settleWindow], [32, s.config.max_in_flight, 1024], 'a group says its window and bound (the default window 1024)')
     for (let i = 0; i < 40; i++) topic.append(0, 1)
     t.ok(g.settle(0, 2, 'delivered'))
     const before = JSON.stringify(group(s, 'orders', 'billing'))

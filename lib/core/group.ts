@@ -102,6 +102,10 @@ const enum Op {
 
 export class Group {
   readonly name: string
+  /** Its `max_in_flight` (design §5), as registered. */
+  readonly maxInFlight: number
+  /** Its `settle_window`: how far above its floor on a partition the per-message calls reach. */
+  readonly settleWindow: number
   /** @internal */
   readonly entity: GroupEntity
   readonly #topic: TopicOfGroup
@@ -135,6 +139,8 @@ export class Group {
   /** @internal */
   constructor(recorder: Recorder, topic: TopicOfGroup, entity: GroupEntity) {
     this.name = entity.name
+    this.maxInFlight = entity.maxInFlight
+    this.settleWindow = entity.window
     this.entity = entity
     this.#topic = topic
     this.#recorder = recorder
