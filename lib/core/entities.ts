@@ -135,6 +135,11 @@ export class GroupEntity {
     const at = indexOf(this.floorPartitions, partition)
     return at < 0 ? undefined : this.floorSlots[at]
   }
+
+  /** A snapshot's `key` is an identity, not data: JSON.stringify(snapshot) leaves it out (it links back to the topic). */
+  toJSON(): undefined {
+    return undefined
+  }
 }
 
 export class TopicEntity {
@@ -174,6 +179,11 @@ export class TopicEntity {
   /** The group registered under this raw name (linear: a handful per topic, looked up on registration only). */
   group(name: string): GroupEntity | undefined {
     for (let g = 0; g < this.groups.length; g++) if (this.groups[g].name === name) return this.groups[g]
+    return undefined
+  }
+
+  /** As GroupEntity's: JSON.stringify(snapshot) leaves a snapshot's `key` out. */
+  toJSON(): undefined {
     return undefined
   }
 }
