@@ -111,6 +111,24 @@ for (const backend of backends()) {
     t.end()
   })
 
+  t.test(`${backend}: topic.partitions() lists the partitions seen, by any thread, ascending`, async (t) => {
+    const s = surfaceOn(t, backend)
+    const topic = s.topic('orders')
+    t.same(topic.partitions(), [], 'none before the first append')
+    topic.append(3, 1)
+    topic.group('g').ackFloor(1, 0) // an ack floor makes a partition seen too
+    const list = topic.partitions()
+    t.same(list, [1, 3])
+    list.push(9)
+    t.same(topic.partitions(), [1, 3], 'a copy the caller may change')
+    const worker = await scriptedWorker(s)
+    t.teardown(() => worker.close())
+    await worker.call('orders', undefined, 'append', 0, 1)
+    t.same(topic.partitions(), [0, 1, 3], 'one a worker appended to')
+    s.removeTopic('orders')
+    t.throws(() => topic.partitions(), { code: 'TOPIC_REMOVED' })
+  })
+
   t.test(`${backend}: a second settlement, one above last_seq, or outside the window counts nothing`, (t) => {
     const s = surfaceOn(t, backend)
     const faults = faultsOf(s)

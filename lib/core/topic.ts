@@ -271,6 +271,17 @@ export class Topic {
   }
 
   /**
+   * The partitions seen so far (appended to, or given an ack floor), by any thread, ascending: the
+   * ones whose series /metrics shows, and whose last_seq, floors and backlog a broker may ask for.
+   */
+  partitions(): number[] {
+    this.alive()
+    this.#recorder.registry.sync()
+    this.alive() // the sync may have replayed this topic's removal
+    return [...this.entity.partitionNumbers]
+  }
+
+  /**
    * The partition's base: the seq before its first message (0 unless its log started later). A
    * resumed log's first batch writes it, then last_seq, under the registration lock; a thread that
    * read that last_seq without the lock might, on hardware that reorders stores (ARM), still read
