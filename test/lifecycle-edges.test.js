@@ -274,7 +274,9 @@ for (const backend of backends()) {
     // long move) and the worker is terminated as it starts: wherever in the call it stops, what
     // the calls before it recorded must stand and the call itself counts fully or not at all.
     const other = worker(s, 'mid-settle', { n: N, window: W })
-    t.equal(await other.reached(), 1)
+    // 1: about to call; 2: the call has returned already (this thread polled late, a loaded
+    // machine): both are outcomes the checks below take. ('pending-parked' stops at a known point.)
+    t.ok([1, 2].includes(await other.reached()), 'the worker reached its last call')
     await other.w.terminate()
     const cut = Atomics.load(other.hs, 0) === 1
     t.comment(cut ? 'the call was cut' : 'the call ended before the worker did')
