@@ -100,7 +100,7 @@ export class Surface extends EventEmitter {
     this.enabled = this.config.metrics_enabled
     this.#arena = createArena(this.backend)
     const memory = new Memory(this.#arena, true)
-    // The latency estimator's slots open the first slot chunk; blocks follow them (registry.ts #allocate).
+    // The latency estimator's slots open the first slot chunk; blocks follow them (blocks.ts Blocks.allocate).
     memory.control[C_NEXT_SLOT] = LATENCY_SLOTS
     memory.control[C_SLOT_CHUNKS] = Math.ceil(LATENCY_SLOTS / SLOTS_PER_CHUNK)
     memory.control[C_SLOTS_RESERVED] = LATENCY_SLOTS

@@ -70,13 +70,6 @@ export const COMPACT_MIN_INTS = 65536
 /** How often an allocation may ask /proc whether a lagging thread has exited. */
 export const GONE_CHECK_MS = 5
 
-/** Freed blocks of one size, oldest first: `slots[head…]`, each with the epoch it waits for. */
-export interface FreeQueue {
-  slots: number[]
-  epochs: number[]
-  head: number
-}
-
 /** Shared by every entity that has none yet (never mutated). */
 export const NONE: readonly number[] = Object.freeze([])
 

@@ -9,32 +9,17 @@
 // recording call can still write into them (reclamation.ts). Recording never touches the log.
 import { ResolvedConfig } from './config'
 import {
-  COMPACT_MIN_INTS, DEFAULT_SETTLE_WINDOW, FLOOR_SLOTS, FreeQueue, G_DELIVERED, G_DLQ, G_DROPPED, G_RETRIES, G_START, G_TAG, G_WINDOWED, GONE_CHECK_MS, GROUP_SLOTS, GroupEntity, inserted, P_BASE, PARTITION_SLOTS, sameNumbers, T_PARTITIONS, TOPIC_SLOTS, TopicEntity, W_HEADER, windowSlots, withGroup,
+  COMPACT_MIN_INTS, DEFAULT_SETTLE_WINDOW, G_DELIVERED, G_DLQ, G_DROPPED, G_RETRIES, G_START, G_TAG, G_WINDOWED, GONE_CHECK_MS, GroupEntity, inserted, P_BASE, sameNumbers, T_PARTITIONS, TopicEntity, withGroup,
 } from './entities'
+import { Blocks, KEY_FLOOR, KEY_GROUP, KEY_HEADER, KEY_PARTITION, KEY_TOPIC, blockSize, windowKey } from './blocks'
 import { ClosedError, LimitError, RemovedGroupError, RemovedTopicError } from './errors'
 import { sanitizeLabelValue } from './labels'
 import { LabelCarry, carriesEntries, carryEntries } from './carry'
 import { CarryKind, Entry, RegistrationLog, amountRows, endAfter, entryLength, narrow, readText, wide, wideAmount } from './log'
-import { B_NEXT_ID, C_CLOSED, C_LOG_CHECKPOINT, C_LOG_END, C_LOG_GENERATION, C_NEXT_CHUNK, C_NEXT_HEADER_SLOT, C_NEXT_SLOT, C_NEXT_WINDOW_SLOT, C_RECOUNT, C_SLOT_CHUNKS, C_SLOTS_RESERVED, LOG_CHUNK_INTS, MAX_LOG_CHUNKS, SHARED_ROW, SLOTS_PER_CHUNK } from './layout'
+import { B_NEXT_ID, C_CLOSED, C_LOG_CHECKPOINT, C_LOG_END, C_LOG_GENERATION, C_NEXT_CHUNK, C_RECOUNT, C_SLOTS_RESERVED, LOG_CHUNK_INTS, MAX_LOG_CHUNKS, SHARED_ROW, SLOTS_PER_CHUNK } from './layout'
 import { Memory } from './memory'
 import { advanceEpoch, catchUpEpoch, nextEpoch, passedEpoch, ring } from './reclamation'
 import { Count, addCount } from './snapshot'
-
-/**
- * Freed blocks wait in queues by kind and size, never by size alone: a removed handle checks the
- * liveness tag in its block's first shared cell, and in a block of another kind that cell holds
- * something else (a last_seq hint, a floor's hint, a window's bits) that could equal the old id.
- */
-const KIND_BITS = 3
-const blockKey = (kind: number, size: number) => size * (1 << KIND_BITS) + kind
-const KEY_TOPIC = blockKey(0, TOPIC_SLOTS)
-const KEY_PARTITION = blockKey(1, PARTITION_SLOTS)
-const KEY_GROUP = blockKey(2, GROUP_SLOTS)
-const KEY_FLOOR = blockKey(3, FLOOR_SLOTS)
-const KIND_WINDOW = 4
-const windowKey = (window: number) => blockKey(KIND_WINDOW, windowSlots(window))
-const KIND_HEADER = 5
-const KEY_HEADER = blockKey(KIND_HEADER, W_HEADER)
 
 /** What Registry.arenaUsage() reports (surface.arenaUsage(): docs/api.md). */
 export interface ArenaUsage {
@@ -70,7 +55,8 @@ export class Registry {
   readonly carries = new Map<string, LabelCarry>()
   /** Retiring groups, every topic's (see TopicEntity.retiring). */
   #retiring: GroupEntity[] = []
-  readonly #free = new Map<number, FreeQueue>() // block key (kind and size: blockKey) → freed blocks, oldest first
+  /** Where blocks come from, and the freed ones waiting for reuse. */
+  readonly #blocks: Blocks
   readonly #sharedChunks: Float64Array[] = [] // the shared row's chunks by number (#sharedF64)
   /** slot → amount moved out of a row when it neared 2^53 (design §4: 64-bit counters). */
   readonly folds = new Map<number, bigint>()
@@ -120,6 +106,7 @@ export class Registry {
     this.memory = memory
     this.config = config
     this.#log = new RegistrationLog(memory)
+    this.#blocks = new Blocks(memory, (epoch) => this.#hasPassed(epoch))
   }
 
   /** Replays what other threads appended since the last call (a read of two cells when nothing did). */
@@ -192,7 +179,7 @@ export class Registry {
       }
       this.#room([entryLength(3, name)], () => `topic ${JSON.stringify(name)}`)
       const id = this.#nextId()
-      const slot = this.#allocate(KEY_TOPIC)
+      const slot = this.#blocks.allocate(KEY_TOPIC)
       // The liveness tag must be set before the entry is published (handles compare it to the id).
       this.#setTag(slot, id)
       this.#append(Entry.Topic, [...wide(id), slot], name)
@@ -309,7 +296,7 @@ export class Registry {
         throw new LimitError('max_partitions_per_topic', `cannot register partition ${partition} of topic ${JSON.stringify(topic.name)}: max_partitions_per_topic (${this.config.max_partitions_per_topic}) reached; raise max_partitions_per_topic in the configuration`)
       }
       this.#room([entryLength(4)], () => `partition ${partition} of topic ${JSON.stringify(topic.name)}`)
-      const slot = this.#allocate(KEY_PARTITION)
+      const slot = this.#blocks.allocate(KEY_PARTITION)
       this.#storeShared(topic.slot + T_PARTITIONS, topic.partitionNumbers.length + 1) // entities.ts: before the entry
       this.#appendCounted(Entry.Partition, [...wide(topic.id), partition, slot])
       return topic.partitionSlot(partition)!
@@ -333,7 +320,7 @@ export class Registry {
       }
       this.#room([entryLength(7, name), ...(latest ? topic.partitionNumbers.map(() => entryLength(4)) : [])], () => `group ${JSON.stringify(name)} on topic ${JSON.stringify(topic.name)}`)
       const id = this.#nextId()
-      const slot = this.#allocate(KEY_GROUP)
+      const slot = this.#blocks.allocate(KEY_GROUP)
       const entries: [Entry, number[], string?][] = [[Entry.Group, [...wide(topic.id), ...wide(id), slot, maxInFlight, window], name]]
       if (latest) {
         // Its floors (blocks, values) and its starting balance are written first, the group and
@@ -345,9 +332,8 @@ export class Registry {
           const lastSeq = this.highest(topic.partitionSlots[p])
           const base = this.#sharedF64(topic.partitionSlots[p])[(topic.partitionSlots[p] % SLOTS_PER_CHUNK) + P_BASE]
           if (lastSeq <= base) continue
-          const floorSlot = this.#allocate(KEY_FLOOR, queued)
-          const queue = this.#free.get(KEY_FLOOR)
-          if (queue !== undefined && queue.slots[queue.head + queued] === floorSlot) queued++
+          const floorSlot = this.#blocks.allocate(KEY_FLOOR, queued)
+          if (this.#blocks.queuedAt(KEY_FLOOR, queued, floorSlot)) queued++
           this.#sharedF64(floorSlot)[floorSlot % SLOTS_PER_CHUNK] = lastSeq
           entries.push([Entry.Floor, [...wide(id), topic.partitionNumbers[p], floorSlot]])
           start += lastSeq - base
@@ -415,8 +401,8 @@ export class Registry {
       const again = group.windowSlot(partition)
       if (again !== undefined) return again
       this.#room([entryLength(5)], () => `the settlement window of group ${JSON.stringify(group.name)} on partition ${partition}`)
-      const slot = this.#allocate(windowKey(group.window))
-      const header = this.#allocate(KEY_HEADER)
+      const slot = this.#blocks.allocate(windowKey(group.window))
+      const header = this.#blocks.allocate(KEY_HEADER)
       this.#appendCounted(Entry.Window, [...wide(group.id), partition, slot, header])
       this.#storeShared(group.slot + G_WINDOWED, group.windowPartitions.length) // entities.ts: after the entry
       return group.windowSlot(partition)!
@@ -431,7 +417,7 @@ export class Registry {
       const again = group.floorSlot(partition)
       if (again !== undefined) return again
       this.#room([entryLength(4)], () => `the ack floor of group ${JSON.stringify(group.name)} on partition ${partition}`)
-      const slot = this.#allocate(KEY_FLOOR)
+      const slot = this.#blocks.allocate(KEY_FLOOR)
       this.#append(Entry.Floor, [...wide(group.id), partition, slot])
       return group.floorSlot(partition)!
     })
@@ -541,43 +527,6 @@ export class Registry {
     return this.#sharedChunks[c] ?? (this.#sharedChunks[c] = this.memory.rowChunk(SHARED_ROW, c, true)!)
   }
 
-  /**
-   * A block of `size` slots: the oldest freed one (zeroed in every row) once no call can still
-   * write into it (reclamation.ts), else a fresh one. Caller locks.
-   */
-  #allocate(key: number, queued = 0): number {
-    const size = key >>> KIND_BITS
-    // A handle maps a block through one chunk's view: a larger block would run past it (topic.ts MAX_SETTLE_WINDOW keeps windows below).
-    if (size > SLOTS_PER_CHUNK) throw new Error(`internal: a block of ${size} slots does not fit a chunk of ${SLOTS_PER_CHUNK}`)
-    // The retirements due were written by #room, before the registration's room was measured: none here, after it.
-    // `queued`: blocks of this key already taken from the queue's front for entries not published yet.
-    const free = this.#free.get(key)
-    const front = free === undefined ? 0 : free.head + queued
-    if (free !== undefined && front < free.slots.length && this.#hasPassed(free.epochs[front])) {
-      const slot = free.slots[front]
-      const c = Math.floor(slot / SLOTS_PER_CHUNK)
-      const at = slot % SLOTS_PER_CHUNK
-      for (let row = 0; row < this.memory.rowCount(); row++) {
-        this.memory.rowChunk(row, c, false)?.fill(0, at, at + size)
-      }
-      return slot
-    }
-    // Settlement windows and their headers come from chunks of their own (one kind each): the
-    // shared row alone holds them, so a thread row of such a chunk is never made (64 KiB per
-    // thread and chunk), and windows of a power-of-two size fill their chunks whole. Every other
-    // block comes from the other chunks.
-    const control = this.memory.control
-    const kind = key & ((1 << KIND_BITS) - 1)
-    const next = kind === KIND_WINDOW ? C_NEXT_WINDOW_SLOT : kind === KIND_HEADER ? C_NEXT_HEADER_SLOT : C_NEXT_SLOT
-    let slot = control[next]
-    // A block never straddles two chunks (a handle keeps one view per block): one that does not fit
-    // what is left of the current chunk (none at a chunk's start) opens a new one.
-    if (slot % SLOTS_PER_CHUNK === 0 || (slot % SLOTS_PER_CHUNK) + size > SLOTS_PER_CHUNK) slot = control[C_SLOT_CHUNKS]++ * SLOTS_PER_CHUNK
-    control[next] = slot + size
-    control[C_SLOTS_RESERVED] += size
-    return slot
-  }
-
   /** Whether every other thread is past `epoch` (reclamation.ts). Caller locks. */
   #hasPassed(epoch: number): boolean {
     if (epoch <= this.#passed) return true
@@ -653,7 +602,7 @@ export class Registry {
   #room(lengths: number[], what: () => string): void {
     const control = this.memory.control
     const fits = () => endAfter(control[C_LOG_END], lengths) <= this.logCapacityInts - this.#logReserve()
-    // Retirements due are written first (into the reserve), so that #allocate has none to write.
+    // Retirements due are written first (into the reserve), so that Blocks.allocate() has none to write.
     this.reclaim()
     if (fits()) return
     if (this.#compactionDue(true)) this.compact()
@@ -821,7 +770,7 @@ export class Registry {
     for (const [slot, amount] of this.folds) for (const [part] of amountRows([amount])) put(Entry.Fold, [slot, ...wide(part)])
     // Freed blocks, many to an entry (3 cells each: no more than the registration that held the
     // block took, so what removals free never makes a checkpoint larger than the log they were made in).
-    for (const [key, queue] of this.#free) {
+    for (const [key, queue] of this.#blocks.queues()) {
       for (let i = queue.head; i < queue.slots.length; ) {
         // As many as what is left of the chunk holds (an entry that does not fit would skip the rest of it).
         const room = Math.floor((LOG_CHUNK_INTS - (end % LOG_CHUNK_INTS) - 2) / 3)
@@ -842,7 +791,7 @@ export class Registry {
     this.#uncompacted = -Infinity
     this.#seen = new Set()
     this.folds.clear()
-    this.#free.clear()
+    this.#blocks.clear()
     this.carries.clear()
     for (const topic of this.#retiringTopics.values()) topic.carriedPartitions = new Set()
     for (const topic of [...this.#topicsById.values(), ...this.#retiringTopics.values()]) {
@@ -1143,17 +1092,8 @@ export class Registry {
 
   /** A block is in use again: drop it from the free queue and forget its old folds. */
   #take(key: number, slot: number): void {
-    // #allocate reuses the front of the queue; a fresh block is above every block ever freed.
-    const free = this.#free.get(key)
-    if (free !== undefined && free.head < free.slots.length && free.slots[free.head] === slot) {
-      free.head++
-      if (free.head >= 1024 && free.head * 2 >= free.slots.length) {
-        free.slots.splice(0, free.head)
-        free.epochs.splice(0, free.head)
-        free.head = 0
-      }
-    }
-    for (let i = 0; i < key >>> KIND_BITS; i++) this.folds.delete(slot + i)
+    this.#blocks.take(key, slot)
+    for (let i = 0; i < blockSize(key); i++) this.folds.delete(slot + i)
   }
 
   /**
@@ -1179,27 +1119,13 @@ export class Registry {
   }
 
   #release(key: number, slot: number, epoch: number): void {
-    let free = this.#free.get(key)
-    if (!free) this.#free.set(key, (free = { slots: [], epochs: [], head: 0 }))
-    free.slots.push(slot)
-    free.epochs.push(epoch)
+    this.#blocks.release(key, slot, epoch)
     if (epoch > this.#owedEpoch) this.#owedEpoch = epoch
   }
 
   /** Slots handed out and not freed (for the soak test's leak check). */
   slotsInUse(): number {
-    return this.memory.control[C_SLOTS_RESERVED] - this.#freed().slots
-  }
-
-  /** The freed blocks waiting for reuse, and the slots they hold. */
-  #freed(): { blocks: number; slots: number } {
-    let blocks = 0
-    let slots = 0
-    for (const [key, queue] of this.#free) {
-      blocks += queue.slots.length - queue.head
-      slots += (key >>> KIND_BITS) * (queue.slots.length - queue.head)
-    }
-    return { blocks, slots }
+    return this.memory.control[C_SLOTS_RESERVED] - this.#blocks.freed().slots
   }
 
   /**
@@ -1212,7 +1138,7 @@ export class Registry {
    */
   arenaUsage(): ArenaUsage {
     const control = this.memory.control
-    const freed = this.#freed()
+    const freed = this.#blocks.freed()
     return {
       threadRows: this.memory.rowCount() - 1, // row 0 is the shared row, not a thread
       slotsInUse: control[C_SLOTS_RESERVED] - freed.slots,
