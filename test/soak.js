@@ -29,7 +29,7 @@ const LATENCY_SLOTS = 4096
 const CHURN = 0.002
 /** Registration log bytes one live topic of this shape may take in a checkpoint (measured: ~400). */
 const LOG_BYTES_PER_TOPIC = 512
-/** The log is compacted past max(this, twice its checkpoint) (lib/core/registry.ts). */
+/** The log is compacted past max(this, twice its checkpoint) (lib/core/log-capacity.ts). */
 const LOG_COMPACT_MIN_BYTES = 256 * 1024
 /** A scrape (render + snapshot) every this many operations. */
 const SCRAPE_EVERY = 50_000

@@ -65,8 +65,6 @@ export function windowSlots(seqs: number): number {
   return seqs / 32
 }
 
-/** A log shorter than this is never compacted (Int32 units: 256 KiB). */
-export const COMPACT_MIN_INTS = 65536
 /** How often an allocation may ask /proc whether a lagging thread has exited. */
 export const GONE_CHECK_MS = 5
 

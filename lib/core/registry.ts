@@ -9,14 +9,15 @@
 // recording call can still write into them (reclamation.ts). Recording never touches the log.
 import { ResolvedConfig } from './config'
 import {
-  COMPACT_MIN_INTS, DEFAULT_SETTLE_WINDOW, G_DELIVERED, G_DLQ, G_DROPPED, G_RETRIES, G_START, G_TAG, G_WINDOWED, GONE_CHECK_MS, GroupEntity, inserted, P_BASE, sameNumbers, T_PARTITIONS, TopicEntity, withGroup,
+  DEFAULT_SETTLE_WINDOW, G_DELIVERED, G_DLQ, G_DROPPED, G_RETRIES, G_START, G_TAG, G_WINDOWED, GONE_CHECK_MS, GroupEntity, inserted, P_BASE, sameNumbers, T_PARTITIONS, TopicEntity, withGroup,
 } from './entities'
+import { LogCapacity, heldInts, topicRetirementInts } from './log-capacity'
 import { Blocks, KEY_FLOOR, KEY_GROUP, KEY_HEADER, KEY_PARTITION, KEY_TOPIC, blockSize, windowKey } from './blocks'
 import { ClosedError, LimitError, RemovedGroupError, RemovedTopicError } from './errors'
 import { sanitizeLabelValue } from './labels'
 import { LabelCarry, carriesEntries, carryEntries } from './carry'
 import { CarryKind, Entry, RegistrationLog, amountRows, endAfter, entryLength, narrow, readText, wide, wideAmount } from './log'
-import { B_NEXT_ID, C_CLOSED, C_LOG_CHECKPOINT, C_LOG_END, C_LOG_GENERATION, C_NEXT_CHUNK, C_RECOUNT, C_SLOTS_RESERVED, LOG_CHUNK_INTS, MAX_LOG_CHUNKS, SHARED_ROW, SLOTS_PER_CHUNK } from './layout'
+import { B_NEXT_ID, C_CLOSED, C_LOG_CHECKPOINT, C_LOG_END, C_LOG_GENERATION, C_NEXT_CHUNK, C_RECOUNT, C_SLOTS_RESERVED, LOG_CHUNK_INTS, SHARED_ROW, SLOTS_PER_CHUNK } from './layout'
 import { Memory } from './memory'
 import { advanceEpoch, catchUpEpoch, nextEpoch, passedEpoch, ring } from './reclamation'
 import { Count, addCount } from './snapshot'
@@ -85,28 +86,37 @@ export class Registry {
    */
   onTopicRemoved: ((topic: TopicEntity) => void) | undefined
   onGroupRemoved: ((group: GroupEntity) => void) | undefined
-  /**
-   * Log cells a compaction would drop, freed since the last checkpoint: by entities retired or
-   * removed with nothing to carry (#heldInts, their removal's entry included), and by a label's
-   * carry gone with its last topic.
-   */
-  #reclaimable = 0
-  /** Log end + #reclaimable when compact() last found its checkpoint too large to write (−∞: never, or compacted since). */
-  #uncompacted = -Infinity
-  /** The log length (Int32 units) below which it is never compacted; tests lower it to compact often. */
-  compactMinInts = COMPACT_MIN_INTS
-  /**
-   * How many Int32 cells one generation of the log may hold (its directory's chunks, 414 MiB with
-   * 64 KiB chunks); tests lower it to fill the log. A registration may use it but for the last
-   * 1/64 (at least a chunk), kept for what makes room: removals, and folds of counters near 2^53.
-   */
-  logCapacityInts = MAX_LOG_CHUNKS * LOG_CHUNK_INTS
+  /** When the log refuses a call for want of room, and when it is compacted. */
+  readonly #capacity: LogCapacity
 
   constructor(memory: Memory, config: ResolvedConfig) {
     this.memory = memory
     this.config = config
     this.#log = new RegistrationLog(memory)
     this.#blocks = new Blocks(memory, (epoch) => this.#hasPassed(epoch))
+    this.#capacity = new LogCapacity(memory.control, {
+      reclaim: () => this.reclaim(),
+      compact: () => this.compact(),
+      retirementsPending: () => this.#retiring.length !== 0 || this.#retiringTopics.size !== 0,
+    })
+  }
+
+  /** How many Int32 cells one generation of the log may hold (log-capacity.ts); tests lower it to fill the log. */
+  get logCapacityInts(): number {
+    return this.#capacity.logCapacityInts
+  }
+
+  set logCapacityInts(ints: number) {
+    this.#capacity.logCapacityInts = ints
+  }
+
+  /** The log length (Int32 units) below which it is never compacted (log-capacity.ts); tests lower it to compact often. */
+  get compactMinInts(): number {
+    return this.#capacity.compactMinInts
+  }
+
+  set compactMinInts(ints: number) {
+    this.#capacity.compactMinInts = ints
   }
 
   /** Replays what other threads appended since the last call (a read of two cells when nothing did). */
@@ -177,7 +187,7 @@ export class Registry {
       if (this.topics.size >= this.config.max_topics) {
         throw new LimitError('max_topics', `cannot register topic ${JSON.stringify(name)}: max_topics (${this.config.max_topics}) reached; raise max_topics in the configuration, or remove a topic no longer in use (surface.removeTopic())`)
       }
-      this.#room([entryLength(3, name)], () => `topic ${JSON.stringify(name)}`)
+      this.#capacity.room([entryLength(3, name)], () => `topic ${JSON.stringify(name)}`)
       const id = this.#nextId()
       const slot = this.#blocks.allocate(KEY_TOPIC)
       // The liveness tag must be set before the entry is published (handles compare it to the id).
@@ -223,7 +233,7 @@ export class Registry {
       // nextEpoch() to advanceEpoch() the lock must be this thread's alone, as for any registration
       // (lock.ts: taken from a holder only once it is gone, or unknown for LOCK_STEAL_MS).
       const keep = this.#byLabel.get(topic.label)!.length > 1 ? 1 : 0 // its label's series stays: it retires into the carry
-      this.#roomToRemove(keep === 1 ? this.#topicRetirementInts(topic) : 0)
+      this.#capacity.roomToRemove(keep === 1 ? topicRetirementInts(topic) : 0)
       const epoch = nextEpoch(this.memory)
       this.#append(Entry.RemoveTopic, [...wide(topic.id), ...wide(epoch), keep])
       advanceEpoch(this.memory, epoch)
@@ -242,7 +252,7 @@ export class Registry {
       const group = topic.group(name)
       if (!group) return false
       const carries = this.groupLabelLive(topic.label, group.label, group) ? 1 : 0 // its label's series stays: its retries with it
-      this.#roomToRemove(entryLength(10) + (carries === 1 ? entryLength(6, group.label) : 0)) // its Retired entry and its retries' carry, amounts below 2^62
+      this.#capacity.roomToRemove(entryLength(10) + (carries === 1 ? entryLength(6, group.label) : 0)) // its Retired entry and its retries' carry, amounts below 2^62
       const epoch = nextEpoch(this.memory) // as removeTopic()
       this.#append(Entry.RemoveGroup, [...wide(group.id), ...wide(epoch), carries])
       advanceEpoch(this.memory, epoch)
@@ -258,7 +268,7 @@ export class Registry {
       this.#retirePassed()
     } catch (error) {
       // A full log takes no retirement: those due wait (each is written whole or not at all), so
-      // that a read, or the allocation of a registration #room let through, never fails on them.
+      // that a read, or the allocation of a registration LogCapacity.room() let through, never fails on them.
       if (!(error instanceof LimitError)) throw error
     }
   }
@@ -295,7 +305,7 @@ export class Registry {
       if (topic.partitionNumbers.length >= this.config.max_partitions_per_topic) {
         throw new LimitError('max_partitions_per_topic', `cannot register partition ${partition} of topic ${JSON.stringify(topic.name)}: max_partitions_per_topic (${this.config.max_partitions_per_topic}) reached; raise max_partitions_per_topic in the configuration`)
       }
-      this.#room([entryLength(4)], () => `partition ${partition} of topic ${JSON.stringify(topic.name)}`)
+      this.#capacity.room([entryLength(4)], () => `partition ${partition} of topic ${JSON.stringify(topic.name)}`)
       const slot = this.#blocks.allocate(KEY_PARTITION)
       this.#storeShared(topic.slot + T_PARTITIONS, topic.partitionNumbers.length + 1) // entities.ts: before the entry
       this.#appendCounted(Entry.Partition, [...wide(topic.id), partition, slot])
@@ -318,7 +328,7 @@ export class Registry {
       if (topic.groups.length >= this.config.max_groups_per_topic) {
         throw new LimitError('max_groups_per_topic', `cannot register group ${JSON.stringify(name)} on topic ${JSON.stringify(topic.name)}: max_groups_per_topic (${this.config.max_groups_per_topic}) reached; raise max_groups_per_topic in the configuration, or remove a group no longer in use (topic.removeGroup())`)
       }
-      this.#room([entryLength(7, name), ...(latest ? topic.partitionNumbers.map(() => entryLength(4)) : [])], () => `group ${JSON.stringify(name)} on topic ${JSON.stringify(topic.name)}`)
+      this.#capacity.room([entryLength(7, name), ...(latest ? topic.partitionNumbers.map(() => entryLength(4)) : [])], () => `group ${JSON.stringify(name)} on topic ${JSON.stringify(topic.name)}`)
       const id = this.#nextId()
       const slot = this.#blocks.allocate(KEY_GROUP)
       const entries: [Entry, number[], string?][] = [[Entry.Group, [...wide(topic.id), ...wide(id), slot, maxInFlight, window], name]]
@@ -400,7 +410,7 @@ export class Registry {
       this.#assertGroupAlive(group)
       const again = group.windowSlot(partition)
       if (again !== undefined) return again
-      this.#room([entryLength(5)], () => `the settlement window of group ${JSON.stringify(group.name)} on partition ${partition}`)
+      this.#capacity.room([entryLength(5)], () => `the settlement window of group ${JSON.stringify(group.name)} on partition ${partition}`)
       const slot = this.#blocks.allocate(windowKey(group.window))
       const header = this.#blocks.allocate(KEY_HEADER)
       this.#appendCounted(Entry.Window, [...wide(group.id), partition, slot, header])
@@ -416,7 +426,7 @@ export class Registry {
       this.#assertGroupAlive(group)
       const again = group.floorSlot(partition)
       if (again !== undefined) return again
-      this.#room([entryLength(4)], () => `the ack floor of group ${JSON.stringify(group.name)} on partition ${partition}`)
+      this.#capacity.room([entryLength(4)], () => `the ack floor of group ${JSON.stringify(group.name)} on partition ${partition}`)
       const slot = this.#blocks.allocate(KEY_FLOOR)
       this.#append(Entry.Floor, [...wide(group.id), partition, slot])
       return group.floorSlot(partition)!
@@ -440,7 +450,7 @@ export class Registry {
       else this.#assertGroupAlive(group)
       const amount = row[index]
       const control = this.memory.control
-      if (endAfter(control[C_LOG_END], [entryLength(3)]) > this.logCapacityInts) throw this.#logFull('cannot fold a counter near 2^53 into the registration log', 'nothing was written')
+      this.#capacity.mustFit([entryLength(3)], 'cannot fold a counter near 2^53 into the registration log')
       const end = this.#log.write(this.#logGeneration, control[C_LOG_END], Entry.Fold, [slot, ...wide(amount)])[1]
       row[index] -= amount
       control[C_LOG_END] = end
@@ -592,94 +602,12 @@ export class Registry {
     this.#appendAll([[type, fields, text]])
   }
 
-  /**
-   * Refuses a registration whose entries (their `lengths`) the log cannot take, before anything
-   * is allocated for it: LimitError `registration_log`, nothing registered. It leaves the last
-   * 1/64 of the log to removals, retirements and folds, so that room can still be made in a full
-   * log; it writes the retirements due first, and compacts when that is due (#compactionDue).
-   * Caller locks and has synced.
-   */
-  #room(lengths: number[], what: () => string): void {
-    const control = this.memory.control
-    const fits = () => endAfter(control[C_LOG_END], lengths) <= this.logCapacityInts - this.#logReserve()
-    // Retirements due are written first (into the reserve), so that Blocks.allocate() has none to write.
-    this.reclaim()
-    if (fits()) return
-    if (this.#compactionDue(true)) this.compact()
-    if (fits()) return
-    throw this.#logFull(`cannot register ${what()}`, 'nothing was registered')
-  }
-
-  /**
-   * Refuses a removal (LimitError, nothing removed) the log's reserve has no room for. One that
-   * owes a retirement (`owes` cells of it, an upper bound: a group; a topic whose label another
-   * topic has) may take the reserve's first quarter, the rest being for those retirements, which
-   * a thread busy in one task holds back while removals go on; past it, only when no retirement
-   * is pending and its own fits after it, an eighth of the reserve before the end. One that owes
-   * none (the last topic of its label, which frees its room at once) may take it all, so that
-   * room can always be made. The retirements due are written first, and the log compacted when
-   * that frees enough (#room). Caller locks and has synced.
-   */
-  #roomToRemove(owes: number): void {
-    const control = this.memory.control
-    const quarter = this.logCapacityInts - Math.ceil((this.#logReserve() * 3) / 4)
-    const fits = () => {
-      const end = endAfter(control[C_LOG_END], [entryLength(5)])
-      if (owes === 0 || end <= quarter) return end <= this.logCapacityInts
-      // (end + owes, not endAfter(): the eighth of the reserve left takes the padding a chunk's end may add)
-      return this.#retiring.length === 0 && this.#retiringTopics.size === 0 && end + owes <= this.logCapacityInts - Math.ceil(this.#logReserve() / 8)
-    }
-    if (fits()) return
-    this.reclaim()
-    if (!fits() && this.#compactionDue(true)) this.compact()
-    if (!fits()) throw this.#logFull('cannot remove', 'nothing was removed: the removals before it have not retired yet (a thread is busy in one task), and it is taken once they have and the log is compacted')
-  }
-
-  /**
-   * An upper bound of the log cells a topic removed into its label's carry takes to retire
-   * (#topicCarry): its five counters' carries, a last_seq one per partition, a retries one per
-   * group label, and TopicRetired, each amount below 2^62 (one entry: log.ts amountRows).
-   */
-  #topicRetirementInts(topic: TopicEntity): number {
-    let ints = 5 * entryLength(6) + topic.partitionNumbers.length * entryLength(6) + entryLength(2)
-    for (const label of new Set([...topic.groups, ...topic.retiring].map((group) => group.label))) ints += entryLength(6, label)
-    return ints
-  }
-
-  /** The log's last 1/64 (at least a chunk): what registrations leave to removals, retirements and folds. */
-  #logReserve(): number {
-    return Math.max(LOG_CHUNK_INTS, Math.floor(this.logCapacityInts / 64))
-  }
-
-  /**
-   * Whether the log is compacted now: it has doubled since its checkpoint (and passed
-   * compactMinInts), or, `full` (a registration it cannot take) or into its reserve, what
-   * retirements and removals freed since (#reclaimable) adds up to a quarter of the reserve:
-   * each compaction of a full log frees that much at least, however many calls it refuses
-   * meanwhile.
-   */
-  #compactionDue(full = false): boolean {
-    const control = this.memory.control
-    const end = control[C_LOG_END]
-    const reserve = this.#logReserve()
-    if (end + this.#reclaimable < this.#uncompacted + reserve / 4) return false // measured too large not long ago
-    if (end > Math.max(this.compactMinInts, 2 * control[C_LOG_CHECKPOINT])) return true
-    // Full, what was written since is live or owed as much as not: only what retirements and
-    // removals freed (#reclaimable) pays for a compaction.
-    return (full || end > this.logCapacityInts - reserve) && this.#reclaimable >= reserve / 4
-  }
-
-  #logFull(what: string, outcome: string): LimitError {
-    const mib = (this.logCapacityInts * 4) / 2 ** 20
-    return new LimitError('registration_log', `${what}: the registration log is full (${mib >= 1 ? Math.round(mib) : mib.toFixed(2)} MiB for the names and registrations of every live topic, partition and group, removals not retired yet, and what they freed); ${outcome}. Remove topics or groups no longer in use (per-message or per-client names?): their room comes back once they have retired and the log is compacted (docs/operations.md)`)
-  }
-
   /** Appends entries and publishes them with one store. Caller locks and has synced. */
   #appendAll(entries: [Entry, number[], string?][]): void {
     const control = this.memory.control
     let end = control[C_LOG_END]
-    // Past the log's end nothing is written: what the reserve (#room, #roomToRemove) cannot take is refused whole.
-    if (endAfter(end, entries.map(([, fields, text]) => entryLength(fields.length, text))) > this.logCapacityInts) throw this.#logFull('cannot write to the registration log', 'nothing was written')
+    // Past the log's end nothing is written: what the reserve (LogCapacity room, roomToRemove) cannot take is refused whole.
+    this.#capacity.mustFit(entries.map(([, fields, text]) => entryLength(fields.length, text)), 'cannot write to the registration log')
     let texts: Map<number, string> | undefined
     for (const [type, fields, its] of entries) {
       const [position, next] = this.#log.write(this.#logGeneration, end, type, fields, its)
@@ -698,7 +626,7 @@ export class Registry {
     } finally {
       this.#appending = undefined
     }
-    if (this.#compactionDue()) this.compact()
+    if (this.#capacity.compactionDue()) this.compact()
   }
 
   /**
@@ -710,8 +638,8 @@ export class Registry {
   compact(): boolean {
     // Measured first: a checkpoint that would not fit the log is not written (the log goes on as
     // it is, and is not measured again until a quarter of the reserve more has been freed or written).
-    if (this.#checkpoint((length, end) => endAfter(end, [length])) > this.logCapacityInts) {
-      this.#uncompacted = this.memory.control[C_LOG_END] + this.#reclaimable
+    if (this.#checkpoint((length, end) => endAfter(end, [length])) > this.#capacity.logCapacityInts) {
+      this.#capacity.tooLargeToCompact()
       return false
     }
     const next = this.#logGeneration + 1
@@ -725,8 +653,7 @@ export class Registry {
     // This thread's picture is the checkpoint it just wrote.
     this.#logGeneration = next
     this.#cursor = end
-    this.#reclaimable = 0
-    this.#uncompacted = -Infinity
+    this.#capacity.restart()
     return true
   }
 
@@ -787,8 +714,7 @@ export class Registry {
 
   /** A checkpoint is about to be replayed over this thread's picture: reset what it restates in full. */
   #beginCheckpoint(): void {
-    this.#reclaimable = 0
-    this.#uncompacted = -Infinity
+    this.#capacity.restart()
     this.#seen = new Set()
     this.folds.clear()
     this.#blocks.clear()
@@ -823,10 +749,10 @@ export class Registry {
     // The label's series leaves with its last live topic: what retired into it, or still retires, goes too.
     if (this.liveWithLabel(topic.label).length === 0) {
       const carry = this.carries.get(topic.label)
-      if (!this.#inCheckpoint && carry !== undefined) for (const [, fields, text] of carry.entries(0)) this.#reclaimable += entryLength(fields.length, text)
+      if (!this.#inCheckpoint && carry !== undefined) for (const [, fields, text] of carry.entries(0)) this.#capacity.freed(entryLength(fields.length, text))
       this.carries.delete(topic.label)
       for (const retiring of [...this.retiringWithLabel(topic.label)]) {
-        if (!this.#inCheckpoint) this.#reclaimable += this.#heldInts(retiring)
+        if (!this.#inCheckpoint) this.#capacity.freed(heldInts(retiring))
         this.#releaseTopic(retiring, retiring.retireEpoch)
         this.#retiredTopic(retiring)
       }
@@ -964,7 +890,7 @@ export class Registry {
         } else {
           // Every thread replays the same entries into the same queues, so it queues the same
           // blocks in the same order. They wait for the removal's epoch (reclamation.ts).
-          if (!this.#inCheckpoint) this.#reclaimable += this.#heldInts(topic)
+          if (!this.#inCheckpoint) this.#capacity.freed(heldInts(topic))
           this.#releaseTopic(topic, epoch)
           this.#forgetTopic(topic)
         }
@@ -977,7 +903,7 @@ export class Registry {
       }
       case Entry.TopicRetired: {
         const topic = this.#retiringTopics.get(narrow(log[f], log[f + 1]))!
-        if (!this.#inCheckpoint) this.#reclaimable += this.#heldInts(topic)
+        if (!this.#inCheckpoint) this.#capacity.freed(heldInts(topic))
         this.#releaseTopic(topic, topic.retireEpoch)
         this.#retiredTopic(topic)
         return
@@ -1034,7 +960,7 @@ export class Registry {
         const groupId = narrow(log[f + 2], log[f + 3])
         const group = groupId === 0 ? undefined : this.#groupsById.get(groupId)
         if (group !== undefined) {
-          if (!this.#inCheckpoint) this.#reclaimable += this.#heldInts(group)
+          if (!this.#inCheckpoint) this.#capacity.freed(heldInts(group))
           this.#releaseGroup(group, group.retireEpoch)
           this.#forgetGroup(group)
         }
@@ -1094,20 +1020,6 @@ export class Registry {
   #take(key: number, slot: number): void {
     this.#blocks.take(key, slot)
     for (let i = 0; i < blockSize(key); i++) this.folds.delete(slot + i)
-  }
-
-  /**
-   * What a compaction no longer restates once `entity` has retired: the log cells its
-   * registrations and its removal take, less the 3 its each freed block takes in a checkpoint's
-   * Free entries. (A topic's groups count their removal too: an upper bound by a few cells.)
-   */
-  #heldInts(entity: TopicEntity | GroupEntity): number {
-    if (entity instanceof GroupEntity) {
-      return entryLength(5) + entryLength(7, entity.name) - 3 + entity.floorSlots.length * 2 // a window's entry (6) frees two blocks (6)
-    }
-    let ints = entryLength(5) + entryLength(3, entity.name) - 3 + entity.partitionSlots.length * 2
-    for (const group of [...entity.groups, ...entity.retiring]) ints += this.#heldInts(group)
-    return ints
   }
 
   /** A group's blocks (its cells and its floors), freed at `epoch`. */
