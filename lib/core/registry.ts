@@ -9,18 +9,18 @@
 // recording call can still write into them (reclamation.ts). Recording never touches the log.
 import { ResolvedConfig } from './config'
 import {
-  DEFAULT_SETTLE_WINDOW, G_DELIVERED, G_DLQ, G_DROPPED, G_RETRIES, G_START, G_TAG, G_WINDOWED, GONE_CHECK_MS, GroupEntity, inserted, P_BASE, sameNumbers, T_PARTITIONS, TopicEntity, withGroup,
+  DEFAULT_SETTLE_WINDOW, G_DELIVERED, G_DLQ, G_DROPPED, G_RETRIES, G_START, G_TAG, G_WINDOWED, GONE_CHECK_MS, GroupEntity, P_BASE, T_PARTITIONS, TopicEntity,
 } from './entities'
-import { LogCapacity, heldInts, topicRetirementInts } from './log-capacity'
-import { Blocks, KEY_FLOOR, KEY_GROUP, KEY_HEADER, KEY_PARTITION, KEY_TOPIC, blockSize, windowKey } from './blocks'
+import { LogCapacity, topicRetirementInts } from './log-capacity'
+import { Blocks, KEY_FLOOR, KEY_GROUP, KEY_HEADER, KEY_PARTITION, KEY_TOPIC, windowKey } from './blocks'
+import { Picture } from './picture'
 import { ClosedError, LimitError, RemovedGroupError, RemovedTopicError } from './errors'
-import { sanitizeLabelValue } from './labels'
 import { LabelCarry, carriesEntries, carryEntries } from './carry'
-import { CarryKind, Entry, RegistrationLog, amountRows, endAfter, entryLength, narrow, readText, wide, wideAmount } from './log'
+import { CarryKind, Entry, RegistrationLog, amountRows, endAfter, entryLength, wide } from './log'
 import { B_NEXT_ID, C_CLOSED, C_LOG_CHECKPOINT, C_LOG_END, C_LOG_GENERATION, C_NEXT_CHUNK, C_RECOUNT, C_SLOTS_RESERVED, LOG_CHUNK_INTS, SHARED_ROW, SLOTS_PER_CHUNK } from './layout'
 import { Memory } from './memory'
 import { advanceEpoch, catchUpEpoch, nextEpoch, passedEpoch, ring } from './reclamation'
-import { Count, addCount } from './snapshot'
+import { Count } from './snapshot'
 
 /** What Registry.arenaUsage() reports (surface.arenaUsage(): docs/api.md). */
 export interface ArenaUsage {
@@ -38,54 +38,24 @@ const FREE_PER_ENTRY = 4096
 export class Registry {
   readonly memory: Memory
   readonly config: ResolvedConfig
-  readonly topics = new Map<string, TopicEntity>() // live topics by raw name
-  readonly #topicsById = new Map<number, TopicEntity>()
-  readonly #groupsById = new Map<number, GroupEntity>() // live and retiring (a retiring topic's too)
-  /** Live topics by label: the label's series lives while one does (design §3.5). */
-  readonly #byLabel = new Map<string, TopicEntity[]>()
-  /**
-   * Topics removed while another live topic had their label, in removal (epoch) order: their
-   * counts still add to the label's series until they retire into its carry (TopicEntity.retireEpoch).
-   */
-  readonly #retiringTopics = new Map<number, TopicEntity>()
-  /** The same topics by label. */
-  readonly #retiringByLabel = new Map<string, TopicEntity[]>()
-  /** Whether the entry being applied is part of a checkpoint (it restates state; it decides nothing). */
-  #inCheckpoint = false
-  /** Label → what its removed topics and groups left in its series (LabelCarry), while a live topic has the label. */
-  readonly carries = new Map<string, LabelCarry>()
-  /** Retiring groups, every topic's (see TopicEntity.retiring). */
-  #retiring: GroupEntity[] = []
+  /** This thread's picture: what the log's entries, replayed, say is registered (picture.ts). */
+  readonly #picture: Picture
+  /** The picture's live topics by raw name. */
+  readonly topics: Map<string, TopicEntity>
+  /** The picture's carries: label → what its removed topics and groups left in its series (LabelCarry). */
+  readonly carries: Map<string, LabelCarry>
+  /** The picture's folds: slot → amount moved out of a row when it neared 2^53 (design §4: 64-bit counters). */
+  readonly folds: Map<number, bigint>
   /** Where blocks come from, and the freed ones waiting for reuse. */
   readonly #blocks: Blocks
   readonly #sharedChunks: Float64Array[] = [] // the shared row's chunks by number (#sharedF64)
-  /** slot → amount moved out of a row when it neared 2^53 (design §4: 64-bit counters). */
-  readonly folds = new Map<number, bigint>()
   readonly #log: RegistrationLog
   /** The log generation this thread's picture follows (−1: none yet), and how far it replayed it. */
   #logGeneration = -1
   #cursor = 0
-  /** While a checkpoint is replayed over an existing picture: the ids it names (the rest are gone). */
-  #seen: Set<number> | undefined
-  /** The names in the entries this thread is appending, by position (applied from the strings it has, not re-read: one copy). */
-  #appending: Map<number, string> | undefined
   /** The highest epoch known passed by every other thread (reclamation.ts), and when /proc was last asked. */
   #passed = 0
-  /**
-   * The highest epoch a replayed removal named: a removal whose thread stopped after publishing it
-   * (a worker terminated) has not advanced the epoch yet, and #catchUp() does it on its behalf.
-   */
-  #owedEpoch = 0
   #goneCheckedAt = 0
-  /** Bumped by every applied entry that changes the set of series. */
-  generation = 0
-  /**
-   * Told when this thread replays a removal (whichever thread removed it), so that the thread's
-   * handles (handles.ts) let the removed one go: a worker that met many topics the main thread later removed would
-   * otherwise keep one dead handle each.
-   */
-  onTopicRemoved: ((topic: TopicEntity) => void) | undefined
-  onGroupRemoved: ((group: GroupEntity) => void) | undefined
   /** When the log refuses a call for want of room, and when it is compacted. */
   readonly #capacity: LogCapacity
 
@@ -97,8 +67,38 @@ export class Registry {
     this.#capacity = new LogCapacity(memory.control, {
       reclaim: () => this.reclaim(),
       compact: () => this.compact(),
-      retirementsPending: () => this.#retiring.length !== 0 || this.#retiringTopics.size !== 0,
+      retirementsPending: () => this.#retirementsPending(),
     })
+    this.#picture = new Picture(this.#blocks, this.#capacity, (slot) => this.#sharedF64(slot))
+    this.topics = this.#picture.topics
+    this.carries = this.#picture.carries
+    this.folds = this.#picture.folds
+  }
+
+  /** Bumped by every replayed entry that changes the set of series (the reader's cue to sort again). */
+  get generation(): number {
+    return this.#picture.generation
+  }
+
+  /**
+   * Told when this thread replays a removal (whichever thread removed it), so that the thread's
+   * handles (handles.ts) let the removed one go: a worker that met many topics the main thread later removed would
+   * otherwise keep one dead handle each.
+   */
+  get onTopicRemoved(): ((topic: TopicEntity) => void) | undefined {
+    return this.#picture.onTopicRemoved
+  }
+
+  set onTopicRemoved(told: ((topic: TopicEntity) => void) | undefined) {
+    this.#picture.onTopicRemoved = told
+  }
+
+  get onGroupRemoved(): ((group: GroupEntity) => void) | undefined {
+    return this.#picture.onGroupRemoved
+  }
+
+  set onGroupRemoved(told: ((group: GroupEntity) => void) | undefined) {
+    this.#picture.onGroupRemoved = told
   }
 
   /** How many Int32 cells one generation of the log may hold (log-capacity.ts); tests lower it to fill the log. */
@@ -152,7 +152,10 @@ export class Registry {
     if (generation !== this.#logGeneration) {
       // A new generation starts with a checkpoint of everything alive: replayed over what this
       // thread knows, it keeps the entities (handles hold them) and drops what it no longer names.
-      if (this.#logGeneration >= 0) this.#beginCheckpoint()
+      if (this.#logGeneration >= 0) {
+        this.#capacity.restart()
+        this.#picture.beginCheckpoint()
+      }
       this.#logGeneration = generation
       this.#cursor = 0
     }
@@ -160,13 +163,13 @@ export class Registry {
     while (this.#cursor < end) this.#applyAt(this.#cursor)
     // The removals just replayed have cleared their tags; one whose thread stopped before moving
     // the epoch to its own is finished here (docs/reclamation.md, "Removal").
-    if (this.#owedEpoch !== 0) catchUpEpoch(this.memory, this.#owedEpoch)
-    this.#owedEpoch = 0
+    if (this.#picture.owedEpoch !== 0) catchUpEpoch(this.memory, this.#picture.owedEpoch)
+    this.#picture.owedEpoch = 0
     // So are the shared counts a registration stopped between its entry and its count left behind
     // (the lock taken over from it, memory.ts lock(); or it threw, #appendCounted). Under this lock
     // and caught up, every topic and group this thread knows is alive and owns its block.
     if (control[C_RECOUNT] !== 0) {
-      for (const topic of this.#topicsById.values()) {
+      for (const topic of this.#picture.topicsById.values()) {
         this.#storeShared(topic.slot + T_PARTITIONS, topic.partitionNumbers.length)
         for (const group of topic.groups) this.#storeShared(group.slot + G_WINDOWED, group.windowPartitions.length)
       }
@@ -193,7 +196,7 @@ export class Registry {
       // The liveness tag must be set before the entry is published (handles compare it to the id).
       this.#setTag(slot, id)
       this.#append(Entry.Topic, [...wide(id), slot], name)
-      return this.#topicsById.get(id)!
+      return this.#picture.topicsById.get(id)!
     })
   }
 
@@ -232,7 +235,7 @@ export class Registry {
       // thread that catches up with the log (#catchUp), before any later epoch can start. From
       // nextEpoch() to advanceEpoch() the lock must be this thread's alone, as for any registration
       // (lock.ts: taken from a holder only once it is gone, or unknown for LOCK_STEAL_MS).
-      const keep = this.#byLabel.get(topic.label)!.length > 1 ? 1 : 0 // its label's series stays: it retires into the carry
+      const keep = this.#picture.liveWithLabel(topic.label).length > 1 ? 1 : 0 // its label's series stays: it retires into the carry
       this.#capacity.roomToRemove(keep === 1 ? topicRetirementInts(topic) : 0)
       const epoch = nextEpoch(this.memory)
       this.#append(Entry.RemoveTopic, [...wide(topic.id), ...wide(epoch), keep])
@@ -251,7 +254,7 @@ export class Registry {
       this.#assertAlive(topic)
       const group = topic.group(name)
       if (!group) return false
-      const carries = this.groupLabelLive(topic.label, group.label, group) ? 1 : 0 // its label's series stays: its retries with it
+      const carries = this.#picture.groupLabelLive(topic.label, group.label, group) ? 1 : 0 // its label's series stays: its retries with it
       this.#capacity.roomToRemove(entryLength(10) + (carries === 1 ? entryLength(6, group.label) : 0)) // its Retired entry and its retries' carry, amounts below 2^62
       const epoch = nextEpoch(this.memory) // as removeTopic()
       this.#append(Entry.RemoveGroup, [...wide(group.id), ...wide(epoch), carries])
@@ -263,7 +266,7 @@ export class Registry {
 
   /** Retires the removed groups and topics no call can still write into (the reader calls it before a read). Caller locks. */
   reclaim(): void {
-    if (this.#retiring.length === 0 && this.#retiringTopics.size === 0) return
+    if (!this.#retirementsPending()) return
     try {
       this.#retirePassed()
     } catch (error) {
@@ -273,25 +276,24 @@ export class Registry {
     }
   }
 
-  /** The topics retiring into their label's carry (see #retiringTopics). */
+  /** Whether a removed group or topic still waits to retire. */
+  #retirementsPending(): boolean {
+    return this.#picture.retiring.length !== 0 || this.#picture.retiringTopics.size !== 0
+  }
+
+  /** The topics retiring into their label's carry (Picture.retiringTopics). */
   retiringTopics(): IterableIterator<TopicEntity> {
-    return this.#retiringTopics.values()
+    return this.#picture.retiringTopics.values()
   }
 
   /** The topics with `label` retiring into its carry (none: an empty array). */
   retiringWithLabel(label: string): readonly TopicEntity[] {
-    return this.#retiringByLabel.get(label) ?? NO_TOPICS
+    return this.#picture.retiringWithLabel(label)
   }
 
   /** The live topics with `label` (none: an empty array). */
   liveWithLabel(label: string): readonly TopicEntity[] {
-    return this.#byLabel.get(label) ?? NO_TOPICS
-  }
-
-  /** Whether a live group (but `except`) of a live topic with label `label` has the group label `groupLabel`. */
-  groupLabelLive(label: string, groupLabel: string, except?: GroupEntity): boolean {
-    for (const topic of this.liveWithLabel(label)) for (const group of topic.groups) if (group.label === groupLabel && group !== except) return true
-    return false
+    return this.#picture.liveWithLabel(label)
   }
 
   /** The slot of `partition`'s last_seq, registering the partition if it is new. */
@@ -352,7 +354,7 @@ export class Registry {
       }
       this.#setTag(slot + G_TAG, id)
       this.#appendAll(entries)
-      return this.#groupsById.get(id)!
+      return this.#picture.groupsById.get(id)!
     })
   }
 
@@ -519,18 +521,6 @@ export class Registry {
     this.#sharedF64(slot)[slot % SLOTS_PER_CHUNK] = value
   }
 
-  /**
-   * Clears the liveness tag at `slot` unless it names another entity (a thread replaying an old
-   * removal must not clear the tag of what reuses the block since). A tag found 0 is written 0
-   * again: the clear is then this thread's own, ordered before the epoch it may advance for a
-   * remover that stopped (reclamation.ts catchUpEpoch). Caller locks: tags change only under it.
-   */
-  #clearTag(slot: number, id: number): void {
-    const cells = this.#sharedF64(slot)
-    const at = slot % SLOTS_PER_CHUNK
-    if (cells[at] === id || cells[at] === 0) cells[at] = 0
-  }
-
   /** The shared row's chunk holding `slot` (chunks are never unmapped: each is looked up once). */
   #sharedF64(slot: number): Float64Array {
     const c = Math.floor(slot / SLOTS_PER_CHUNK)
@@ -555,11 +545,11 @@ export class Registry {
   #retirePassed(): void {
     // Both in epoch order (removals are appended in epoch order; a checkpoint's are sorted); each
     // retirement takes its topic or group out, so the first one is looked at until one has not passed.
-    for (let topic = first(this.#retiringTopics); topic !== undefined && this.#hasPassed(topic.retireEpoch); topic = first(this.#retiringTopics)) {
+    for (let topic = first(this.#picture.retiringTopics); topic !== undefined && this.#hasPassed(topic.retireEpoch); topic = first(this.#picture.retiringTopics)) {
       this.#appendAll([...this.#topicCarry(topic), [Entry.TopicRetired, wide(topic.id)]])
     }
-    while (this.#retiring.length > 0) {
-      const group = this.#retiring[0]
+    while (this.#picture.retiring.length > 0) {
+      const group = this.#picture.retiring[0]
       if (!this.#hasPassed(group.retireEpoch)) break
       const slot = group.slot
       // Amounts past an entry's 64 bits go first in entries of the topic alone; the group's own
@@ -620,13 +610,16 @@ export class Registry {
 
   /** Entries just published (up to `end`, with the texts they hold by position): applied locally, the log compacted when due. */
   #published(end: number, texts?: Map<number, string>): void {
-    this.#appending = texts
-    try {
-      while (this.#cursor < end) this.#applyAt(this.#cursor)
-    } finally {
-      this.#appending = undefined
-    }
+    while (this.#cursor < end) this.#applyAt(this.#cursor, texts)
     if (this.#capacity.compactionDue()) this.compact()
+  }
+
+  /** Replays the entry at `position` into this thread's picture (`texts`: those of the entries this thread appended, by position). */
+  #applyAt(position: number, texts?: Map<number, string>): void {
+    const entry = this.#log.at(this.#logGeneration, position)
+    this.#cursor = entry.next
+    // A generation after the first starts with its checkpoint (C_LOG_CHECKPOINT: where it ends).
+    this.#picture.apply(position, entry, position < this.memory.control[C_LOG_CHECKPOINT], texts)
   }
 
   /**
@@ -686,14 +679,14 @@ export class Registry {
     }
     // Retiring topics first: each one's removal (keep) retires it whatever else the checkpoint
     // names, and a live topic of the same name, restated after it, takes the name back.
-    for (const topic of this.#retiringTopics.values()) {
+    for (const topic of this.#picture.retiringTopics.values()) {
       restate(topic, true)
       put(Entry.RemoveTopic, [...wide(topic.id), ...wide(topic.retireEpoch), 1])
       for (const [type, fields] of carriesEntries(topic.id, [...topic.carriedPartitions!])) put(type, fields)
     }
-    for (const topic of this.#topicsById.values()) restate(topic, false)
+    for (const topic of this.#picture.topicsById.values()) restate(topic, false)
     // The carries, each on a live topic of its label (there is one while the carry exists).
-    for (const [label, carry] of this.carries) for (const [type, fields, text] of carry.entries(this.#byLabel.get(label)![0].id)) put(type, fields, text)
+    for (const [label, carry] of this.carries) for (const [type, fields, text] of carry.entries(this.#picture.liveWithLabel(label)[0].id)) put(type, fields, text)
     for (const [slot, amount] of this.folds) for (const [part] of amountRows([amount])) put(Entry.Fold, [slot, ...wide(part)])
     // Freed blocks, many to an entry (3 cells each: no more than the registration that held the
     // block took, so what removals free never makes a checkpoint larger than the log they were made in).
@@ -710,329 +703,6 @@ export class Registry {
     }
     put(Entry.CheckpointEnd, [])
     return end
-  }
-
-  /** A checkpoint is about to be replayed over this thread's picture: reset what it restates in full. */
-  #beginCheckpoint(): void {
-    this.#capacity.restart()
-    this.#seen = new Set()
-    this.folds.clear()
-    this.#blocks.clear()
-    this.carries.clear()
-    for (const topic of this.#retiringTopics.values()) topic.carriedPartitions = new Set()
-    for (const topic of [...this.#topicsById.values(), ...this.#retiringTopics.values()]) {
-      topic.retiredDelivered = topic.retiredDropped = topic.retiredDlq = 0
-      for (const group of topic.retiring) group.retireEpoch = 0
-      topic.retiring = []
-    }
-    this.#retiring = []
-  }
-
-  /** The checkpoint is replayed: whatever it did not name is gone. */
-  #endCheckpoint(seen: Set<number>): void {
-    // A retiring topic the checkpoint does not name has retired: its blocks are in the free queues it restated.
-    for (const [id, topic] of [...this.#retiringTopics]) if (!seen.has(id)) this.#retiredTopic(topic)
-    for (const topic of [...this.#topicsById.values()]) {
-      if (!seen.has(topic.id)) {
-        this.#forgetTopic(topic)
-        continue
-      }
-      for (const group of topic.groups) if (!seen.has(group.id)) this.#forgetGroup(group)
-    }
-    for (const [id, group] of this.#groupsById) if (!seen.has(id)) this.#forgetGroup(group)
-    this.generation++
-  }
-
-  #forgetTopic(topic: TopicEntity): void {
-    this.#leaveLive(topic)
-    for (const group of [...topic.groups, ...topic.retiring]) this.#groupsById.delete(group.id)
-    // The label's series leaves with its last live topic: what retired into it, or still retires, goes too.
-    if (this.liveWithLabel(topic.label).length === 0) {
-      const carry = this.carries.get(topic.label)
-      if (!this.#inCheckpoint && carry !== undefined) for (const [, fields, text] of carry.entries(0)) this.#capacity.freed(entryLength(fields.length, text))
-      this.carries.delete(topic.label)
-      for (const retiring of [...this.retiringWithLabel(topic.label)]) {
-        if (!this.#inCheckpoint) this.#capacity.freed(heldInts(retiring))
-        this.#releaseTopic(retiring, retiring.retireEpoch)
-        this.#retiredTopic(retiring)
-      }
-    }
-    this.onTopicRemoved?.(topic)
-  }
-
-  /** The topic is no longer live (removed, retiring or not): out of the names, ids and labels; its groups too. */
-  #leaveLive(topic: TopicEntity): void {
-    topic.alive = false
-    // A checkpoint replayed over an old picture may name a new topic of the same name first.
-    if (this.topics.get(topic.name) === topic) this.topics.delete(topic.name)
-    this.#topicsById.delete(topic.id)
-    without(this.#byLabel, topic)
-    for (const group of [...topic.groups, ...topic.retiring]) group.alive = false
-    this.#retiring = this.#retiring.filter((group) => group.topic !== topic)
-  }
-
-  /**
-   * A topic removed while another live topic has its label (RemoveTopic with keep): it retires
-   * into the label's carry once its epoch has passed (#retirePassed); until then the reader adds
-   * its cells to the label's series. Its groups stay known by id (entries name them) until then.
-   */
-  #keepTopic(topic: TopicEntity, epoch: number): void {
-    this.#leaveLive(topic)
-    topic.retireEpoch = epoch
-    if (epoch > this.#owedEpoch) this.#owedEpoch = epoch
-    this.#retiringTopics.set(topic.id, topic)
-    withTopic(this.#retiringByLabel, topic)
-    // Which of its shares stay is decided now, from what the label's live names show (a
-    // checkpoint restates it: its RemoveGroup and Carries entries). A partition or group label
-    // only this topic had leaves with it: so does what removed names left there.
-    topic.carriedPartitions = new Set()
-    if (!this.#inCheckpoint) {
-      const live = this.liveWithLabel(topic.label)
-      for (const partition of topic.partitionNumbers) {
-        if (live.some((t) => t.partitionSlot(partition) !== undefined)) topic.carriedPartitions.add(partition)
-        else this.#partitionGone(topic.label, partition)
-      }
-      for (const group of topic.groups) {
-        group.carries = this.groupLabelLive(topic.label, group.label)
-        if (!group.carries) this.#groupLabelGone(topic.label, group.label)
-      }
-    }
-    this.onTopicRemoved?.(topic)
-  }
-
-  /** No live topic of `label` has `partition` any more: its series is gone, and what removed topics left in it. */
-  #partitionGone(label: string, partition: number): void {
-    this.carries.get(label)?.lastSeq.delete(partition)
-    for (const retiring of this.retiringWithLabel(label)) retiring.carriedPartitions!.delete(partition)
-  }
-
-  /** No live group of `label`'s topics has `groupLabel` any more: its series is gone, and what removed groups left in it. */
-  #groupLabelGone(label: string, groupLabel: string): void {
-    this.carries.get(label)?.retries.delete(groupLabel)
-    for (const topic of this.liveWithLabel(label)) for (const group of topic.retiring) if (group.label === groupLabel) group.carries = false
-    for (const topic of this.retiringWithLabel(label)) {
-      for (const group of topic.groups) if (group.label === groupLabel) group.carries = false
-      for (const group of topic.retiring) if (group.label === groupLabel) group.carries = false
-    }
-  }
-
-  /** A topic's blocks (its cells, its partitions', its groups') freed at `epoch`. */
-  #releaseTopic(topic: TopicEntity, epoch: number): void {
-    for (const slot of topic.partitionSlots) this.#release(KEY_PARTITION, slot, epoch)
-    for (const group of [...topic.groups, ...topic.retiring]) this.#releaseGroup(group, epoch)
-    this.#release(KEY_TOPIC, topic.slot, epoch)
-  }
-
-  /** A retiring topic is done with (retired into its carry, or its label's series gone): forgotten. */
-  #retiredTopic(topic: TopicEntity): void {
-    this.#retiringTopics.delete(topic.id)
-    without(this.#retiringByLabel, topic)
-    for (const group of [...topic.groups, ...topic.retiring]) this.#groupsById.delete(group.id)
-    this.generation++
-  }
-
-  #forgetGroup(group: GroupEntity): void {
-    const wasLive = group.alive
-    group.alive = false
-    const topic = group.topic
-    topic.groups = topic.groups.filter((g) => g !== group)
-    topic.retiring = topic.retiring.filter((g) => g !== group)
-    this.#retiring = this.#retiring.filter((g) => g !== group)
-    this.#groupsById.delete(group.id)
-    if (wasLive) this.onGroupRemoved?.(group)
-  }
-
-  #applyAt(position: number): void {
-    const { log, fields: f, type, next } = this.#log.at(this.#logGeneration, position)
-    this.#cursor = next
-    // A generation after the first starts with its checkpoint (C_LOG_CHECKPOINT: where it ends).
-    this.#inCheckpoint = position < this.memory.control[C_LOG_CHECKPOINT]
-    switch (type) {
-      case Entry.Skip:
-        return
-      case Entry.Topic: {
-        const id = narrow(log[f], log[f + 1])
-        this.#seen?.add(id)
-        const known = this.#topicsById.get(id)
-        if (known !== undefined) {
-          // A checkpoint restating a topic this thread knows (the name is its own again, should a
-          // retiring topic of the same name, restated before it, have taken it).
-          this.topics.set(known.name, known)
-          return
-        }
-        if (this.#retiringTopics.has(id)) return
-        const name = this.#textAt(position, log, f + 3)
-        this.#take(KEY_TOPIC, log[f + 2])
-        const topic = new TopicEntity(id, name, sanitizeLabelValue(name), log[f + 2])
-        this.topics.set(name, topic)
-        this.#topicsById.set(topic.id, topic)
-        withTopic(this.#byLabel, topic)
-        break
-      }
-      case Entry.RemoveTopic: {
-        const id = narrow(log[f], log[f + 1])
-        const epoch = narrow(log[f + 2], log[f + 3])
-        const kept = this.#retiringTopics.get(id)
-        if (kept !== undefined) {
-          // A checkpoint restating a topic this thread knows retiring: its retiring groups, just
-          // restated, retire with it, not on their own.
-          this.#retiring = this.#retiring.filter((group) => group.topic !== kept)
-          return
-        }
-        const topic = this.#topicsById.get(id)!
-        // Its tags cleared (by whichever thread replays it first: the remover, or, if that thread
-        // stopped just after publishing it, the next one): every handle of it throws from now on.
-        this.#clearTag(topic.slot, topic.id)
-        for (const group of topic.groups) this.#clearTag(group.slot, group.id)
-        if (log[f + 4] === 1) {
-          // Another live topic has its label: its counts stay in the label's series (design §3.5).
-          this.#keepTopic(topic, epoch)
-        } else {
-          // Every thread replays the same entries into the same queues, so it queues the same
-          // blocks in the same order. They wait for the removal's epoch (reclamation.ts).
-          if (!this.#inCheckpoint) this.#capacity.freed(heldInts(topic))
-          this.#releaseTopic(topic, epoch)
-          this.#forgetTopic(topic)
-        }
-        break
-      }
-      case Entry.Carries: {
-        const topic = this.#retiringTopics.get(narrow(log[f], log[f + 1]))!
-        for (let at = f + 2; at < f + (next - position - 1); at++) topic.carriedPartitions!.add(log[at])
-        return
-      }
-      case Entry.TopicRetired: {
-        const topic = this.#retiringTopics.get(narrow(log[f], log[f + 1]))!
-        if (!this.#inCheckpoint) this.#capacity.freed(heldInts(topic))
-        this.#releaseTopic(topic, topic.retireEpoch)
-        this.#retiredTopic(topic)
-        return
-      }
-      case Entry.Carry: {
-        const label = this.#topicOf(log, f).label
-        let carry = this.carries.get(label)
-        if (carry === undefined) this.carries.set(label, (carry = new LabelCarry()))
-        const kind = log[f + 2] as CarryKind
-        carry.add(kind, log[f + 3], exact(wideAmount(log[f + 4], log[f + 5])), kind === CarryKind.Retries ? this.#textAt(position, log, f + 6) : '')
-        break
-      }
-      case Entry.Partition: {
-        const topic = this.#topicOf(log, f)
-        if (topic.partitionSlot(log[f + 2]) !== undefined) return
-        this.#take(KEY_PARTITION, log[f + 3])
-        ;[topic.partitionNumbers, topic.partitionSlots] = inserted(topic.partitionNumbers, topic.partitionSlots, log[f + 2], log[f + 3])
-        break
-      }
-      case Entry.Group: {
-        const id = narrow(log[f + 2], log[f + 3])
-        this.#seen?.add(id)
-        if (this.#groupsById.has(id)) return
-        const topic = this.#topicOf(log, f)
-        const name = this.#textAt(position, log, f + 7)
-        this.#take(KEY_GROUP, log[f + 4])
-        const group = new GroupEntity(topic, id, name, sanitizeLabelValue(name), log[f + 4], log[f + 5], log[f + 6])
-        topic.groups = withGroup(topic.groups, group)
-        this.#groupsById.set(group.id, group)
-        break
-      }
-      case Entry.RemoveGroup: {
-        const group = this.#groupsById.get(narrow(log[f], log[f + 1]))!
-        const wasLive = group.alive
-        group.alive = false
-        group.retireEpoch = narrow(log[f + 2], log[f + 3])
-        group.carries = log[f + 4] === 1
-        this.#clearTag(group.slot, group.id) // as RemoveTopic
-        if (group.retireEpoch > this.#owedEpoch) this.#owedEpoch = group.retireEpoch
-        const topic = group.topic
-        topic.groups = topic.groups.filter((g) => g !== group)
-        topic.retiring = [...topic.retiring, group]
-        this.#retiring.push(group)
-        // No live group has its label any more: the label's series of it is gone, and so is what it carried.
-        if (!this.#inCheckpoint && wasLive && !group.carries) this.#groupLabelGone(topic.label, group.label)
-        if (wasLive) this.onGroupRemoved?.(group)
-        break
-      }
-      case Entry.Retired: {
-        const topic = this.#topicOf(log, f)
-        topic.retiredDelivered = addCount(topic.retiredDelivered, exact(wideAmount(log[f + 4], log[f + 5])))
-        topic.retiredDropped = addCount(topic.retiredDropped, exact(wideAmount(log[f + 6], log[f + 7])))
-        topic.retiredDlq = addCount(topic.retiredDlq, exact(wideAmount(log[f + 8], log[f + 9])))
-        const groupId = narrow(log[f + 2], log[f + 3])
-        const group = groupId === 0 ? undefined : this.#groupsById.get(groupId)
-        if (group !== undefined) {
-          if (!this.#inCheckpoint) this.#capacity.freed(heldInts(group))
-          this.#releaseGroup(group, group.retireEpoch)
-          this.#forgetGroup(group)
-        }
-        break
-      }
-      case Entry.Floor: {
-        const group = this.#groupsById.get(narrow(log[f], log[f + 1]))!
-        if (group.floorSlot(log[f + 2]) !== undefined) return
-        this.#take(KEY_FLOOR, log[f + 3])
-        const [partitions, slots] = inserted(group.floorPartitions, group.floorSlots, log[f + 2], log[f + 3])
-        const all = group.topic.partitionNumbers
-        group.floorPartitions = sameNumbers(partitions, all) ? all : partitions
-        group.floorSlots = slots
-        break
-      }
-      case Entry.Window: {
-        const group = this.#groupsById.get(narrow(log[f], log[f + 1]))!
-        if (group.windowSlot(log[f + 2]) !== undefined) return
-        this.#take(windowKey(group.window), log[f + 3])
-        this.#take(KEY_HEADER, log[f + 4])
-        group.windowHeaders = inserted(group.windowPartitions, group.windowHeaders, log[f + 2], log[f + 4])[1]
-        ;[group.windowPartitions, group.windowSlots] = inserted(group.windowPartitions, group.windowSlots, log[f + 2], log[f + 3])
-        break
-      }
-      case Entry.Fold: {
-        const slot = log[f]
-        this.folds.set(slot, (this.folds.get(slot) ?? 0n) + wideAmount(log[f + 1], log[f + 2]))
-        return
-      }
-      case Entry.Free: {
-        // [key, then slot and epoch (two cells) per block]; the entry's length (header included) says how many.
-        const blocks = (next - position - 2) / 3
-        for (let b = 0, at = f + 1; b < blocks; b++, at += 3) this.#release(log[f], log[at], narrow(log[at + 1], log[at + 2]))
-        return
-      }
-      case Entry.CheckpointEnd:
-        if (this.#seen !== undefined) this.#endCheckpoint(this.#seen)
-        this.#seen = undefined
-        this.#retiring.sort((a, b) => a.retireEpoch - b.retireEpoch) // a checkpoint lists them by topic
-        return
-    }
-    this.generation++
-  }
-
-  /** The topic (live, or retiring into its label's carry) whose id an entry's first two fields hold. */
-  #topicOf(log: Int32Array, f: number): TopicEntity {
-    const id = narrow(log[f], log[f + 1])
-    return this.#topicsById.get(id) ?? this.#retiringTopics.get(id)!
-  }
-
-  #textAt(position: number, log: Int32Array, at: number): string {
-    const appending = this.#appending
-    return appending?.get(position) ?? readText(log, at)
-  }
-
-  /** A block is in use again: drop it from the free queue and forget its old folds. */
-  #take(key: number, slot: number): void {
-    this.#blocks.take(key, slot)
-    for (let i = 0; i < blockSize(key); i++) this.folds.delete(slot + i)
-  }
-
-  /** A group's blocks (its cells and its floors), freed at `epoch`. */
-  #releaseGroup(group: GroupEntity, epoch: number): void {
-    for (const slot of group.floorSlots) this.#release(KEY_FLOOR, slot, epoch)
-    for (const slot of group.windowSlots) this.#release(windowKey(group.window), slot, epoch)
-    for (const slot of group.windowHeaders) this.#release(KEY_HEADER, slot, epoch)
-    this.#release(KEY_GROUP, group.slot, epoch)
-  }
-
-  #release(key: number, slot: number, epoch: number): void {
-    this.#blocks.release(key, slot, epoch)
-    if (epoch > this.#owedEpoch) this.#owedEpoch = epoch
   }
 
   /** Slots handed out and not freed (for the soak test's leak check). */
@@ -1062,30 +732,9 @@ export class Registry {
   }
 }
 
-const NO_TOPICS: readonly TopicEntity[] = []
-
-/** `topic` added to its label's list in `byLabel`. */
-function withTopic(byLabel: Map<string, TopicEntity[]>, topic: TopicEntity): void {
-  const sharing = byLabel.get(topic.label)
-  if (sharing === undefined) byLabel.set(topic.label, [topic])
-  else sharing.push(topic)
-}
-
-/** `topic` taken out of its label's list in `byLabel` (the list goes with its last topic). */
-function without(byLabel: Map<string, TopicEntity[]>, topic: TopicEntity): void {
-  const sharing = byLabel.get(topic.label)
-  const at = sharing === undefined ? -1 : sharing.indexOf(topic)
-  if (at < 0) return
-  if (sharing!.length === 1) byLabel.delete(topic.label)
-  else sharing!.splice(at, 1)
-}
 /** The first value of a map (in insertion order), or undefined. */
-function first<V>(map: Map<number, V>): V | undefined {
+function first<V>(map: ReadonlyMap<number, V>): V | undefined {
   for (const value of map.values()) return value
   return undefined
 }
 
-/** A bigint amount as a Count: a number while it is safe. */
-function exact(amount: bigint): Count {
-  return amount <= BigInt(Number.MAX_SAFE_INTEGER) ? Number(amount) : amount
-}
