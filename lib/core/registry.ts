@@ -14,10 +14,11 @@ import {
 import { LogCapacity, topicRetirementInts } from './log-capacity'
 import { Blocks, KEY_FLOOR, KEY_GROUP, KEY_HEADER, KEY_PARTITION, KEY_TOPIC, windowKey } from './blocks'
 import { Picture } from './picture'
+import { checkpoint } from './checkpoint'
 import { ClosedError, LimitError, RemovedGroupError, RemovedTopicError } from './errors'
-import { LabelCarry, carriesEntries, carryEntries } from './carry'
+import { LabelCarry, carryEntries } from './carry'
 import { CarryKind, Entry, RegistrationLog, amountRows, endAfter, entryLength, wide } from './log'
-import { B_NEXT_ID, C_CLOSED, C_LOG_CHECKPOINT, C_LOG_END, C_LOG_GENERATION, C_NEXT_CHUNK, C_RECOUNT, C_SLOTS_RESERVED, LOG_CHUNK_INTS, SHARED_ROW, SLOTS_PER_CHUNK } from './layout'
+import { B_NEXT_ID, C_CLOSED, C_LOG_CHECKPOINT, C_LOG_END, C_LOG_GENERATION, C_NEXT_CHUNK, C_RECOUNT, C_SLOTS_RESERVED, SHARED_ROW, SLOTS_PER_CHUNK } from './layout'
 import { Memory } from './memory'
 import { advanceEpoch, catchUpEpoch, nextEpoch, passedEpoch, ring } from './reclamation'
 import { Count } from './snapshot'
@@ -31,9 +32,6 @@ export interface ArenaUsage {
   logBytes: number
   threadRows: number
 }
-
-/** Freed blocks one Free entry of a checkpoint lists (3 cells each: an entry fits a log chunk). */
-const FREE_PER_ENTRY = 4096
 
 export class Registry {
   readonly memory: Memory
@@ -631,12 +629,12 @@ export class Registry {
   compact(): boolean {
     // Measured first: a checkpoint that would not fit the log is not written (the log goes on as
     // it is, and is not measured again until a quarter of the reserve more has been freed or written).
-    if (this.#checkpoint((length, end) => endAfter(end, [length])) > this.#capacity.logCapacityInts) {
+    if (checkpoint(this.#picture, this.#blocks, (length, end) => endAfter(end, [length])) > this.#capacity.logCapacityInts) {
       this.#capacity.tooLargeToCompact()
       return false
     }
     const next = this.#logGeneration + 1
-    const end = this.#checkpoint((length, end, type, fields, text) => this.#log.write(next, end, type, fields, text)[1])
+    const end = checkpoint(this.#picture, this.#blocks, (length, end, type, fields, text) => this.#log.write(next, end, type, fields, text)[1])
     const control = this.memory.control
     // Published by three plain stores with no call between (a terminated thread never stops
     // between them; see fold()): an end of one generation never stands with the other.
@@ -648,61 +646,6 @@ export class Registry {
     this.#cursor = end
     this.#capacity.restart()
     return true
-  }
-
-  /**
-   * The checkpoint of this thread's picture, entry by entry through `put` (given each entry's
-   * length and where the checkpoint ends so far; returns where it ends after the entry): its end.
-   */
-  #checkpoint(write: (length: number, end: number, type: Entry, fields: number[], text?: string) => number): number {
-    let end = 0
-    const put = (type: Entry, fields: number[], text?: string) => {
-      end = write(entryLength(fields.length, text), end, type, fields, text)
-    }
-    const restate = (topic: TopicEntity, retiring: boolean) => {
-      const topicId = wide(topic.id)
-      put(Entry.Topic, [...topicId, topic.slot], topic.name)
-      for (let p = 0; p < topic.partitionNumbers.length; p++) put(Entry.Partition, [...topicId, topic.partitionNumbers[p], topic.partitionSlots[p]])
-      for (const group of [...topic.groups, ...topic.retiring]) {
-        const groupId = wide(group.id)
-        put(Entry.Group, [...topicId, ...groupId, group.slot, group.maxInFlight, group.window], group.name)
-        for (let f = 0; f < group.floorPartitions.length; f++) put(Entry.Floor, [...groupId, group.floorPartitions[f], group.floorSlots[f]])
-        for (let w = 0; w < group.windowPartitions.length; w++) put(Entry.Window, [...groupId, group.windowPartitions[w], group.windowSlots[w], group.windowHeaders[w]])
-        // A retiring topic's groups all retire with it (those removed with it, at its epoch).
-        if (group.retireEpoch !== 0 || retiring) put(Entry.RemoveGroup, [...groupId, ...wide(group.retireEpoch || topic.retireEpoch), group.carries ? 1 : 0])
-      }
-      if (topic.retiredDelivered !== 0 || topic.retiredDropped !== 0 || topic.retiredDlq !== 0) {
-        for (const amounts of amountRows([BigInt(topic.retiredDelivered), BigInt(topic.retiredDropped), BigInt(topic.retiredDlq)])) {
-          put(Entry.Retired, [...topicId, 0, 0, ...amounts.flatMap((a) => wide(a))])
-        }
-      }
-    }
-    // Retiring topics first: each one's removal (keep) retires it whatever else the checkpoint
-    // names, and a live topic of the same name, restated after it, takes the name back.
-    for (const topic of this.#picture.retiringTopics.values()) {
-      restate(topic, true)
-      put(Entry.RemoveTopic, [...wide(topic.id), ...wide(topic.retireEpoch), 1])
-      for (const [type, fields] of carriesEntries(topic.id, [...topic.carriedPartitions!])) put(type, fields)
-    }
-    for (const topic of this.#picture.topicsById.values()) restate(topic, false)
-    // The carries, each on a live topic of its label (there is one while the carry exists).
-    for (const [label, carry] of this.carries) for (const [type, fields, text] of carry.entries(this.#picture.liveWithLabel(label)[0].id)) put(type, fields, text)
-    for (const [slot, amount] of this.folds) for (const [part] of amountRows([amount])) put(Entry.Fold, [slot, ...wide(part)])
-    // Freed blocks, many to an entry (3 cells each: no more than the registration that held the
-    // block took, so what removals free never makes a checkpoint larger than the log they were made in).
-    for (const [key, queue] of this.#blocks.queues()) {
-      for (let i = queue.head; i < queue.slots.length; ) {
-        // As many as what is left of the chunk holds (an entry that does not fit would skip the rest of it).
-        const room = Math.floor((LOG_CHUNK_INTS - (end % LOG_CHUNK_INTS) - 2) / 3)
-        const n = Math.min(FREE_PER_ENTRY, queue.slots.length - i, room >= 1 ? room : FREE_PER_ENTRY)
-        const fields = [key]
-        for (let j = i; j < i + n; j++) fields.push(queue.slots[j], ...wide(queue.epochs[j]))
-        put(Entry.Free, fields)
-        i += n
-      }
-    }
-    put(Entry.CheckpointEnd, [])
-    return end
   }
 
   /** Slots handed out and not freed (for the soak test's leak check). */
