@@ -1,6 +1,6 @@
 // The registration log's encoding: entries of Int32 cells in arena chunks, one generation at a
 // time. Every thread replays the same entries in the same order into its own picture of the
-// registry (registry.ts). A compaction writes the live state as a checkpoint into the other of
+// registry (picture.ts). A compaction writes the live state as a checkpoint into the other of
 // two directories and starts a new generation, so the log stays bounded by what is alive, not by
 // what ever existed (docs/reclamation.md). Written and read only under the registration lock.
 import { LOG_CHUNK_INTS } from './layout'

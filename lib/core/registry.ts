@@ -1,12 +1,18 @@
-// Names → slots, shared by every thread of the process.
+// Names → slots, shared by every thread of the process: the registration calls (topics,
+// partitions, groups, their ack floors and settlement windows), removals, the retirements and
+// folds they lead to, and the registration log they are all written to.
 //
 // Registration is rare and goes through the registration log in shared memory (log.ts), written
 // under the lock: every thread replays the same entries in the same order, so each holds an
-// identical local picture (names, slot bases, free lists) without any message passing — a topic
-// first seen in a worker is in the main thread's next snapshot because the snapshot replays the
-// log first. The log is compacted into a checkpoint of what is alive, so neither it nor any
-// thread's picture grows with history. Removed topics' and groups' blocks are reused only once no
-// recording call can still write into them (reclamation.ts). Recording never touches the log.
+// identical local picture (picture.ts: names, slot bases, free queues) without any message
+// passing — a topic first seen in a worker is in the main thread's next snapshot because the
+// snapshot replays the log first. Here a call catches up with the log, decides from the picture
+// what to write, takes its blocks (blocks.ts), writes its entries and publishes them with one
+// store, then replays them like any other thread. Whether the log takes them, and when it is
+// compacted into a checkpoint of what is alive (checkpoint.ts), is log-capacity.ts's to say, so
+// that neither the log nor any thread's picture grows with history. Removed topics' and groups'
+// blocks are reused only once no recording call can still write into them (reclamation.ts).
+// Recording never touches the log.
 import { ResolvedConfig } from './config'
 import {
   DEFAULT_SETTLE_WINDOW, G_DELIVERED, G_DLQ, G_DROPPED, G_RETRIES, G_START, G_TAG, G_WINDOWED, GONE_CHECK_MS, GroupEntity, P_BASE, T_PARTITIONS, TopicEntity,
@@ -337,7 +343,7 @@ export class Registry {
         // its floors then published with one store: a thread stopped before that registered
         // nothing, and no thread sees the group without them.
         let start = 0
-        let queued = 0 // floor blocks taken from the front of the free queue so far (#take drops them at publication)
+        let queued = 0 // floor blocks taken from the front of the free queue so far (the replay's take drops them at publication: picture.ts)
         for (let p = 0; p < topic.partitionNumbers.length; p++) {
           const lastSeq = this.highest(topic.partitionSlots[p])
           const base = this.#sharedF64(topic.partitionSlots[p])[(topic.partitionSlots[p] % SLOTS_PER_CHUNK) + P_BASE]
