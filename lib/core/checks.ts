@@ -27,7 +27,7 @@ export const enum Control {
 if ((Control.Quorum as number) !== C_QUORUM) throw new Error('internal: Control.Quorum does not match C_QUORUM')
 if (1 << Chunk.Shift !== SLOTS_PER_CHUNK) throw new Error('internal: Chunk.Shift does not match SLOTS_PER_CHUNK')
 
-// A group's cells, as offsets from its slot: registry.ts's G_* written in place. Read through the
+// A group's cells, as offsets from its slot: entities.ts's G_* written in place. Read through the
 // import, each offset is a load from the other module's exports object (TypeScript assigns each
 // export twice, so V8 cannot treat it as a constant); the `delivered()` row of `npm run bench`
 // shows the difference.
@@ -42,7 +42,7 @@ if (
   GroupCell.Delivered !== G_DELIVERED || GroupCell.Dropped !== G_DROPPED || GroupCell.Dlq !== G_DLQ ||
   GroupCell.Retries !== G_RETRIES || GroupCell.InFlight !== G_IN_FLIGHT
 ) {
-  throw new Error('internal: the group cell offsets differ from registry.ts')
+  throw new Error('internal: the group cell offsets differ from entities.ts')
 }
 
 /** design §5: counter increments and sequence numbers are non-negative safe integers. */

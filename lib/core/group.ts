@@ -72,7 +72,7 @@ interface Lane {
   /** The shared row's chunk holding the window's header (W_BASE, W_SETTLED, W_PENDING: entities.ts W_HEADER), and its index. */
   readonly headers: Float64Array
   readonly header: number
-  /** The window's bits (registry.ts windowSlots), in flight from `first` on, settled after them. */
+  /** The window's bits (entities.ts windowSlots), in flight from `first` on, settled after them. */
   readonly bits: Int32Array
   readonly first: number
   /** The group's settle window (entity.window), kept here: the per-message calls then read no entity. */
@@ -495,7 +495,7 @@ export class Group {
   }
 
   /**
-   * The per-message calls. The window (registry.ts windowSlots) holds two bits per seq above its
+   * The per-message calls. The window (entities.ts windowSlots) holds two bits per seq above its
    * base — in flight, settled — at bit `seq mod window`, and is read and written only under the
    * group's lock: any thread may send, redeliver or settle any message.
    */

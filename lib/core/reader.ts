@@ -310,7 +310,7 @@ export class SnapshotReader {
     return max
   }
 
-  /** A partition's base (registry.ts P_BASE): 0 unless its first append started above seq 1. */
+  /** A partition's base (entities.ts P_BASE): 0 unless its first append started above seq 1. */
   #base(slot: number): number {
     const c = slot >>> Chunk.Shift
     return (this.#shared[c] ?? this.#sharedOf(c))[(slot & Chunk.Mask) + P_BASE]
