@@ -502,8 +502,11 @@ t.test('--urls-from FILE: one URL per line, or Prometheus file_sd JSON', async (
     'none.json': '[]',
     'sd.yml': `- targets: ['${new URL(a.url).host}']\n`,
     'bom.json': `\uFEFF${JSON.stringify([{ targets: [new URL(a.url).host, new URL(b.url).host] }])}`, // as some editors save it
+    'hosts.txt': `${new URL(a.url).host}\n${new URL(b.url).host}\n`, // host:port, as Prometheus writes targets
+    'ftp.txt': 'ftp://127.0.0.1:21\n',
+    'junk.txt': 'not a url\n',
   })
-  for (const file of ['nodes.txt', 'sd.json', 'bom.json']) {
+  for (const file of ['nodes.txt', 'sd.json', 'bom.json', 'hosts.txt']) {
     const r = await run(['--urls-from', path.join(dir, file)])
     t.equal(r.code, 0, `${file}: ${r.stderr}`)
     t.match(r.stdout, new RegExp(`${a.url} .*\\n${b.url} [^]*cluster  worst 0 healthy  leader ${a.url} \\(epoch 2\\)`), `${file}: both brokers, then the cluster line`)
@@ -511,7 +514,7 @@ t.test('--urls-from FILE: one URL per line, or Prometheus file_sd JSON', async (
   const twice = await run(['--url', a.url, '--urls-from', path.join(dir, 'nodes.txt')])
   t.equal(twice.stdout.split(a.url).length - 1, 2, 'a broker named twice is one row (and the cluster line names it as leader once)')
   t.notMatch(twice.stdout, /2 leaders/)
-  for (const [file, message] of [['missing.txt', /cannot read --urls-from "\S+missing\.txt": ENOENT/], ['empty.txt', /lists no URL/], ['bad.json', /file_sd JSON must be/], ['none.json', /lists no target/], ['sd.yml', /looks like file_sd YAML, which mq-stats does not read: give it the JSON form/]]) {
+  for (const [file, message] of [['missing.txt', /cannot read --urls-from "\S+missing\.txt": ENOENT/], ['empty.txt', /lists no URL/], ['bad.json', /file_sd JSON must be/], ['none.json', /lists no target/], ['sd.yml', /looks like file_sd YAML, which mq-stats does not read: give it the JSON form/], ['ftp.txt', /^mq-stats: --urls-from "\S+ftp\.txt" needs an http or https URL, got "ftp:\/\/127\.0\.0\.1:21"/], ['junk.txt', /^mq-stats: --urls-from "\S+junk\.txt" needs an absolute http\(s\) URL/]]) {
     const r = await run(['--urls-from', path.join(dir, file)])
     t.equal(r.code, 64, `${file}: a usage error`)
     t.match(r.stderr, message)

@@ -22,7 +22,7 @@ Reads /healthz and /stats from one or more mq-metrics brokers and prints a table
   VIEW             one of: ${STATS_VIEWS.join(', ')}
                    (default: one summary row per broker)
   --url URL        broker base URL; repeat for several brokers (default ${DEFAULT_URL})
-  --urls-from FILE more brokers: one URL per line (# comments), or a Prometheus file_sd JSON
+  --urls-from FILE more brokers: one URL (or host:port) per line, # comments, or a Prometheus file_sd JSON
                    file ([{"targets": ["host:port", ...]}]), at most 4 MiB; with several brokers
                    the summary ends with a cluster line: worst tier, the leader, whether epochs agree
   --token TOKEN    bearer token for brokers with metrics_auth_token
@@ -207,14 +207,19 @@ function urlsFrom(file: string): string[] {
       throw new UsageError(`--urls-from ${JSON.stringify(file)}: file_sd JSON must be [{"targets": ["host:port", ...]}, ...]`)
     }
     if (targets.length === 0) throw new UsageError(`--urls-from ${JSON.stringify(file)} lists no target`)
-    return (targets as string[]).map((target) => checkUrl(/^https?:\/\//.test(target) ? target : `http://${target}`))
+    return (targets as string[]).map((target) => checkUrl(withScheme(target), `--urls-from ${JSON.stringify(file)}`))
   }
   if (/^\s*-?\s*targets\s*:/m.test(content)) {
     throw new UsageError(`--urls-from ${JSON.stringify(file)} looks like file_sd YAML, which mq-stats does not read: give it the JSON form ([{"targets": ["host:port", ...]}]) or one URL per line`)
   }
   const urls = content.split('\n').map((line) => line.replace(/#.*/, '').trim()).filter((line) => line !== '')
   if (urls.length === 0) throw new UsageError(`--urls-from ${JSON.stringify(file)} lists no URL`)
-  return urls.map(checkUrl)
+  return urls.map((line) => checkUrl(withScheme(line), `--urls-from ${JSON.stringify(file)}`))
+}
+
+/** A target without a scheme (`host:port`, as Prometheus writes targets) is served over http. */
+function withScheme(target: string): string {
+  return /^[a-z][a-z0-9+.-]*:\/\//i.test(target) ? target : `http://${target}`
 }
 
 /** The file as UTF-8, read up to `max` bytes: past them, a UsageError (nothing more is read). */
@@ -235,15 +240,16 @@ function readBounded(file: string, max: number): string {
   }
 }
 
-function checkUrl(value: string): string {
+/** `value` as a broker's base URL; `source` names where it came from in the error. */
+function checkUrl(value: string, source = '--url'): string {
   let url: URL
   try {
     url = new URL(value)
   } catch {
-    throw new UsageError(`--url needs an absolute http(s) URL such as ${DEFAULT_URL}, got ${JSON.stringify(value)}`)
+    throw new UsageError(`${source} needs an absolute http(s) URL such as ${DEFAULT_URL}, got ${JSON.stringify(value)}`)
   }
   if (url.protocol !== 'http:' && url.protocol !== 'https:') {
-    throw new UsageError(`--url needs an http or https URL, got ${JSON.stringify(value)}`)
+    throw new UsageError(`${source} needs an http or https URL, got ${JSON.stringify(value)}`)
   }
   return value.replace(/\/+$/, '')
 }
