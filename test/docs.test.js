@@ -6,7 +6,7 @@
 // top-level await works. Each document's blocks run in a temporary project in which
 // `mq-metrics` is this repository, and must exit 0 without writing an error.
 const t = require('tap')
-require('./helpers') // children spawned here start without tap's hooks (see helpers.js)
+const { promtoolFor } = require('./helpers') // children spawned here start without tap's hooks (see helpers.js)
 const fs = require('node:fs')
 const os = require('node:os')
 const path = require('node:path')
@@ -73,3 +73,29 @@ for (const doc of documents) {
   })
 }
 t.test('there are examples to run', async (t) => t.ok(total >= 8, `${total} blocks`))
+
+// The yaml blocks an operator pastes into Prometheus: a configuration (with the shipped rule
+// files beside it, as the docs say to install them) passes `promtool check config`, a rule group
+// `promtool check rules`. Other yaml (Alertmanager's inhibit_rules) is an illustration.
+t.test('every Prometheus configuration and rule group in the docs passes promtool', async (t) => {
+  const promtool = promtoolFor(t)
+  if (!promtool) return
+  const dir = fs.mkdtempSync(path.join(project, 'yaml-'))
+  for (const file of ['mq-alerts.yml', 'mq-cluster.rules.yml']) fs.copyFileSync(path.join(root, 'prometheus', file), path.join(dir, file))
+  let checked = 0
+  for (const doc of documents) {
+    const text = fs.readFileSync(path.join(root, doc), 'utf8')
+    const fence = /^```yaml\n([\s\S]*?)^```$/gm
+    for (let m; (m = fence.exec(text));) {
+      const line = text.slice(0, m.index).split('\n').length
+      const kind = /^groups:/m.test(m[1]) ? 'rules' : /^(global|scrape_configs|rule_files):/m.test(m[1]) ? 'config' : undefined
+      if (kind === undefined) continue
+      const file = path.join(dir, `${doc.replace(/\W/g, '_')}-${line}.yml`)
+      fs.writeFileSync(file, m[1])
+      const r = spawnSync(promtool, ['check', kind, file], { cwd: dir, encoding: 'utf8', timeout: 30_000 })
+      t.equal(r.status, 0, `${doc} line ${line}: promtool check ${kind}`, { stdout: r.stdout, stderr: r.stderr })
+      checked++
+    }
+  }
+  t.ok(checked >= 5, `${checked} blocks checked`)
+})
