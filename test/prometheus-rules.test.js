@@ -23,6 +23,7 @@ if (bin !== undefined) {
   for (const [name, args] of [
     ['promtool check rules', ['check', 'rules', rules]],
     ['promtool test rules', ['test', 'rules', tests]],
+    ['promtool test rules (evaluated every 5 s)', ['test', 'rules', path.join('prometheus', 'mq-alerts.fast.test.yml')]],
     ['promtool check rules (cluster)', ['check', 'rules', path.join('prometheus', 'mq-cluster.rules.yml')]],
     ['promtool test rules (cluster)', ['test', 'rules', path.join('prometheus', 'mq-cluster.rules.test.yml')]]
   ]) {
