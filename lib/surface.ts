@@ -238,8 +238,8 @@ export class Surface extends EventEmitter {
   render(): string {
     const body = this.#renderer.render(this.#observe())
     if (body.length > this.maxRenderChars) {
-      // V8 would throw its own ERR_STRING_TOO_LONG from toString(): some 40,000 topics with
-      // 1,000-character names and a group each are past it. GET /metrics sends the bytes as they are.
+      // V8 would throw its own ERR_STRING_TOO_LONG from toString(): some 51,000 topics with
+      // 1,000-character names and a short-named group each are past it. GET /metrics sends the bytes as they are.
       const length = body.length
       this.#renderer.recycle(body)
       throw new RangeError(

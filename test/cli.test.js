@@ -514,7 +514,7 @@ t.test('--urls-from FILE: one URL per line, or Prometheus file_sd JSON', async (
   const twice = await run(['--url', a.url, '--urls-from', path.join(dir, 'nodes.txt')])
   t.equal(twice.stdout.split(a.url).length - 1, 2, 'a broker named twice is one row (and the cluster line names it as leader once)')
   t.notMatch(twice.stdout, /2 leaders/)
-  for (const [file, message] of [['missing.txt', /cannot read --urls-from "\S+missing\.txt": ENOENT/], ['empty.txt', /lists no URL/], ['bad.json', /file_sd JSON must be/], ['none.json', /lists no target/], ['sd.yml', /looks like file_sd YAML, which mq-stats does not read: give it the JSON form/], ['ftp.txt', /^mq-stats: --urls-from "\S+ftp\.txt" needs an http or https URL, got "ftp:\/\/127\.0\.0\.1:21"/], ['junk.txt', /^mq-stats: --urls-from "\S+junk\.txt" needs an absolute http\(s\) URL/]]) {
+  for (const [file, message] of [['missing.txt', /cannot read --urls-from "\S+missing\.txt": ENOENT/], ['empty.txt', /lists no URL/], ['bad.json', /file_sd JSON must be/], ['none.json', /lists no target/], ['sd.yml', /looks like file_sd YAML, which mq-stats does not read: give it the JSON form/], ['ftp.txt', /^mq-stats: --urls-from "\S+ftp\.txt" needs an http or https URL, got "ftp:\/\/127\.0\.0\.1:21"/], ['junk.txt', /^mq-stats: --urls-from "\S+junk\.txt" needs an absolute http\(s\) URL such as \S+, got "not a url"/]]) {
     const r = await run(['--urls-from', path.join(dir, file)])
     t.equal(r.code, 64, `${file}: a usage error`)
     t.match(r.stderr, message)

@@ -491,7 +491,7 @@ t.test('the exposition grows its buffer when a scrape is much larger than the la
 })
 
 t.test('surface.render() of a body longer than a string can be is a RangeError that says what to do', async (t) => {
-  // render-size.stress.js builds a real one (40,000 long names); here the limit is lowered.
+  // render-size.stress.js builds a real one (42,000 long names); here the limit is lowered.
   for (const backend of backends()) {
     const surface = surfaceOn(t, backend)
     surface.topic('orders').produced(0, 1, 1)

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The stress tests kept out of `npm test` (it stays quick): thread rows churned by hundreds of
-# workers, workers terminated mid-attach, and the short soak, one file at a time (each loads both
+# workers, workers terminated mid-attach, a /metrics body past the longest string (553 MB), and the
+# short soak, one file at a time (each loads both
 # cores; run side by side they starve each other past their bounds). `npm run test:stress` locally.
 set -u
 cd "$(dirname "$0")/../.."

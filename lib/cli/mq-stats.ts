@@ -207,19 +207,14 @@ function urlsFrom(file: string): string[] {
       throw new UsageError(`--urls-from ${JSON.stringify(file)}: file_sd JSON must be [{"targets": ["host:port", ...]}, ...]`)
     }
     if (targets.length === 0) throw new UsageError(`--urls-from ${JSON.stringify(file)} lists no target`)
-    return (targets as string[]).map((target) => checkUrl(withScheme(target), `--urls-from ${JSON.stringify(file)}`))
+    return (targets as string[]).map((target) => checkUrl(target, `--urls-from ${JSON.stringify(file)}`, true))
   }
   if (/^\s*-?\s*targets\s*:/m.test(content)) {
     throw new UsageError(`--urls-from ${JSON.stringify(file)} looks like file_sd YAML, which mq-stats does not read: give it the JSON form ([{"targets": ["host:port", ...]}]) or one URL per line`)
   }
   const urls = content.split('\n').map((line) => line.replace(/#.*/, '').trim()).filter((line) => line !== '')
   if (urls.length === 0) throw new UsageError(`--urls-from ${JSON.stringify(file)} lists no URL`)
-  return urls.map((line) => checkUrl(withScheme(line), `--urls-from ${JSON.stringify(file)}`))
-}
-
-/** A target without a scheme (`host:port`, as Prometheus writes targets) is served over http. */
-function withScheme(target: string): string {
-  return /^[a-z][a-z0-9+.-]*:\/\//i.test(target) ? target : `http://${target}`
+  return urls.map((line) => checkUrl(line, `--urls-from ${JSON.stringify(file)}`, true))
 }
 
 /** The file as UTF-8, read up to `max` bytes: past them, a UsageError (nothing more is read). */
@@ -240,16 +235,21 @@ function readBounded(file: string, max: number): string {
   }
 }
 
-/** `value` as a broker's base URL; `source` names where it came from in the error. */
-function checkUrl(value: string, source = '--url'): string {
+/**
+ * `written` as a broker's base URL; `source` names where it came from in the error. With
+ * `bareTarget`, a value without a scheme (`host:port`, as Prometheus writes targets) is served over
+ * http; an error still quotes the value as written.
+ */
+function checkUrl(written: string, source = '--url', bareTarget = false): string {
+  const value = bareTarget && !/^[a-z][a-z0-9+.-]*:\/\//i.test(written) ? `http://${written}` : written
   let url: URL
   try {
     url = new URL(value)
   } catch {
-    throw new UsageError(`${source} needs an absolute http(s) URL such as ${DEFAULT_URL}, got ${JSON.stringify(value)}`)
+    throw new UsageError(`${source} needs an absolute http(s) URL such as ${DEFAULT_URL}, got ${JSON.stringify(written)}`)
   }
   if (url.protocol !== 'http:' && url.protocol !== 'https:') {
-    throw new UsageError(`${source} needs an http or https URL, got ${JSON.stringify(value)}`)
+    throw new UsageError(`${source} needs an http or https URL, got ${JSON.stringify(written)}`)
   }
   return value.replace(/\/+$/, '')
 }
