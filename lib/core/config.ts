@@ -46,7 +46,7 @@ const KEYS: Record<keyof Config, { kind: Kind; default: unknown; max?: number }>
  * of its own properties: a key inherited from a prototype (or a polluted Object.prototype) is not
  * something the caller wrote, and reads as undefined.
  */
-export function ownFields(input: unknown, what: string, known: readonly string[], unknown: string): (key: string) => unknown {
+export function ownFields(input: unknown, what: string, known: readonly string[], unknown: string): (key: string, fallback?: unknown) => unknown {
   if (input === undefined) input = {}
   if (!isPlainObject(input)) {
     throw new ConfigError(what, `must be an object, got ${describe(input)}`)
@@ -55,7 +55,7 @@ export function ownFields(input: unknown, what: string, known: readonly string[]
   for (const key of Object.keys(given)) {
     if (!known.includes(key)) throw new ConfigError(key, unknown)
   }
-  return (key) => ownOption(given, key)
+  return (key, fallback) => ownOption(given, key, fallback)
 }
 
 export function resolveConfig(input: unknown): ResolvedConfig {

@@ -54,11 +54,13 @@ export function isPlainObject(value: unknown): value is Record<string, unknown> 
 }
 
 /**
- * An options object's own `key` (undefined when absent): a key inherited from a prototype (or a
- * polluted Object.prototype) is not something the caller wrote, as the configuration reads it.
+ * An options object's own `key`, or `fallback` when it is absent or undefined: a key inherited from
+ * a prototype (or a polluted Object.prototype) is not something the caller wrote, as the
+ * configuration reads it. null is a value, not absence: the caller's check refuses it.
  */
-export function ownOption(options: object, key: string): unknown {
-  return Object.prototype.hasOwnProperty.call(options, key) ? (options as Record<string, unknown>)[key] : undefined
+export function ownOption(options: object, key: string, fallback?: unknown): unknown {
+  const value = Object.prototype.hasOwnProperty.call(options, key) ? (options as Record<string, unknown>)[key] : undefined
+  return value === undefined ? fallback : value
 }
 
 export function describe(value: unknown): string {

@@ -44,12 +44,8 @@ const OPTION_KEYS: readonly (keyof SurfaceOptions)[] = ['scrapeShare', 'scrapeBu
 
 /** Checks createSurface()'s options: unknown keys and values out of range are a ConfigError naming the key. */
 export function resolveSurfaceOptions(input: unknown): ResolvedSurfaceOptions {
-  const given = ownFields(input, 'options', OPTION_KEYS, `unknown option (known options: ${OPTION_KEYS.join(', ')})`)
   // A key left out takes its default; null is a bad value, as in the configuration (config.ts).
-  const own = (key: keyof SurfaceOptions, fallback: unknown): unknown => {
-    const value = given(key)
-    return value === undefined ? fallback : value
-  }
+  const own = ownFields(input, 'options', OPTION_KEYS, `unknown option (known options: ${OPTION_KEYS.join(', ')})`)
   const share = own('scrapeShare', DEFAULT_SCRAPE_SHARE)
   // Below 1%, one 10 ms slice would wait over a second: a scrape would time out before it ends.
   if (typeof share !== 'number' || !(share >= MIN_SCRAPE_SHARE && share <= 1)) {

@@ -296,13 +296,11 @@ function listenOptions(options: ListenOptions): { port: number; hostname: string
   }
   // A key left out takes its default; null is a bad value, as in the configuration (config.ts).
   // api.md: a TypeError for what is not a number, a RangeError for a number out of range.
-  const givenPort = ownOption(options, 'port')
-  const port = givenPort === undefined ? DEFAULT_PORT : givenPort
+  const port = ownOption(options, 'port', DEFAULT_PORT)
   if (typeof port !== 'number' || !Number.isInteger(port) || port < 0 || port > 65535) {
     throw new (typeof port === 'number' ? RangeError : TypeError)(`listen port must be an integer from 0 to 65535, got ${describe(port)}`)
   }
-  const givenHost = ownOption(options, 'host')
-  const hostname = givenHost === undefined ? DEFAULT_HOST : givenHost
+  const hostname = ownOption(options, 'host', DEFAULT_HOST)
   if (typeof hostname !== 'string' || hostname.length === 0) {
     throw new TypeError(`listen host must be a non-empty string, got ${describe(hostname)}`)
   }
