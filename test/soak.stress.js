@@ -1,5 +1,5 @@
 'use strict'
-// The short soak (test/soak.js) inside `npm test`: 1,000,000 operations over 1,000 topics with
+// The short soak (test/soak.js) in `npm run test:stress` (CI's stress step): 1,000,000 operations over 1,000 topics with
 // churn, on each backend in its own `node --expose-gc` child. If this fails, a long-running broker
 // leaks memory or slots as topics come and go, or a counter of a surviving topic drifts from what
 // was recorded. `npm run soak` runs the long form (10,000,000 operations over 10,000 topics).

@@ -29,10 +29,11 @@ Reads /healthz and /stats from one or more mq-metrics brokers and prints a table
                    (default: the MQ_STATS_TOKEN environment variable, which ps cannot show)
   --watch SECONDS  redraw every SECONDS until Ctrl-C, then exit with the last status
   --json           print JSON with exact integers: an array with one entry per broker
-  --help           show this help
+  --help, -h       show this help
 
 Exit status: the worst quorum_state of the brokers read (with --watch, in the last frame) (0 healthy, 1 soft, 2 read_only); 3 when a broker is
-unreachable or answers with an error; 64 for a usage error.
+unreachable or answers with an error; 64 for a usage error; 130 when interrupted before the first frame;
+70 for an internal error (a bug; its message is on stderr).
 Colour only when stdout is a terminal and NO_COLOR is not set.
 `
 

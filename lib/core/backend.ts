@@ -84,7 +84,7 @@ export function loadAddon(): NativeAddon | null {
   return addon
 }
 
-/** design §1: MQ_METRICS_BACKEND=js|native forces a backend; anything else is a startup error. */
+/** design §1: MQ_METRICS_BACKEND=js|native forces a backend; anything else but empty (as unset) is a startup error. */
 export function chooseBackend(env: NodeJS.ProcessEnv = process.env): BackendName {
   const forced = env.MQ_METRICS_BACKEND
   if (forced === undefined || forced === '') {

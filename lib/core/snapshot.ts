@@ -22,7 +22,10 @@ export interface PartitionSnapshot {
   partition: number
   /** Highest appended seq (0 before the first append). */
   lastSeq: number
-  /** design §4: lastSeq − min over groups of ackFloor (0 for a group that never set one). */
+  /**
+   * design §4: the most any group still owes, max over groups of (lastSeq − its ackFloor − what it
+   * settled above the floor); with no group, everything since the partition's base.
+   */
   depth: number
 }
 
@@ -39,7 +42,7 @@ export interface GroupSnapshot {
   maxInFlight: number
   /** design §4: max over the topic's partitions of (lastSeq − ackFloor of this group). */
   lag: number
-  /** design §4: Σ over the topic's partitions of (lastSeq − ackFloor of this group). */
+  /** design §4: what this group still owes, Σ over the topic's partitions of (lastSeq − its ackFloor − what it settled above the floor). */
   depth: number
   /**
    * This group's ack floor on each partition, parallel to `TopicSnapshot.partitionNumbers` (0:
@@ -87,7 +90,7 @@ export interface TopicSnapshot {
   partitionNumbers: readonly number[]
   /** Highest appended seq of each partition (0 before the first append). */
   lastSeq: readonly number[]
-  /** design §4: lastSeq − min over groups of ackFloor (0 for a group that never set one), per partition. */
+  /** Per partition, as PartitionSnapshot.depth (design §4). */
   depth: readonly number[]
   /** Ascending by label, then by raw name (JS string order). */
   groups: GroupSnapshot[]

@@ -31,7 +31,7 @@ export const METRICS: readonly MetricDefinition[] = Object.freeze([
   define('mq_topic_bytes_total', 'counter', ['topic'], 'Bytes of the topic appended to disk.'),
   define('mq_partition_depth', 'gauge', ['topic', 'partition'], 'Unconsumed messages in the partition: the most any group still owes (last_seq minus its ack floor, less what it settled above the floor).'),
   define('mq_partition_last_seq', 'gauge', ['topic', 'partition'], 'Latest durable sequence number of the partition; it never decreases.'),
-  define('mq_group_lag', 'gauge', ['topic', 'group'], 'Largest unconsumed depth of the consumer group over the topic\'s partitions.'),
+  define('mq_group_lag', 'gauge', ['topic', 'group'], 'Largest distance from last_seq to the consumer group\'s ack floor over the topic\'s partitions (a message settled above the floor counts until the floor passes it).'),
   define('mq_group_in_flight', 'gauge', ['topic', 'group'], 'Messages dispatched to the consumer group and not yet acknowledged or dropped.'),
   define('mq_group_retries_total', 'counter', ['topic', 'group'], 'Redeliveries of messages to the consumer group.'),
   define('mq_e2e_latency_ms', 'gauge', ['quantile'], 'Publish-to-acknowledgement latency in milliseconds over the last 60 s window, by quantile.'),
