@@ -4,7 +4,11 @@
 // NAME for the blocks after it in the same document (a worker's file). ts is transpiled by
 // TypeScript (types stripped, nothing checked); a block with `import` runs as an ES module, so
 // top-level await works. Each document's blocks run in a temporary project in which
-// `mq-metrics` is this repository, and must exit 0 without writing an error.
+// `mq-metrics` is this repository, and must exit 0 without writing an error. A line that prints
+// with `console.log(…) // what it prints` must run and print that: the comment is the output as
+// console.log writes it (or as util.inspect shows each value: 'native'), whole or followed by
+// ', ', ': ', ' (', '…' or ' —' and words about it. A comment starting `e.g.` is not checked (an
+// output that depends on the machine).
 const t = require('tap')
 const { promtoolFor } = require('./helpers') // children spawned here start without tap's hooks (see helpers.js)
 const fs = require('node:fs')
@@ -31,6 +35,32 @@ Surface.prototype.emit = function (event, ...args) {
 }
 `)
 
+// The output of each checked line (see instrument()), one JSON line per call, in a file the test names.
+fs.appendFileSync(preload, `
+const util = require('node:util')
+globalThis.__docLog = (line, ...args) => {
+  require('node:fs').appendFileSync(process.env.DOCS_OUTPUT, JSON.stringify({ line, format: util.format(...args), inspect: args.map((a) => util.inspect(a)).join(' ') }) + '\\n')
+  console.log(...args)
+}
+`)
+
+/** The block with each checked console.log line calling __docLog(its line, …) instead; and what each must print. */
+function instrument(code) {
+  const expected = []
+  const lines = code.split('\n').map((text, i) => {
+    const m = /^(\s*)console\.log\((.*\))\s+\/\/ (.+)$/.exec(text)
+    if (!m || m[3].startsWith('e.g.')) return text
+    expected.push({ line: i + 1, comment: m[3].trim() })
+    return `${m[1]}__docLog(${i + 1}, ${m[2]}`
+  })
+  return { code: lines.join('\n'), expected }
+}
+
+/** Whether `comment` says what the call printed: whole, or followed by words about it. */
+function says(comment, printed) {
+  return [printed.format, printed.inspect].some((out) => comment === out || (comment.startsWith(out) && /^(, |: | \(|…| —)/.test(comment.slice(out.length))))
+}
+
 function blocks(text) {
   const found = []
   const fence = /^```(js|ts|javascript|typescript)\n([\s\S]*?)^```$/gm
@@ -47,6 +77,7 @@ function compile({ lang, code }) {
 }
 
 let total = 0
+let checkedLines = 0
 for (const doc of documents) {
   const found = blocks(fs.readFileSync(path.join(root, doc), 'utf8'))
   if (found.length === 0) continue
@@ -54,7 +85,8 @@ for (const doc of documents) {
     const dir = fs.mkdtempSync(path.join(project, doc.replace(/\W/g, '_') + '-'))
     for (const [i, block] of found.entries()) {
       total++
-      const { js, ext } = compile(block)
+      const { code, expected } = instrument(block.code)
+      const { js, ext } = compile({ ...block, code })
       const named = /^\/\/ file: (\S+)/.exec(block.code)
       if (named) {
         fs.writeFileSync(path.join(dir, named[1]), js)
@@ -63,16 +95,28 @@ for (const doc of documents) {
       }
       const file = path.join(dir, `example-${i + 1}${ext}`)
       fs.writeFileSync(file, js)
-      const env = { ...process.env }
+      const output = `${file}.out`
+      const env = { ...process.env, DOCS_OUTPUT: output }
       delete env.MQ_METRICS_BACKEND
       const r = spawnSync(process.execPath, ['--require', preload, file], { cwd: dir, encoding: 'utf8', timeout: 30_000, env })
       t.equal(r.status, 0, `${doc} block ${i + 1} (line ${block.line}) runs and exits 0`, { stdout: r.stdout, stderr: r.stderr })
       t.notMatch(r.stderr, /Error|Warning/, `${doc} block ${i + 1} (line ${block.line}) writes no error`)
+      const printed = fs.existsSync(output) ? fs.readFileSync(output, 'utf8').trim().split('\n').map((l) => JSON.parse(l)) : []
+      for (const { line, comment } of expected) {
+        const at = `${doc} line ${block.line + line}`
+        const calls = printed.filter((p) => p.line === line)
+        t.ok(calls.length > 0, `${at}: its console.log runs`)
+        for (const call of calls) t.ok(says(comment, call), `${at} prints what its comment says`, { comment, printed: call.format, inspected: call.inspect })
+      }
+      checkedLines += expected.length
       if (!/\.on\('fault'/.test(block.code)) t.notMatch(r.stderr, /^FAULT /m, `${doc} block ${i + 1} (line ${block.line}) raises no fault (it listens for none)`)
     }
   })
 }
-t.test('there are examples to run', async (t) => t.ok(total >= 8, `${total} blocks`))
+t.test('there are examples to run', async (t) => {
+  t.ok(total >= 8, `${total} blocks`)
+  t.ok(checkedLines >= 8, `${checkedLines} printed lines checked against their comments`)
+})
 
 // The yaml blocks an operator pastes into Prometheus: a configuration (with the shipped rule
 // files beside it, as the docs say to install them) passes `promtool check config`, a rule group
