@@ -65,6 +65,31 @@ for (const backend of backends()) {
   })
 }
 
+// A body larger than maxScrapeBytes alone: the bound is on bodies held together. It used to take
+// the last body's size as the next one's and refuse every scrape after the first, for good (no
+// scrape was rendered to learn otherwise): plain ones with the scrape thread, gzip ones without it.
+for (const backend of backends()) {
+  for (const scrapeThread of [true, false]) {
+    t.test(`${backend}, scrape thread ${scrapeThread ? 'on' : 'off'}: a body larger than maxScrapeBytes is served alone, scrape after scrape`, async (t) => {
+      const surface = bigSurface(t, backend, { maxScrapeBytes: 65536, scrapeThread })
+      const server = await surface.listen({ port: 0 })
+      const gzip = { 'Accept-Encoding': 'gzip' }
+      const answers = []
+      for (const headers of [{}, gzip, {}, gzip, gzip, {}]) answers.push(await request(server.port, { path: '/metrics', headers, keepBody: false }))
+      t.same(answers.map((a) => a.status), [200, 200, 200, 200, 200, 200], 'plain and gzip, one after another')
+      t.ok(answers.every((a) => a.bytes > 65536), `every body is over the bound (${answers.map((a) => (a.bytes / 1e6).toFixed(1)).join(', ')} MB)`)
+      t.same(answers.map((a) => a.headers['content-encoding'] ?? 'plain'), ['plain', 'gzip', 'plain', 'gzip', 'gzip', 'plain'])
+      // While a client that stopped reading holds one, no other body fits until it is cut (2 s).
+      const stalled = await stalledClient(server.port)
+      t.teardown(() => stalled.socket.destroy())
+      t.equal(stalled.status, 200, 'a client that stops reading is served too')
+      t.equal((await request(server.port, { path: '/metrics', headers: gzip, keepBody: false })).status, 503, 'with it holding its body, a scrape waits')
+      await new Promise((resolve) => setTimeout(resolve, 2100))
+      t.equal((await request(server.port, { path: '/metrics', headers: gzip, keepBody: false })).status, 200, 'the stalled client is cut, and the scrape served')
+    })
+  }
+}
+
 t.test('past maxConnections, a request gets a fast JSON 503 with Retry-After', async (t) => {
   const surface = surfaceOn(t, 'js', {}, { maxConnections: 3 })
   const server = await surface.listen({ port: 0 })

@@ -115,18 +115,27 @@ class ScrapeBudget {
   #held = 0
   /** Responses holding a body, oldest first: its size, the bytes still pending at the last look, and when they last went down. */
   readonly #holders = new Map<ServerResponse, { bytes: number; pending: number; queued: number; progressAt: number; cut: (() => void) | undefined }>()
-  /** The last body's size: what a scrape about to render will most likely need. */
-  #expected = 0
+  /**
+   * The last body's size, plain and gzip apart (a gzip body is some 9× smaller): what a scrape
+   * about to render will most likely need.
+   */
+  #expected = { plain: 0, gzip: 0 }
 
   constructor(limit: number) {
     this.#limit = limit
   }
 
-  /** Whether a scrape may render: there is room for a body like the last, after cutting stalled clients. */
-  admit(now = Date.now()): boolean {
-    if (this.#held + this.#expected <= this.#limit) return true
+  /**
+   * Whether a scrape may render: there is room for a body like the last of its encoding, after
+   * cutting stalled clients. With nothing held, always: the bound is on bodies held together, and
+   * a body larger than it alone must not shut /metrics off (nor would a refusal ever learn that
+   * the body has become smaller: only a rendered scrape measures it).
+   */
+  admit(encoding: 'plain' | 'gzip', now = Date.now()): boolean {
+    const expected = this.#expected[encoding]
+    if (this.#held === 0 || this.#held + expected <= this.#limit) return true
     for (const [res, holder] of this.#holders) {
-      if (this.#held + this.#expected <= this.#limit) break
+      if (this.#held + expected <= this.#limit) break
       const pending = res.socket?.writableLength ?? 0
       const queued = queuedBytes(res)
       if (pending < holder.pending || queued < holder.queued) {
@@ -140,12 +149,12 @@ class ScrapeBudget {
       // Closed: nothing writes from the body any more, and its memory can serve the next scrape.
       holder.cut?.()
     }
-    return this.#held + this.#expected <= this.#limit
+    return this.#held === 0 || this.#held + expected <= this.#limit
   }
 
   /** `res` holds a body of `bytes` until it closes (finished, or cut: then `cut` is called). */
-  hold(res: ServerResponse, bytes: number, cut?: () => void): void {
-    this.#expected = bytes
+  hold(res: ServerResponse, encoding: 'plain' | 'gzip', bytes: number, cut?: () => void): void {
+    this.#expected[encoding] = bytes
     if (res.destroyed || typeof res.once !== 'function') return
     this.#held += bytes
     this.#holders.set(res, { bytes, pending: Infinity, queued: Infinity, progressAt: Date.now(), cut })
@@ -323,7 +332,8 @@ function closer(server: Server): () => Promise<void> {
 function serve(host: HttpHost, budget: ScrapeBudget, route: Route, query: string, req: IncomingMessage, res: ServerResponse): void {
   try {
     if (route === '/metrics') {
-      if (!budget.admit()) {
+      const gzip = acceptsGzip(req.headers['accept-encoding'])
+      if (!budget.admit(gzip ? 'gzip' : 'plain')) {
         sendError(req, res, 503, 'SCRAPES_IN_FLIGHT', 'too many /metrics bodies are still being sent; try again shortly', { 'Retry-After': String(RETRY_AFTER_SECONDS) })
         return
       }
@@ -338,13 +348,13 @@ function serve(host: HttpHost, budget: ScrapeBudget, route: Route, query: string
       }
       const answer = (metrics: Buffer | GzipBody): void => {
         const body = Buffer.isBuffer(metrics) ? metrics : metrics.gzip ?? metrics.plain
-        if (req.method !== 'HEAD') budget.hold(res, body.length, Buffer.isBuffer(metrics) && sent !== undefined ? () => sent(metrics) : undefined)
+        if (req.method !== 'HEAD') budget.hold(res, gzip ? 'gzip' : 'plain', body.length, Buffer.isBuffer(metrics) && sent !== undefined ? () => sent(metrics) : undefined)
         if (Buffer.isBuffer(metrics)) respond(host, req, res, 200, METRICS_CONTENT_TYPE, metrics, sent)
         else if (metrics.gzip === undefined) respond(host, req, res, 200, METRICS_CONTENT_TYPE, metrics.plain, sent)
         else send(req, res, 200, { 'Content-Type': METRICS_CONTENT_TYPE, Vary: 'Accept-Encoding', 'Content-Encoding': 'gzip' }, metrics.gzip)
       }
       const abandoned = (): boolean => res.destroyed === true
-      const metrics = host.metricsGzip !== undefined && acceptsGzip(req.headers['accept-encoding']) ? host.metricsGzip(abandoned) : host.metricsBody(abandoned)
+      const metrics = host.metricsGzip !== undefined && gzip ? host.metricsGzip(abandoned) : host.metricsBody(abandoned)
       // A skipped scrape has nobody to answer and is no error.
       if ('then' in metrics) metrics.then(answer, (error: unknown) => { if (!(error instanceof ScrapeAbandoned)) failed(host, req, res, error) })
       else answer(metrics)
