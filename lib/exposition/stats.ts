@@ -261,7 +261,8 @@ export interface Narrow {
 
 function checkFilter(filter: unknown): Narrow {
   if (filter === undefined || filter === null) return { topic: undefined, group: undefined }
-  if (!isPlainObject(filter)) throw new StatsError('INVALID_QUERY', 'the stats filter must be an object { topic?, group? }')
+  // A bad type is a TypeError (docs/errors.md), as a bad view's; an unknown key is the query's INVALID_QUERY.
+  if (!isPlainObject(filter)) throw new TypeError(`stats filter must be an object { topic?, group? }, got ${describe(filter)}`)
   for (const key of Object.keys(filter)) {
     // A typo (`topics`) must not quietly show every topic: the HTTP query rejects it as well.
     if (key !== 'topic' && key !== 'group') throw new StatsError('INVALID_QUERY', `unknown stats filter key ${JSON.stringify(key)} (known: topic, group)`)
@@ -269,7 +270,7 @@ function checkFilter(filter: unknown): Narrow {
   const topic = ownOption(filter, 'topic')
   const group = ownOption(filter, 'group')
   for (const [key, value] of [['topic', topic], ['group', group]] as const) {
-    if (value !== undefined && typeof value !== 'string') throw new StatsError('INVALID_QUERY', `${key} must be a string (an exact raw name)`)
+    if (value !== undefined && typeof value !== 'string') throw new TypeError(`stats filter ${key} must be a string (an exact raw name), got ${describe(value)}`)
   }
   return { topic: topic as string | undefined, group: group as string | undefined }
 }
