@@ -125,7 +125,7 @@ export class Observer {
    */
   observeSliced(fields: ThreadFields, holdMs = SLICE_HOLD_MS, between?: (read: number) => void): Snapshot {
     const memory = this.#handles.recorder.registry.memory
-    const read = this.#slices(this.#reader, holdMs)
+    const read = this.#slices(this.#reader, holdMs, false, undefined, true)
     for (let at = read.step(); at !== undefined; at = read.step()) {
       if (between !== undefined) between(at)
       else memory.letWaiterIn(SLICE_GAP_MS)
@@ -198,8 +198,12 @@ export class Observer {
    * announces between its tasks only: docs/reclamation.md); checkSliced() yields between steps,
    * so there a removed topic's block may be reused, and the tag check is what leaves it out.
    * finish() gives the topics read and their layout, and repairs the underflows found.
+   * `catchUpInParts` (the scrape thread, which runs nothing else between its steps): the first
+   * steps catch up with the log a hold at a time (registry.syncUntil), and the topics are sorted
+   * with the lock free, so a thread started on a large surface does not keep registrations
+   * waiting for its whole replay and sort (docs/scrape-thread.md).
    */
-  #slices(reader: SnapshotReader, holdMs: number, ackFloors = false, report?: ConservationTopic[]): { step(): number | undefined; finish(): [TopicSnapshot[], Layout] } {
+  #slices(reader: SnapshotReader, holdMs: number, ackFloors = false, report?: ConservationTopic[], catchUpInParts = false): { step(): number | undefined; finish(): [TopicSnapshot[], Layout] } {
     const registry = this.#handles.recorder.registry
     const memory = registry.memory
     const topics: TopicSnapshot[] = []
@@ -207,7 +211,18 @@ export class Observer {
     let sorted: readonly TopicEntity[] | undefined
     let generation = 0
     let at = 0
+    let caughtUp = !catchUpInParts
     const step = (): number | undefined => {
+      if (!caughtUp) {
+        caughtUp = this.#unlocked(memory, () => {
+          if (memory.control[C_CLOSED] === 1) throw new ClosedError('this mq-metrics surface')
+          memory.clearWanted()
+          return registry.syncUntil(performance.now() + holdMs)
+        })
+        // Sorted here, with the lock free: the picture changes only when this thread syncs.
+        if (caughtUp) reader.sortAhead()
+        return at
+      }
       this.#unlocked(memory, () => {
         if (memory.control[C_CLOSED] === 1) throw new ClosedError('this mq-metrics surface')
         memory.clearWanted()

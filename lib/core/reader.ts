@@ -72,13 +72,22 @@ export class SnapshotReader {
    */
   beginSliced(): readonly TopicEntity[] {
     this.#beginRead()
+    this.sortAhead()
+    return this.#sortedTopics
+  }
+
+  /**
+   * The live topics sorted, if what this thread knows changed since the last sort: beginSliced()
+   * then finds them sorted. Reads only this thread's picture, so a caller that does not sync
+   * meanwhile may call it with the lock free (Observer, the scrape thread).
+   */
+  sortAhead(): void {
     const registry = this.#registry
     if (this.#sortedAt !== registry.generation) {
       this.#sortedTopics = [...registry.topics.values()].sort(byLabelThenName)
       this.#sortedAt = registry.generation
       this.#layout = { collisionFree: hasNoCollisions(this.#sortedTopics) && !this.#carrying() }
     }
-    return this.#sortedTopics
   }
 
   /**

@@ -129,6 +129,27 @@ export class Registry {
   }
 
   /**
+   * sync() in parts, for the scrape thread's read in slices (observer.ts): under the lock the
+   * caller holds, replays the log until `deadline` (performance.now()) has passed, 64 entries at
+   * least; true once caught up. A thread started on a large surface has the whole log to replay
+   * (20,000 topics: some 70 ms), which in one hold would keep every registration waiting as long.
+   * Between two parts this thread's picture is the log's up to where it stopped, as a thread that
+   * synced then would know it (a checkpoint half replayed included: its end, or a new generation's
+   * checkpoint, completes it). The caller reads nothing, and runs nothing else that uses the
+   * picture, until this returns true.
+   */
+  syncUntil(deadline: number): boolean {
+    const control = this.memory.control
+    if (Atomics.load(control, C_LOG_GENERATION) === this.#logGeneration && Atomics.load(control, C_LOG_END) === this.#cursor && control[C_RECOUNT] === 0) return true
+    this.memory.lock()
+    try {
+      return this.#catchUp(deadline)
+    } finally {
+      this.memory.unlock()
+    }
+  }
+
+  /**
    * sync() if the registration lock is free now; false if it was not (nothing done). For a caller
    * that holds a group's lock and can do without (only a fold or a credit read waits under one).
    */
@@ -149,8 +170,11 @@ export class Registry {
     return true
   }
 
-  /** Caller holds the lock: the log is read only under it (a compaction rewrites its chunks). */
-  #catchUp(): void {
+  /**
+   * Caller holds the lock: the log is read only under it (a compaction rewrites its chunks).
+   * With a `deadline`, stops there (syncUntil()); true when caught up.
+   */
+  #catchUp(deadline?: number): boolean {
     const control = this.memory.control
     const generation = control[C_LOG_GENERATION]
     if (generation !== this.#logGeneration) {
@@ -164,7 +188,8 @@ export class Registry {
       this.#cursor = 0
     }
     const end = control[C_LOG_END]
-    while (this.#cursor < end) this.#applyAt(this.#cursor)
+    if (deadline === undefined) while (this.#cursor < end) this.#applyAt(this.#cursor)
+    else for (let n = 1; this.#cursor < end && ((n & 63) !== 0 || performance.now() < deadline); n++) this.#applyAt(this.#cursor)
     // The removals just replayed have cleared their tags; one whose thread stopped before moving
     // the epoch to its own is finished here (docs/reclamation.md, "Removal").
     if (this.#picture.owedEpoch !== 0) catchUpEpoch(this.memory, this.#picture.owedEpoch)
@@ -172,6 +197,7 @@ export class Registry {
     // So are the shared counts a registration stopped between its entry and its count left behind
     // (the lock taken over from it, memory.ts lock(); or it threw, #appendCounted). Under this lock
     // and caught up, every topic and group this thread knows is alive and owns its block.
+    if (this.#cursor < end) return false
     if (control[C_RECOUNT] !== 0) {
       for (const topic of this.#picture.topicsById.values()) {
         this.#storeShared(topic.slot + T_PARTITIONS, topic.partitionNumbers.length)
@@ -179,6 +205,7 @@ export class Registry {
       }
       control[C_RECOUNT] = 0
     }
+    return true
   }
 
   // ---- registration (each under the lock, after catching up with the log) ----

@@ -8,6 +8,7 @@
 //            conservation), only the topics that have such a group.
 // The broker-wide views (quorum, latency, faults, config) ignore both.
 import { MqMetricsError } from '../core/errors'
+import { Listing, materialize } from '../core/json'
 import { describe, isPlainObject, ownOption } from '../core/labels'
 import type { ConservationReport } from '../core/conservation'
 import type { ResolvedConfig } from '../core/config'
@@ -141,6 +142,9 @@ export function isStatsView(view: unknown): view is StatsView {
 }
 
 /** A view and its narrowing, checked: what statsViewOf() builds from a context. */
+/** A view as planned: each of its long lists a Listing (json.ts), written a topic at a time over HTTP. */
+export type Planned<V> = { [K in keyof V]: V[K] extends readonly (infer T)[] ? V[K] | Listing<any, T> : V[K] }
+
 export interface StatsRequest {
   view: StatsView
   narrow: Narrow
@@ -168,7 +172,16 @@ export function statsView(view: string, filter: StatsFilter, ctx: StatsContext):
 }
 
 /** The /stats object for a request statsRequest() checked. */
-export function statsViewOf({ view, narrow }: StatsRequest, ctx: StatsContext): StatsViews[StatsView] {
+export function statsViewOf(request: StatsRequest, ctx: StatsContext): StatsViews[StatsView] {
+  return materialize(statsPlanOf(request, ctx)) as StatsViews[StatsView]
+}
+
+/**
+ * statsViewOf() with its long lists (a topic's entries each) not built yet: /stats over HTTP
+ * builds and writes them a few topics at a time (json.ts toJSONSliced), so a large view never
+ * holds the broker's thread for its whole write.
+ */
+export function statsPlanOf({ view, narrow }: StatsRequest, ctx: StatsContext): Planned<StatsViews[StatsView]> {
   switch (view) {
     case 'topics':
       return topicsView(ctx.snapshot, narrow)
@@ -193,7 +206,8 @@ export function statsViewOf({ view, narrow }: StatsRequest, ctx: StatsContext): 
 
 /**
  * `/stats` from its query string: validates first, and only then builds the context (a snapshot
- * and a conservation check cost a scrape; a bad request must not pay for one).
+ * and a conservation check cost a scrape; a bad request must not pay for one). The body is the
+ * view, its lists built.
  */
 export function statsFromQuery(query: URLSearchParams, makeContext: () => StatsContext): { statusCode: number; body: unknown } {
   return answered(() => {
@@ -204,14 +218,15 @@ export function statsFromQuery(query: URLSearchParams, makeContext: () => StatsC
 
 /**
  * statsFromQuery() with a context made asynchronously (/stats over HTTP: read in slices, the
- * event loop free between them). A bad query is answered at once, before anything is read.
+ * event loop free between them). A bad query is answered at once, before anything is read. The
+ * body is the view as planned (statsPlanOf): its lists are built as it is written.
  */
 export function statsFromQueryLater(query: URLSearchParams, makeContext: () => Promise<StatsContext>): { statusCode: number; body: unknown } | Promise<{ statusCode: number; body: unknown }> {
   let parsed: { view: string; filter: StatsFilter } | undefined
   const refused = answered(() => (parsed = parseQuery(query)))
   if (parsed === undefined) return refused
   const { view, filter } = parsed
-  return makeContext().then((context) => answered(() => statsView(view, filter, context)))
+  return makeContext().then((context) => answered(() => statsPlanOf(statsRequest(view, filter), context)))
 }
 
 /** 200 with what `make` returns, or the StatsError it throws as its status and JSON error. */
@@ -282,7 +297,7 @@ function selectTopics(snapshot: Snapshot, narrow: Narrow): TopicSnapshot[] {
   )
 }
 
-function topicsView(snapshot: Snapshot, narrow: Narrow): TopicsView {
+function topicsView(snapshot: Snapshot, narrow: Narrow): Planned<TopicsView> {
   const topics = selectTopics(snapshot, narrow)
   const totals: Record<'produced' | 'delivered' | 'dropped' | 'dlq' | 'bytes', Count> = { produced: 0, delivered: 0, dropped: 0, dlq: 0, bytes: 0 }
   for (const t of topics) {
@@ -290,7 +305,7 @@ function topicsView(snapshot: Snapshot, narrow: Narrow): TopicsView {
   }
   return {
     filter: 'topics',
-    topics: topics.map((t) => ({
+    topics: new Listing(topics, (t) => [{
       topic: t.name,
       label: t.label,
       produced: t.produced,
@@ -300,21 +315,21 @@ function topicsView(snapshot: Snapshot, narrow: Narrow): TopicsView {
       bytes: t.bytes,
       partitions: t.partitionNumbers.length,
       groups: t.groups.length,
-    })),
+    }]),
     // Summed over the topics listed above (mq-stats' default view reads these).
     totals,
   }
 }
 
-function partitionsView(snapshot: Snapshot, narrow: Narrow): PartitionsView {
-  const partitions = selectTopics(snapshot, narrow).flatMap((t) =>
+function partitionsView(snapshot: Snapshot, narrow: Narrow): Planned<PartitionsView> {
+  const partitions = new Listing(selectTopics(snapshot, narrow), (t) =>
     t.partitionNumbers.map((partition, p) => ({ topic: t.name, label: t.label, partition, last_seq: t.lastSeq[p], depth: t.depth[p] })),
   )
   return { filter: 'partitions', partitions }
 }
 
-function groupsView(snapshot: Snapshot, narrow: Narrow): GroupsView {
-  const groups = selectTopics(snapshot, narrow).flatMap((t) =>
+function groupsView(snapshot: Snapshot, narrow: Narrow): Planned<GroupsView> {
+  const groups = new Listing(selectTopics(snapshot, narrow), (t) =>
     t.groups
       .filter((g) => narrow.group === undefined || g.name === narrow.group)
       .map((g) => {
@@ -368,11 +383,12 @@ function latencyView(ctx: StatsContext): LatencyView {
   }
 }
 
-function conservationView(report: ConservationReport, narrow: Narrow): ConservationView {
-  const topics = report.topics
-    .filter((t) => narrow.topic === undefined || t.topic === narrow.topic)
-    .map((t) => (narrow.group === undefined ? t : { ...t, groups: t.groups.filter((g) => g.group === narrow.group) }))
-    .filter((t) => narrow.group === undefined || t.groups.length > 0)
+function conservationView(report: ConservationReport, narrow: Narrow): Planned<ConservationView> {
+  const topics = new Listing(report.topics.filter((t) => narrow.topic === undefined || t.topic === narrow.topic), (t) => {
+    if (narrow.group === undefined) return [t]
+    const groups = t.groups.filter((g) => g.group === narrow.group)
+    return groups.length > 0 ? [{ ...t, groups }] : []
+  })
   return { filter: 'conservation', topics }
 }
 

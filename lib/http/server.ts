@@ -8,7 +8,8 @@ import { createHash, timingSafeEqual } from 'node:crypto'
 import { gzip } from 'node:zlib'
 import { GZIP_LEVEL, GzipBody } from '../exposition/gzip'
 import { METRICS_CONTENT_TYPE } from '../exposition/allowlist'
-import { toJSON } from '../core/json'
+import { toJSON, toJSONSliced } from '../core/json'
+import { SLICE_HOLD_MS } from '../core/observer'
 import { describe, isPlainObject, ownOption } from '../core/labels'
 import { DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_SCRAPE_BYTES } from './options'
 import { ScrapeAbandoned } from './pacing'
@@ -360,10 +361,11 @@ function serve(host: HttpHost, budget: ScrapeBudget, route: Route, query: string
       else answer(metrics)
       return
     }
-    const json = (answer: { statusCode: number; body: unknown }): void => respond(host, req, res, answer.statusCode, JSON_CONTENT_TYPE, Buffer.from(toJSON(answer.body), 'utf8'))
+    // A /stats view's lists are built and written in slices, the event loop free between them.
+    const json = (answer: { statusCode: number; body: unknown }): Promise<void> =>
+      toJSONSliced(answer.body, SLICE_HOLD_MS).then((body) => respond(host, req, res, answer.statusCode, JSON_CONTENT_TYPE, body))
     const answer = route === '/healthz' ? host.healthz() : host.stats(new URLSearchParams(query))
-    if ('then' in answer) answer.then(json).catch((error: unknown) => failed(host, req, res, error))
-    else json(answer)
+    ;('then' in answer ? answer.then(json) : json(answer)).catch((error: unknown) => failed(host, req, res, error))
   } catch (error) {
     failed(host, req, res, error)
   }
