@@ -115,3 +115,26 @@ t.test('past maxConnections, a request gets a fast JSON 503 with Retry-After', a
   await new Promise((resolve) => setTimeout(resolve, 50))
   t.equal((await new Promise((resolve) => http.get({ host: '127.0.0.1', port: server.port, path: '/healthz', agent: false }, (res) => { res.resume(); resolve(res.statusCode) }))), 200, 'served again once connections closed')
 })
+
+// A connection answered with a raw error (here a 400 for bytes that are not HTTP; a slowloris gets
+// its 408 the same way) whose client neither reads nor closes used to keep its maxConnections slot
+// until the 30 s idle timeout; it is closed a second after the answer.
+t.test('a client that never reads its error answer gives its connection back within seconds', async (t) => {
+  const surface = surfaceOn(t, 'js', {}, { maxConnections: 1 })
+  const server = await surface.listen({ port: 0 })
+  const silent = net.connect(server.port, '127.0.0.1', () => silent.write('THIS IS NOT HTTP\r\n\r\n'))
+  silent.pause() // never reads, never ends its side
+  silent.on('error', () => {})
+  t.teardown(() => silent.destroy())
+  await new Promise((resolve) => silent.once('connect', resolve))
+  await new Promise((resolve) => setTimeout(resolve, 100)) // answered: the server has sent its 400
+  const probe = () => new Promise((resolve) => http.get({ host: '127.0.0.1', port: server.port, path: '/healthz', agent: false }, (res) => { res.resume(); resolve(res.statusCode) }).on('error', () => resolve(0)))
+  t.equal(await probe(), 503, 'the one connection allowed is still held just after the answer')
+  const started = Date.now()
+  let status = 0
+  while (status !== 200 && Date.now() - started < 5_000) {
+    await new Promise((resolve) => setTimeout(resolve, 200))
+    status = await probe()
+  }
+  t.equal(status, 200, `a probe is served again after ${((Date.now() - started) / 1000).toFixed(1)} s (it was 10 s for this 400, and 40 s for a slowloris's 408)`)
+})

@@ -70,6 +70,8 @@ const MAX_HEADER_SIZE = 16 * 1024
 // design §7: Node's defaults let a slowloris client hold a socket for about 90 s.
 const HEADERS_TIMEOUT_MS = 10_000
 const REQUEST_TIMEOUT_MS = 30_000
+/** How long a connection answered with a raw error (a 400, 408, 414, 431…) may stay open for its client to read it. */
+const RAW_ERROR_LINGER_MS = 1000
 const KEEP_ALIVE_TIMEOUT_MS = 5_000
 /** A client that stops reading a response is dropped after this long without progress. */
 const SOCKET_IDLE_TIMEOUT_MS = 30_000
@@ -593,4 +595,9 @@ function rawError(socket: Duplex, status: number, reason: string, code: string, 
       'Connection: close\r\n\r\n' +
       body,
   )
+  // A peer that never closes its side (a client that stopped reading, a slowloris) would keep the
+  // connection, and a maxConnections slot, until the idle timeout (30 s): it has a second to read.
+  const linger = setTimeout(() => socket.destroy(), RAW_ERROR_LINGER_MS)
+  linger.unref()
+  socket.once('close', () => clearTimeout(linger))
 }
