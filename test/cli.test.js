@@ -452,6 +452,47 @@ t.test('a broker whose answer never ends (or is huge): exit 3, one line, a bound
   t.ok(used < 1.5 * 2 ** 30, `the read stopped at the bound (rss ${Math.round(used / 2 ** 20)} MB; 600 MB read whole would pass 1 GB)`)
 })
 
+t.test('/healthz answering 503 with an error body is an error answer, not a reading without a tier', async (t) => {
+  for (const code of ['SURFACE_CLOSED', 'TOO_MANY_CONNECTIONS']) {
+    const closing = await broker(t, { override: { '/healthz': [503, JSON.stringify({ error: { code, message: 'not now' } })] } })
+    const r = await run(['--url', closing.url])
+    t.equal(r.code, 3, `${code}: exit 3`)
+    t.match(r.stdout, /HTTP 503/, `${code}: the row says HTTP 503`)
+    t.match(r.stderr, new RegExp(`GET /healthz answered HTTP 503 \\(${code}: not now\\)\n$`), `${code}: the broker's own code`)
+  }
+  const readOnly = await broker(t, { state: 2 })
+  t.equal((await run(['--url', readOnly.url])).code, 2, "read_only's 503, with its health body, is still a reading")
+})
+
+t.test('an answer cut short: a bad answer, not unreachable', async (t) => {
+  const net = require('node:net')
+  const server = net.createServer((socket) => {
+    socket.once('data', () => socket.end('HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{"status":"heal'))
+  })
+  await new Promise((resolve) => server.listen(0, '127.0.0.1', resolve))
+  t.teardown(() => new Promise((resolve) => server.close(() => resolve())))
+  const r = await run(['--url', `http://127.0.0.1:${server.address().port}`])
+  t.equal(r.code, 3)
+  t.match(r.stdout, /bad answer/)
+  t.notMatch(r.stdout, /unreachable/)
+  t.match(r.stderr, /GET \/\S+ was cut short: the connection closed before the whole answer/)
+})
+
+t.test('the 64 MiB bound counts bytes: a body of 3-byte characters stops at 64 MiB of them', async (t) => {
+  const wide = http.createServer((req, res) => {
+    res.writeHead(200, { 'content-type': 'application/json' })
+    const chunk = Buffer.from('€'.repeat(1 << 18)) // 768 KiB, 262,144 characters
+    let sent = 0
+    const write = () => { while (sent++ < 100 && !res.destroyed) if (!res.write(chunk)) return res.once('drain', write); res.end() }
+    write() // 75 MiB, 25 M characters: under 64 Mi characters, over 64 MiB
+  })
+  await new Promise((resolve) => wide.listen(0, '127.0.0.1', resolve))
+  t.teardown(() => new Promise((resolve) => { wide.closeAllConnections(); wide.close(resolve) }))
+  const r = await run(['--url', `http://127.0.0.1:${wide.address().port}`])
+  t.equal(r.code, 3)
+  t.match(r.stderr, /answered more than 64 MiB: not an mq-metrics answer\n$/)
+})
+
 t.test('a server that does not speak HTTP: a bad answer, not unreachable', async (t) => {
   const net = require('node:net')
   const server = net.createServer((socket) => socket.resume().end('SSH-2.0-OpenSSH_9.2\r\n')) // resume: it sees the client close

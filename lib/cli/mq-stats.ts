@@ -329,7 +329,7 @@ async function getJson(base: string, path: string, token: string | undefined, in
   let statusCode: number
   let text: string
   try {
-    ;({ statusCode, text } = await get(base + path, headers, signal))
+    ;({ statusCode, text } = await get(base + path, path, headers, signal))
   } catch (error) {
     if (interrupt?.aborted) throw new Interrupted()
     if (error instanceof BrokerError) throw error
@@ -337,6 +337,8 @@ async function getJson(base: string, path: string, token: string | undefined, in
     const code = (error as NodeJS.ErrnoException).code
     if (typeof code === 'string' && code.startsWith('HPE_')) throw new BrokerError(`GET ${path} did not answer with HTTP (${code})`, 'bad answer')
     if (timeout.aborted) throw new BrokerError(`unreachable: GET ${path} timed out after ${REQUEST_TIMEOUT_MS / 1000} s`, 'unreachable')
+    // Reached, and it began to answer: an answer cut short is a bad one.
+    if (error instanceof CutShort) throw new BrokerError(`GET ${path} was cut short: the connection closed before the whole answer (${error.message})`, 'bad answer')
     throw new BrokerError(`unreachable: ${(error as Error).message}`, 'unreachable')
   }
   let body: Json
@@ -345,7 +347,10 @@ async function getJson(base: string, path: string, token: string | undefined, in
   } catch {
     body = undefined
   }
-  if (!okStatuses.includes(statusCode)) {
+  // /healthz answers 503 in read_only with its health body; a 503 with an error body (the surface
+  // closed, too many connections) is an error answer, however its status reads.
+  const errorBody = statusCode >= 400 && isObject(body) && isObject(body.error)
+  if (!okStatuses.includes(statusCode) || errorBody) {
     const detail = isObject(body) && isObject(body.error) ? `${body.error.code}: ${body.error.message}` : text.slice(0, 200)
     // 401 is the one an operator fixes at the command line: say how.
     const hint = statusCode !== 401 ? '' : token === undefined
@@ -357,30 +362,34 @@ async function getJson(base: string, path: string, token: string | undefined, in
   return body
 }
 
-/** The longest answer read from a broker (characters): /stats of a large broker is a few MB. */
-const MAX_ANSWER_CHARS = 64 * 2 ** 20
+/** The longest answer read from a broker (bytes): /stats of a large broker is a few MB. */
+const MAX_ANSWER_BYTES = 64 * 2 ** 20
+
+/** The answer's body ended before its end: the broker was reached, so not unreachable. */
+class CutShort extends Error {}
 
 /**
  * One GET with node:http(s), not fetch(): fetch refuses the ports the Fetch standard calls bad
  * (6000, 6665–6669, 10080, …) whatever listens there, and a broker may serve on one. Redirects
  * are not followed (a 3xx is an error answer, as an error status is).
  */
-function get(url: string, headers: Record<string, string>, signal: AbortSignal): Promise<{ statusCode: number; text: string }> {
+function get(url: string, path: string, headers: Record<string, string>, signal: AbortSignal): Promise<{ statusCode: number; text: string }> {
   return new Promise((resolve, reject) => {
     const target = new URL(url)
     const client = target.protocol === 'https:' ? https : http
     const request = client.request(target, { headers, signal, agent: false }, (response) => {
-      response.setEncoding('utf8')
-      let text = ''
-      response.on('data', (chunk: string) => {
-        text += chunk
-        if (text.length <= MAX_ANSWER_CHARS) return
+      const chunks: Buffer[] = []
+      let bytes = 0
+      response.on('data', (chunk: Buffer) => {
+        chunks.push(chunk)
+        bytes += chunk.length
+        if (bytes <= MAX_ANSWER_BYTES) return
         // Not a /stats answer (the largest are a few MB): read no further, hold no more.
         request.destroy()
-        reject(new BrokerError(`GET ${target.pathname} answered more than ${MAX_ANSWER_CHARS / 2 ** 20} MiB: not an mq-metrics answer`, 'bad answer'))
+        reject(new BrokerError(`GET ${path} answered more than ${MAX_ANSWER_BYTES / 2 ** 20} MiB: not an mq-metrics answer`, 'bad answer'))
       })
-      response.on('end', () => resolve({ statusCode: response.statusCode ?? 0, text }))
-      response.on('error', reject)
+      response.on('end', () => resolve({ statusCode: response.statusCode ?? 0, text: Buffer.concat(chunks).toString('utf8') }))
+      response.on('error', (error) => reject(signal.aborted ? error : new CutShort(error.message)))
     })
     request.on('error', reject)
     request.end()
