@@ -68,12 +68,18 @@ const immediate: Slicer = {
  * toJSON(materialize(value)), the same text, written in slices of about `holdMs` with the event
  * loop free between them: the entries of each Listing among `value`'s own values are built and
  * written a source at a time (docs/endpoints.md: a large /stats view never holds the broker's
- * thread for its whole write). Other values are written whole.
+ * thread for its whole write). Other values are written whole, and a value with no Listing at
+ * once (a Buffer, not a promise).
  */
-export async function toJSONSliced(value: unknown, holdMs: number, slicer: Slicer = immediate): Promise<Buffer> {
+export function toJSONSliced(value: unknown, holdMs: number, slicer: Slicer = immediate): Buffer | Promise<Buffer> {
+  // Without a Listing, at once (a /healthz answer, an error: answered inside the call).
   if (typeof value !== 'object' || value === null || Object.getPrototypeOf(value) !== Object.prototype || !Object.values(value).some((v) => v instanceof Listing)) {
     return Buffer.from(toJSON(value), 'utf8')
   }
+  return writeSliced(value as Record<string, unknown>, holdMs, slicer)
+}
+
+async function writeSliced(value: Record<string, unknown>, holdMs: number, slicer: Slicer): Promise<Buffer> {
   const parts: Buffer[] = []
   let text = '{'
   let deadline = slicer.now() + holdMs

@@ -363,11 +363,17 @@ function serve(host: HttpHost, budget: ScrapeBudget, route: Route, query: string
       else answer(metrics)
       return
     }
-    // A /stats view's lists are built and written in slices, the event loop free between them.
-    const json = (answer: { statusCode: number; body: unknown }): Promise<void> =>
-      toJSONSliced(answer.body, SLICE_HOLD_MS).then((body) => respond(host, req, res, answer.statusCode, JSON_CONTENT_TYPE, body))
+    // A /stats view's lists are built and written in slices, the event loop free between them;
+    // another answer (an error, /healthz) is written at once.
+    const json = (answer: { statusCode: number; body: unknown }): Promise<void> | void => {
+      const body = toJSONSliced(answer.body, SLICE_HOLD_MS)
+      if (Buffer.isBuffer(body)) return respond(host, req, res, answer.statusCode, JSON_CONTENT_TYPE, body)
+      return body.then((written) => respond(host, req, res, answer.statusCode, JSON_CONTENT_TYPE, written))
+    }
+    const fail = (error: unknown): void => failed(host, req, res, error)
     const answer = route === '/healthz' ? host.healthz() : host.stats(new URLSearchParams(query))
-    ;('then' in answer ? answer.then(json) : json(answer)).catch((error: unknown) => failed(host, req, res, error))
+    if ('then' in answer) answer.then(json).catch(fail)
+    else json(answer)?.catch(fail)
   } catch (error) {
     failed(host, req, res, error)
   }
