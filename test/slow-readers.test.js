@@ -65,6 +65,22 @@ for (const backend of backends()) {
   })
 }
 
+// Scrapes that come together: each is admitted against the room the ones admitted before it will
+// take (reserved when admitted), not against what is held before any of them has rendered: it let
+// 20 of 20 in, 41 MB held against a 64 KiB bound (a body is rendered, and held, one at a time).
+for (const backend of backends()) {
+  t.test(`${backend}: scrapes that come at once are admitted against the room those before them will take`, async (t) => {
+    const surface = bigSurface(t, backend, { maxScrapeBytes: 20 * 2 ** 20 })
+    const server = await surface.listen({ port: 0 })
+    const size = (await get(server.port, '/metrics')).bytes // measured: what a scrape will hold
+    t.ok(size > 11e6 && size < 16e6, `one body (${(size / 1e6).toFixed(1)} MB) fits 20 MiB, two do not`)
+    const clients = await Promise.all(Array.from({ length: 6 }, () => stalledClient(server.port)))
+    t.teardown(() => clients.forEach((c) => c.socket.destroy()))
+    const statuses = clients.map((c) => c.status).sort()
+    t.same(statuses, [200, 503, 503, 503, 503, 503], `six at once: one body, five refused (${statuses.join(' ')})`)
+  })
+}
+
 // A body larger than maxScrapeBytes alone: the bound is on bodies held together. It used to take
 // the last body's size as the next one's and refuse every scrape after the first, for good (no
 // scrape was rendered to learn otherwise): plain ones with the scrape thread, gzip ones without it.
