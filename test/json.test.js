@@ -38,6 +38,7 @@ t.test('toJSONSliced writes what toJSON(materialize()) writes, a source at a tim
     'undefined and function fields are left out, as JSON.stringify does': { a: undefined, items: new Listing(sources, (s) => [s.n]), f: () => 1, z: 'end' },
     'names JSON must escape': { items: new Listing(['quote"', 'back\\slash', '\n', '\u0000bigint:5', '\ud800'], (s) => [{ name: s }]) },
     'no listing': { a: 1, b: [1, 2] },
+    'entries JSON writes as null in an array': { items: new Listing([1], () => [undefined, () => 1, Symbol('s'), 2]) },
   }
   for (const [what, value] of Object.entries(cases)) {
     const slicer = countingSlicer()
@@ -53,6 +54,12 @@ t.test('toJSONSliced writes what toJSON(materialize()) writes, a source at a tim
   const slicer = countingSlicer()
   await toJSONSliced({ items: new Listing(sources, (s) => [s.n]) }, 1e9, slicer)
   t.equal(slicer.pauses, 0, 'no pause before the deadline')
+  // A reader gone (a /stats client that disconnected): the rest is not built.
+  const built = []
+  const leaving = { ...countingSlicer(), gone: () => built.length >= 2 }
+  const cut = await toJSONSliced({ items: new Listing(sources, (s) => (built.push(s.n), [s.n])) }, 0, leaving)
+  t.equal(cut, undefined, 'nothing written for a reader gone')
+  t.same(built, [0, 1], 'the sources after it went are not built')
 })
 
 for (const backend of backends()) {

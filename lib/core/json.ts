@@ -53,13 +53,18 @@ export function materialize<V>(value: V): V {
   return out as V
 }
 
-/** How a sliced write waits between two slices, and tells the time (tests pass their own). */
+/**
+ * How a sliced write waits between two slices and tells the time (tests pass their own), and
+ * whether its reader has gone (then it stops: toJSONSliced() resolves undefined).
+ */
 export interface Slicer {
   now(): number
   pause(): Promise<void>
+  gone?(): boolean
 }
 
-const immediate: Slicer = {
+/** Slices of the event loop: the next begins once the loop has run what waited (setImmediate). */
+export const IMMEDIATE_SLICES: Slicer = {
   now: () => performance.now(),
   pause: () => new Promise((resolve) => setImmediate(resolve)),
 }
@@ -71,7 +76,7 @@ const immediate: Slicer = {
  * thread for its whole write). Other values are written whole, and a value with no Listing at
  * once (a Buffer, not a promise).
  */
-export function toJSONSliced(value: unknown, holdMs: number, slicer: Slicer = immediate): Buffer | Promise<Buffer> {
+export function toJSONSliced(value: unknown, holdMs: number, slicer: Slicer = IMMEDIATE_SLICES): Buffer | Promise<Buffer | undefined> {
   // Without a Listing, at once (a /healthz answer, an error: answered inside the call).
   if (typeof value !== 'object' || value === null || Object.getPrototypeOf(value) !== Object.prototype || !Object.values(value).some((v) => v instanceof Listing)) {
     return Buffer.from(toJSON(value), 'utf8')
@@ -79,7 +84,7 @@ export function toJSONSliced(value: unknown, holdMs: number, slicer: Slicer = im
   return writeSliced(value as Record<string, unknown>, holdMs, slicer)
 }
 
-async function writeSliced(value: Record<string, unknown>, holdMs: number, slicer: Slicer): Promise<Buffer> {
+async function writeSliced(value: Record<string, unknown>, holdMs: number, slicer: Slicer): Promise<Buffer | undefined> {
   const parts: Buffer[] = []
   let text = '{'
   let deadline = slicer.now() + holdMs
@@ -96,13 +101,14 @@ async function writeSliced(value: Record<string, unknown>, holdMs: number, slice
     let empty = true
     for (const source of field.sources) {
       for (const entry of field.entries(source)) {
-        text += `${empty ? '' : ','}${toJSON(entry)}`
+        text += `${empty ? '' : ','}${toJSON(entry) ?? 'null'}` // as JSON.stringify writes undefined in an array
         empty = false
       }
       if (slicer.now() >= deadline) {
         parts.push(Buffer.from(text, 'utf8'))
         text = ''
         await slicer.pause()
+        if (slicer.gone?.() === true) return undefined
         deadline = slicer.now() + holdMs
       }
     }

@@ -212,6 +212,7 @@ export class Observer {
     let generation = 0
     let at = 0
     let caughtUp = !catchUpInParts
+    let presorted = false
     const step = (): number | undefined => {
       if (!caughtUp) {
         caughtUp = this.#unlocked(memory, () => {
@@ -219,8 +220,14 @@ export class Observer {
           memory.clearWanted()
           return registry.syncUntil(performance.now() + holdMs)
         })
-        // Sorted here, with the lock free: the picture changes only when this thread syncs.
-        if (caughtUp) reader.sortAhead()
+        // Sorted here, with the lock free (the picture changes only when this thread syncs), and
+        // read in that order: what registers from now on is in the next read, as what registers
+        // between two slices is. The layout is checked against the generation sorted (finish()).
+        if (caughtUp) {
+          reader.sortAhead()
+          generation = registry.generation
+          presorted = true
+        }
         return at
       }
       this.#unlocked(memory, () => {
@@ -229,8 +236,8 @@ export class Observer {
         const deadline = performance.now() + holdMs
         registry.sync()
         if (sorted === undefined) {
-          sorted = reader.beginSliced()
-          generation = registry.generation
+          sorted = reader.beginSliced(!presorted)
+          if (!presorted) generation = registry.generation
         }
         if (at === sorted.length) return
         const first = topics.length

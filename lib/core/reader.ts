@@ -68,11 +68,13 @@ export class SnapshotReader {
   /**
    * A read in slices, each under a hold of the lock of its own (Observer.observeSliced): the live
    * topics, in order, to read with slice(); endSliced() once every slice is read. Caller holds
-   * the lock and has synced.
+   * the lock and has synced. `sort` false: the list sortAhead() made, as this thread knew the
+   * topics then (Observer, the scrape thread: a topic registered since is read by the next read,
+   * as one registered between two slices is).
    */
-  beginSliced(): readonly TopicEntity[] {
+  beginSliced(sort = true): readonly TopicEntity[] {
     this.#beginRead()
-    this.sortAhead()
+    if (sort) this.sortAhead()
     return this.#sortedTopics
   }
 

@@ -130,7 +130,7 @@ export class Registry {
 
   /**
    * sync() in parts, for the scrape thread's read in slices (observer.ts): under the lock the
-   * caller holds, replays the log until `deadline` (performance.now()) has passed, 64 entries at
+   * caller holds, replays the log until `deadline` (performance.now()) has passed, 63 entries at
    * least; true once caught up. A thread started on a large surface has the whole log to replay
    * (20,000 topics: some 70 ms), which in one hold would keep every registration waiting as long.
    * Between two parts this thread's picture is the log's up to where it stopped, as a thread that

@@ -8,7 +8,7 @@ import { createHash, timingSafeEqual } from 'node:crypto'
 import { gzip } from 'node:zlib'
 import { GZIP_LEVEL, GzipBody } from '../exposition/gzip'
 import { METRICS_CONTENT_TYPE } from '../exposition/allowlist'
-import { toJSON, toJSONSliced } from '../core/json'
+import { IMMEDIATE_SLICES, toJSON, toJSONSliced } from '../core/json'
 import { SLICE_HOLD_MS } from '../core/observer'
 import { describe, isPlainObject, ownOption } from '../core/labels'
 import { DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_SCRAPE_BYTES } from './options'
@@ -401,9 +401,10 @@ function serve(host: HttpHost, budget: ScrapeBudget, route: Route, query: string
     // A /stats view's lists are built and written in slices, the event loop free between them;
     // another answer (an error, /healthz) is written at once.
     const json = (answer: { statusCode: number; body: unknown }): Promise<void> | void => {
-      const body = toJSONSliced(answer.body, SLICE_HOLD_MS)
+      // A client gone meanwhile: the rest is not built (nobody to answer).
+      const body = toJSONSliced(answer.body, SLICE_HOLD_MS, { ...IMMEDIATE_SLICES, gone: () => res.destroyed === true })
       if (Buffer.isBuffer(body)) return respond(host, req, res, answer.statusCode, JSON_CONTENT_TYPE, body)
-      return body.then((written) => respond(host, req, res, answer.statusCode, JSON_CONTENT_TYPE, written))
+      return body.then((written) => { if (written !== undefined) respond(host, req, res, answer.statusCode, JSON_CONTENT_TYPE, written) })
     }
     const fail = (error: unknown): void => failed(host, req, res, error)
     const answer = route === '/healthz' ? host.healthz() : host.stats(new URLSearchParams(query))
