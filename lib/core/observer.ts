@@ -212,7 +212,6 @@ export class Observer {
     let generation = 0
     let at = 0
     let caughtUp = !catchUpInParts
-    let presorted = false
     const step = (): number | undefined => {
       if (!caughtUp) {
         caughtUp = this.#unlocked(memory, () => {
@@ -226,7 +225,6 @@ export class Observer {
         if (caughtUp) {
           reader.sortAhead()
           generation = registry.generation
-          presorted = true
         }
         return at
       }
@@ -236,8 +234,9 @@ export class Observer {
         const deadline = performance.now() + holdMs
         registry.sync()
         if (sorted === undefined) {
-          sorted = reader.beginSliced(!presorted)
-          if (!presorted) generation = registry.generation
+          // Caught up in parts, the list was sorted then (above); else here.
+          sorted = reader.beginSliced(!catchUpInParts)
+          if (!catchUpInParts) generation = registry.generation
         }
         if (at === sorted.length) return
         const first = topics.length

@@ -139,8 +139,7 @@ export class Registry {
    * picture, until this returns true.
    */
   syncUntil(deadline: number): boolean {
-    const control = this.memory.control
-    if (Atomics.load(control, C_LOG_GENERATION) === this.#logGeneration && Atomics.load(control, C_LOG_END) === this.#cursor && control[C_RECOUNT] === 0) return true
+    if (this.#caughtUp()) return true
     this.memory.lock()
     try {
       return this.#catchUp(deadline)
@@ -157,9 +156,14 @@ export class Registry {
     return this.#sync(false)
   }
 
-  #sync(wait: boolean): boolean {
+  /** Nothing to replay and no recount owed: a read of three cells. */
+  #caughtUp(): boolean {
     const control = this.memory.control
-    if (Atomics.load(control, C_LOG_GENERATION) === this.#logGeneration && Atomics.load(control, C_LOG_END) === this.#cursor && control[C_RECOUNT] === 0) return true
+    return Atomics.load(control, C_LOG_GENERATION) === this.#logGeneration && Atomics.load(control, C_LOG_END) === this.#cursor && control[C_RECOUNT] === 0
+  }
+
+  #sync(wait: boolean): boolean {
+    if (this.#caughtUp()) return true
     if (wait) this.memory.lock()
     else if (!this.memory.tryLock()) return false
     try {

@@ -141,10 +141,10 @@ export function isStatsView(view: unknown): view is StatsView {
   return typeof view === 'string' && (STATS_VIEWS as readonly string[]).includes(view)
 }
 
-/** A view and its narrowing, checked: what statsViewOf() builds from a context. */
 /** A view as planned: each of its long lists a Listing (json.ts), written a topic at a time over HTTP. */
 export type Planned<V> = { [K in keyof V]: V[K] extends readonly (infer T)[] ? V[K] | Listing<any, T> : V[K] }
 
+/** A view and its narrowing, checked: what statsViewOf() builds from a context. */
 export interface StatsRequest {
   view: StatsView
   narrow: Narrow

@@ -123,7 +123,9 @@ class ScrapeBudget {
    * about to render will most likely need.
    */
   #expected = { plain: 0, gzip: 0 }
-  /** What scrapes admitted but not rendered yet are expected to hold (renders queue one behind another). */
+  /** Scrapes admitted but not rendered yet: what each is expected to hold (renders queue one behind another). */
+  readonly #reservations = new Map<ServerResponse, number>()
+  /** Their sum. */
   #reserved = 0
 
   constructor(limit: number) {
@@ -131,15 +133,15 @@ class ScrapeBudget {
   }
 
   /**
-   * Whether a scrape may render: there is room for a body like the last of its encoding beside
-   * those held and those of scrapes admitted before it, after cutting stalled clients. Its room is
-   * reserved then (returned: give it to hold(), or back to release()), so scrapes that come
-   * together do not all find the room that is there before any of them has rendered. With
-   * nothing held or reserved, always: the bound is on bodies held together, and a body larger
-   * than it alone must not shut /metrics off (nor would a refusal ever learn that the body has
-   * become smaller: only a rendered scrape measures it). undefined: refused.
+   * Whether `res`'s scrape may render: there is room for a body like the last of its encoding
+   * beside those held and those of scrapes admitted before it, after cutting stalled clients. Its
+   * room is reserved then (until hold() or release()), so scrapes that come together do not all
+   * find the room that is there before any of them has rendered. With nothing held or reserved,
+   * always: the bound is on bodies held together, and a body larger than it alone must not shut
+   * /metrics off (nor would a refusal ever learn that the body has become smaller: only a
+   * rendered scrape measures it).
    */
-  admit(encoding: 'plain' | 'gzip', now = Date.now()): number | undefined {
+  admit(res: ServerResponse, encoding: 'plain' | 'gzip', now = Date.now()): boolean {
     const expected = this.#expected[encoding]
     const room = (): boolean => this.#held + this.#reserved === 0 || this.#held + this.#reserved + expected <= this.#limit
     for (const [res, holder] of this.#holders) {
@@ -157,22 +159,23 @@ class ScrapeBudget {
       // Closed: nothing writes from the body any more, and its memory can serve the next scrape.
       holder.cut?.()
     }
-    if (!room()) return undefined
+    if (!room()) return false
+    this.#reservations.set(res, expected)
     this.#reserved += expected
-    return expected
+    return true
   }
 
-  /** A scrape admit() let in that holds no body (HEAD, a failed or abandoned render): its room back. */
-  release(reserved: number): void {
+  /** The room admit() reserved for `res` back, if it still has it (HEAD, a failed or abandoned render). */
+  release(res: ServerResponse): void {
+    const reserved = this.#reservations.get(res)
+    if (reserved === undefined) return
+    this.#reservations.delete(res)
     this.#reserved -= reserved
   }
 
-  /**
-   * `res` holds a body of `bytes` until it closes (finished, or cut: then `cut` is called); the
-   * room admit() reserved for it (`reserved`) is given back.
-   */
-  hold(res: ServerResponse, encoding: 'plain' | 'gzip', bytes: number, reserved: number, cut?: () => void): void {
-    this.#reserved -= reserved
+  /** `res` holds a body of `bytes` instead of its room reserved, until it closes (finished, or cut: then `cut` is called). */
+  hold(res: ServerResponse, encoding: 'plain' | 'gzip', bytes: number, cut?: () => void): void {
+    this.release(res)
     this.#expected[encoding] = bytes
     if (res.destroyed || typeof res.once !== 'function') return
     this.#held += bytes
@@ -351,18 +354,10 @@ function closer(server: Server): () => Promise<void> {
 function serve(host: HttpHost, budget: ScrapeBudget, route: Route, query: string, req: IncomingMessage, res: ServerResponse): void {
   try {
     if (route === '/metrics') {
-      const gzip = acceptsGzip(req.headers['accept-encoding'])
-      const reserved = budget.admit(gzip ? 'gzip' : 'plain')
-      if (reserved === undefined) {
+      const encoding = acceptsGzip(req.headers['accept-encoding']) ? 'gzip' : 'plain'
+      if (!budget.admit(res, encoding)) {
         sendError(req, res, 503, 'SCRAPES_IN_FLIGHT', 'too many /metrics bodies are still being sent; try again shortly', { 'Retry-After': String(RETRY_AFTER_SECONDS) })
         return
-      }
-      // The room reserved goes to the body's hold, or back if there is none: once either way.
-      let reservation = reserved
-      const unreserve = (): number => {
-        const room = reservation
-        reservation = 0
-        return room
       }
       // A body is handed back once: after 'finish', after gzip consumed it, or when its client is
       // cut — and Node emits 'finish' on a response it destroyed too, after the cut: a second
@@ -375,8 +370,8 @@ function serve(host: HttpHost, budget: ScrapeBudget, route: Route, query: string
       }
       const answer = (metrics: Buffer | GzipBody): void => {
         const body = Buffer.isBuffer(metrics) ? metrics : metrics.gzip ?? metrics.plain
-        if (req.method !== 'HEAD') budget.hold(res, gzip ? 'gzip' : 'plain', body.length, unreserve(), Buffer.isBuffer(metrics) && sent !== undefined ? () => sent(metrics) : undefined)
-        else budget.release(unreserve())
+        if (req.method !== 'HEAD') budget.hold(res, encoding, body.length, Buffer.isBuffer(metrics) && sent !== undefined ? () => sent(metrics) : undefined)
+        else budget.release(res)
         if (Buffer.isBuffer(metrics)) respond(host, req, res, 200, METRICS_CONTENT_TYPE, metrics, sent)
         else if (metrics.gzip === undefined) respond(host, req, res, 200, METRICS_CONTENT_TYPE, metrics.plain, sent)
         else send(req, res, 200, { 'Content-Type': METRICS_CONTENT_TYPE, Vary: 'Accept-Encoding', 'Content-Encoding': 'gzip' }, metrics.gzip)
@@ -384,15 +379,15 @@ function serve(host: HttpHost, budget: ScrapeBudget, route: Route, query: string
       const abandoned = (): boolean => res.destroyed === true
       let metrics: ReturnType<HttpHost['metricsBody']> | ReturnType<NonNullable<HttpHost['metricsGzip']>>
       try {
-        metrics = host.metricsGzip !== undefined && gzip ? host.metricsGzip(abandoned) : host.metricsBody(abandoned)
+        metrics = host.metricsGzip !== undefined && encoding === 'gzip' ? host.metricsGzip(abandoned) : host.metricsBody(abandoned)
       } catch (error) {
-        budget.release(unreserve())
+        budget.release(res)
         throw error
       }
       // A skipped scrape has nobody to answer and is no error.
       if ('then' in metrics) {
         metrics.then(answer, (error: unknown) => {
-          budget.release(unreserve())
+          budget.release(res)
           if (!(error instanceof ScrapeAbandoned)) failed(host, req, res, error)
         })
       } else answer(metrics)
