@@ -222,6 +222,34 @@ t.test('a quiet non-zero residual raises one CONSERVATION_BROKEN per episode', a
   t.equal(faults[1].attempted, 20)
 })
 
+t.test('an episode ends only on a zero residual a re-read confirms: a torn read showing 0 does not end it', async (t) => {
+  const { check, faults, rereads } = checker()
+  const topic = model('orders', 1)
+  const g = addGroup(topic, 'g')
+  produce(topic, 0, 3)
+  settle(topic, g, 0, 1)
+  g.delivered += 1 // one acknowledgement counted twice: residual −1
+  check(snapshotOf(topic))
+  t.equal(faults.length, 1, 'the mistake is reported')
+  // A read torn by an honest producer between its two writes: produced seen one ahead of last_seq,
+  // which makes this group's residual read 0; the re-read sees the real numbers again.
+  const torn = topicSnapshot(topic, { produced: sum(topic.lastSeq) + 1 })
+  let report = check(snapshotOf(torn), () => topicSnapshot(topic))
+  t.equal(groupRow(report, 'orders', 'g').residual, 0, 'the torn read shows 0')
+  t.equal(groupRow(report, 'orders', 'g').quiet, false, 'numbers that moved between the two reads are not a quiet window')
+  check(snapshotOf(topic))
+  t.equal(faults.length, 1, 'the episode went on: the same mistake is not reported a second time')
+  // The mistake put right (the floor over the message the extra ack was for): a confirmed 0 ends the episode.
+  g.floors[0] += 1
+  const before = rereads.length
+  report = check(snapshotOf(topic))
+  t.equal(groupRow(report, 'orders', 'g').residual, 0)
+  t.equal(rereads.length, before + 1, 'ending an episode costs one re-read')
+  g.dropped += 1
+  check(snapshotOf(topic))
+  t.equal(faults.length, 2, 'a new mistake after the episode ended is a new episode')
+})
+
 t.test('check() (the /metrics path, no report) keeps baselines and episodes exactly as report() does', async (t) => {
   // If this failed, /metrics scrapes (which only check) and /stats (which reports) would disagree
   // about baselines or raise an episode's fault twice or never.

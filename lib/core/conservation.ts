@@ -229,7 +229,14 @@ export class ConservationChecker {
     // any scrape shows too.
     const residual = residualOf(group.start, topic.produced, group)
     if (residual === 0 || residual === 0n) {
-      this.#episodes.end(group, Episode.Broken) // the episode, if any, is over
+      // The episode, if any, is over once a re-read confirms it: a read torn by a producer between
+      // its two writes can show 0 for a residual that is still there, and ending the episode on
+      // it would report one mistake twice.
+      if (this.#episodes.open(group, Episode.Broken)) {
+        fresh ??= reread(topic)
+        if (sameNumbers(topic, group, fresh)) this.#episodes.end(group, Episode.Broken)
+        else quiet = false
+      }
     } else if (quiet || group.settledPerMessage || !transient(residual, group.inFlight)) {
       // Judged on numbers a re-read confirms: in a quiet window; at any time for a group settled
       // per message (its calls leave no transient outside its lock, which `producing` shows, so a
