@@ -9,6 +9,7 @@ import { C_CLOSED } from './core/layout'
 import { Memory } from './core/memory'
 import { keepAnnouncing } from './core/reclamation'
 import { Handles } from './core/handles'
+import { Observer } from './core/observer'
 import { Recorder } from './core/recording'
 import { Registry } from './core/registry'
 import type { Topic } from './core/topic'
@@ -75,6 +76,12 @@ export class WorkerRecorder {
     // removeTopic() runs on the main thread; this worker learns of it when it next replays the
     // log (on its next registration) and lets its handle go.
     this.#handles = new Handles(this.#recorder)
+    // A group removed from this thread is judged as it leaves: one settled per message only (Observer.checkLeaving).
+    let observer: Observer | undefined
+    this.#recorder.leaving = (topic, group) => {
+      observer ??= new Observer(this.#handles, (fault) => this.#recorder.fault(fault.code, fault.metric, fault.labels, fault.previous, fault.attempted), false)
+      observer.checkLeaving(topic, group, false)
+    }
     // Between its tasks this thread is inside no recording call: it says so, and that it is
     // gone when it exits (reclamation.ts).
     keepAnnouncing(memory)

@@ -39,6 +39,8 @@ export class Observer {
   readonly #reader: SnapshotReader
   readonly #checker: ConservationChecker
   readonly #suspects: SuspectEpisodes | undefined
+  /** checkLeaving()'s checker: #checker, or off the main thread one that reports (its groups leave: no suspect can be confirmed later). */
+  readonly #leaving: ConservationChecker
   /** The reader of checkSliced() (/healthz), made at its first use. */
   #probeReader: SnapshotReader | undefined
   /** The check checkSliced() has under way. */
@@ -62,7 +64,9 @@ export class Observer {
     const memory = recorder.registry.memory
     if (!mainThread) this.#suspects = new SuspectEpisodes(memory)
     this.#onFault = onFault
-    this.#checker = new ConservationChecker((fault) => (this.#held !== undefined ? this.#held.push(fault) : onFault(fault)), this.#suspects ?? new SharedEpisodes(memory))
+    const told = (fault: FaultRecord) => (this.#held !== undefined ? this.#held.push(fault) : onFault(fault))
+    this.#checker = new ConservationChecker(told, this.#suspects ?? new SharedEpisodes(memory))
+    this.#leaving = this.#suspects === undefined ? this.#checker : new ConservationChecker(told, new SharedEpisodes(memory))
   }
 
   /**
@@ -113,6 +117,32 @@ export class Observer {
         const fresh = this.#reader.topic(topic)
         this.#checker.check({ topics: [fresh] } as Snapshot, (again) => this.#reader.topic(again.key as TopicEntity))
       }
+    })
+  }
+
+  /**
+   * design §4: a group judged as it leaves, so a mistake on a group (or topic) removed before the
+   * next scrape is reported too. Called before the removal of `group` of `topic` (every group of
+   * `topic`, without `group`), with the same rules as a scrape's check, on numbers a re-read
+   * confirms. A group kept by floor is judged only from the main thread (`floorLevelToo`): from
+   * another, it can be caught between a settlement's two calls made on the main thread (its floor
+   * moved, its count not yet), which only that thread can tell (confirm()). The scrape's own
+   * episodes (shared): a mistake reported already is not reported again.
+   */
+  checkLeaving(topicName: string, groupName: string | undefined, floorLevelToo: boolean): void {
+    const registry = this.#handles.recorder.registry
+    const memory = registry.memory
+    if (memory.control[C_CLOSED] === 1) return
+    this.#unlocked(memory, () => {
+      registry.sync()
+      const topic = registry.topics.get(topicName)
+      if (topic === undefined || !registry.isLive(topic)) return
+      const group = groupName === undefined ? undefined : topic.group(groupName)
+      if (groupName !== undefined && group === undefined) return
+      const read = this.#reader.topic(topic)
+      const groups = read.groups.filter((g) => (group === undefined || g.key === group) && (floorLevelToo || g.settledPerMessage))
+      if (groups.length === 0) return
+      this.#leaving.check({ topics: [{ ...read, groups }] } as unknown as Snapshot, (again) => this.#reader.topic(again.key as TopicEntity))
     })
   }
 

@@ -38,6 +38,13 @@ export class Recorder {
    * 64 B of the ~120 B per sample at 4,348 topics × 16 partitions × 2 groups).
    */
   readonly #allRows: (Float64Array | undefined)[][] = []
+  /**
+   * Called before a removal of group `group` of topic `topic` (every group of it, without `group`):
+   * the group's numbers judged as it leaves (Observer.checkLeaving). Set by the surface, and by a
+   * worker's recorder.
+   */
+  leaving: ((topic: string, group: string | undefined) => void) | undefined
+
 
   constructor(registry: Registry, row: number, fault: FaultSink) {
     this.registry = registry

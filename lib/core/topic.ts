@@ -434,6 +434,7 @@ export class Topic {
     validateName('group name', name)
     this.alive()
     const handle = this.#groupHandle(name)
+    this.#recorder.leaving?.(this.name, name)
     const removed = this.#recorder.registry.removeGroup(this.entity, name)
     if (handle !== undefined) this.dropGroupHandle(handle.entity)
     return removed

@@ -1,0 +1,116 @@
+'use strict'
+// A group is judged as it leaves (docs/metrics.md, "Checked when a group leaves"): a mistake on a
+// group or topic removed before the next scrape is reported, with the rules of a scrape's check
+// and once per episode. From a worker thread only a group settled per message is judged: a group
+// kept by floor can be caught there between two calls of a settlement the main thread makes.
+const t = require('tap')
+const { backends, surfaceOn, faultsOf, scriptedWorker } = require('./helpers')
+
+const broken = (faults) => faults.filter((f) => f.code === 'CONSERVATION_BROKEN')
+
+for (const backend of backends()) {
+  t.test(`${backend}: a group settled per message, removed before any scrape with one ack counted twice, is reported as it leaves`, (t) => {
+    const s = surfaceOn(t, backend)
+    const faults = faultsOf(s)
+    const topic = s.topic('sensors')
+    for (let session = 0; session < 3; session++) {
+      const g = topic.group(`client-${session}`, { from: 'latest' })
+      const q1 = topic.append(0, 32)
+      const q2 = topic.append(0, 32)
+      g.send(0, q1)
+      g.send(0, q2)
+      g.settle(0, q1, 'delivered')
+      g.delivered(1) // the mistake: q1's ack counted again, by count (in_flight 1 → 0)
+      t.equal(g.inFlight(), 0)
+      t.equal(topic.removeGroup(`client-${session}`), true)
+    }
+    t.same(broken(faults).map((f) => [f.labels, f.attempted - f.previous]), [0, 1, 2].map((n) => [{ topic: 'sensors', group: `client-${n}` }, -1]), 'one CONSERVATION_BROKEN per group, residual −1, before any scrape')
+    s.snapshot()
+    s.render()
+    t.equal(broken(faults).length, 3, 'and nothing more at the scrapes: the groups are gone')
+    t.end()
+  })
+
+  t.test(`${backend}: removeTopic() judges every group of the topic, and only the broken one is reported`, (t) => {
+    const s = surfaceOn(t, backend)
+    const faults = faultsOf(s)
+    const topic = s.topic('tmp')
+    const honest = topic.group('honest')
+    const g = topic.group('g')
+    topic.append(0, 1, 5)
+    for (let seq = 1; seq <= 5; seq++) g.send(0, seq), honest.send(0, seq)
+    honest.settle(0, 2, 'delivered') // out of order; 4 still in flight: honest
+    g.delivered(5) // counted, nothing settled: in flight 0, the floor never moves
+    t.equal(s.removeTopic('tmp'), true)
+    t.same(broken(faults).map((f) => f.labels), [{ topic: 'tmp', group: 'g' }])
+    t.end()
+  })
+
+  t.test(`${backend}: honest removals are not reported, with messages in flight or settled out of order`, (t) => {
+    const s = surfaceOn(t, backend)
+    const faults = faultsOf(s)
+    const topic = s.topic('orders')
+    topic.append(0, 1, 6)
+    const perMessage = topic.group('per-message')
+    for (let seq = 1; seq <= 6; seq++) perMessage.send(0, seq)
+    perMessage.settle(0, 3, 'delivered')
+    perMessage.settle(0, 1, 'dropped')
+    const byFloor = topic.group('by-floor')
+    t.ok(byFloor.dispatch(4))
+    byFloor.ackFloor(0, 2)
+    byFloor.delivered(2)
+    const idle = topic.group('idle')
+    t.equal(topic.removeGroup('per-message'), true)
+    t.equal(topic.removeGroup('by-floor'), true)
+    t.equal(topic.removeGroup('idle'), true)
+    t.equal(s.removeTopic('orders'), true)
+    t.same(faults, [], 'no fault')
+    t.ok(idle)
+    t.end()
+  })
+
+  t.test(`${backend}: a group kept by floor whose floor passed messages nobody counted is reported as it leaves the main thread`, (t) => {
+    const s = surfaceOn(t, backend)
+    const faults = faultsOf(s)
+    const topic = s.topic('orders')
+    topic.append(0, 1, 5)
+    const g = topic.group('g')
+    g.ackFloor(0, 3) // three messages passed, neither delivered nor dropped
+    t.equal(topic.removeGroup('g'), true)
+    t.same(broken(faults).map((f) => [f.labels.group, f.previous, f.attempted]), [['g', 2, 5]], 'residual +3: produced 5 where the consumption side accounts for 2')
+    t.end()
+  })
+
+  t.test(`${backend}: a mistake a scrape reported already is not reported again when its group leaves`, (t) => {
+    const s = surfaceOn(t, backend)
+    const faults = faultsOf(s)
+    const topic = s.topic('orders')
+    const g = topic.group('g')
+    topic.append(0, 1, 2)
+    g.send(0, 1)
+    g.settle(0, 1, 'delivered')
+    g.delivered(1)
+    s.snapshot()
+    t.equal(broken(faults).length, 1, 'the scrape reports it')
+    topic.removeGroup('g')
+    t.equal(broken(faults).length, 1, 'its removal does not, a second time')
+    t.end()
+  })
+
+  t.test(`${backend}: from a worker thread a group settled per message is judged as it leaves; one kept by floor is not`, async (t) => {
+    const s = surfaceOn(t, backend)
+    const faults = faultsOf(s)
+    const w = await scriptedWorker(s)
+    t.teardown(() => w.close())
+    await w.call('orders', undefined, 'append', 0, 10, 3)
+    await w.call('orders', 'pm', 'send', 0, 1)
+    await w.call('orders', 'pm', 'settle', 0, 1, 'delivered')
+    await w.call('orders', 'pm', 'delivered', 1) // counted twice
+    await w.call('orders', 'floor', 'ackFloor', 0, 2) // two passed, never counted
+    t.equal(await w.call('orders', undefined, 'removeGroup', 'pm'), true)
+    t.equal(await w.call('orders', undefined, 'removeGroup', 'floor'), true)
+    s.snapshot() // a scrape takes in the worker's faults
+    t.same(broken(faults).map((f) => [f.labels.group, f.attempted - f.previous]), [['pm', -1]], 'the group settled per message only (docs/metrics.md)')
+    t.end()
+  })
+}
