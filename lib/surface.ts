@@ -121,7 +121,8 @@ export class Surface extends EventEmitter {
     const nativeQuantiles = native?.latencyQuantiles as QuantilesFromCounts | undefined
     this.#window = new LatencyWindow((out) => this.#sumLatency(out), nativeQuantiles)
     this.latency = latencyEstimator(this.config.e2e_latency ? this.#recorder.cells(0)[0] : new Float64Array(LATENCY_BUCKETS), memory.control, this.config.e2e_latency, this.#window)
-    if (this.config.e2e_latency) this.#every(LATENCY_WINDOW_MS, () => this.#window.rotate())
+    // design §9: every 60 s, unless the broker rotates on its own clock (two clocks would cut windows of any length).
+    if (this.config.e2e_latency && this.config.e2e_latency_timer) this.#every(LATENCY_WINDOW_MS, () => this.#window.rotate())
     if (this.options.scrapeThread && this.enabled) {
       this.#scrapeThread = new ScrapeThread({
         data: () => ({ arena: this.#arena.share(), config: { ...this.config }, share: this.options.scrapeShare, burstMs: this.options.scrapeBurstMs }),

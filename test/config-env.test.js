@@ -46,6 +46,7 @@ const NOT_POSITIVE_INTEGER = ['10', 0, -1, 1.5, NaN, Infinity, -Infinity, null, 
 const WRONG = {
   metrics_enabled: NOT_BOOLEAN,
   e2e_latency: NOT_BOOLEAN,
+  e2e_latency_timer: NOT_BOOLEAN,
   max_in_flight: [...NOT_POSITIVE_INTEGER, 2 ** 31],
   max_attempts: [...NOT_POSITIVE_INTEGER, 2 ** 53],
   max_topics: [...NOT_POSITIVE_INTEGER, 1_000_001],
@@ -56,6 +57,7 @@ const WRONG = {
 const RIGHT = {
   metrics_enabled: [true, false],
   e2e_latency: [true, false],
+  e2e_latency_timer: [true, false],
   max_in_flight: [1, 2 ** 31 - 1],
   max_attempts: [1, 100],
   max_topics: [1, 1_000_000],

@@ -355,3 +355,40 @@ t.test('2 workers record while the main thread rotates: no value lost or counted
   rows.sumCumulative(all)
   t.equal(all.reduce((a, b) => a + b, 0), WORKERS * PER_WORKER, 'the cumulative rows must hold every value (single writer per row, no lost update)')
 })
+
+t.test('e2e_latency_timer: false leaves the window to the broker\'s clock; by default the surface rotates every 60 s', async (t) => {
+  const { createSurface } = require('../dist')
+  for (const timer of [undefined, false]) {
+    const intervals = []
+    const real = global.setInterval
+    global.setInterval = (fn, ms, ...rest) => {
+      const handle = real(fn, ms, ...rest)
+      intervals.push({ fn, ms })
+      return handle
+    }
+    let s
+    try {
+      s = createSurface({ e2e_latency: true, ...(timer === undefined ? {} : { e2e_latency_timer: timer }), metrics_enabled: false })
+    } finally {
+      global.setInterval = real
+    }
+    const rotations = intervals.filter((x) => x.ms === 60000)
+    t.equal(s.config.e2e_latency_timer, timer ?? true)
+    s.latency.rotate() // the broker's clock: t = 0
+    for (let i = 0; i < 90; i++) s.latency.record(10)
+    for (const { fn } of rotations) fn() // t = 30 s: the surface's timer, if it has one
+    for (let i = 0; i < 10; i++) s.latency.record(500)
+    s.latency.rotate() // the broker's clock: t = 60 s
+    if (timer === undefined) {
+      t.equal(rotations.length, 1, 'by default the surface rotates every 60 s')
+      t.equal(s.latency.quantiles().count, 10, 'and with both clocks the window is cut where the timer fired (why a broker with its own clock turns it off)')
+    } else {
+      t.equal(rotations.length, 0, 'no timer')
+      const q = s.latency.quantiles()
+      t.same([q.count, Math.round(q.p50), Math.round(q.p99)], [100, 10, 502], 'the window is the broker\'s: 0 to 60 s (values within 0.78 %)')
+    }
+    t.equal(s.stats('config').e2e_latency_timer, timer ?? true, 'stats(\'config\') shows it')
+    s.close()
+  }
+  t.throws(() => createSurface({ e2e_latency_timer: 'no' }), { name: 'ConfigError', message: /e2e_latency_timer: must be a boolean/ })
+})

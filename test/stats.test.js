@@ -167,7 +167,7 @@ t.test('collisions view', async (t) => {
 
 t.test('config view', async (t) => {
   t.strictSame(statsView('config', {}, context()), {
-    filter: 'config', metrics_enabled: true, max_in_flight: 1000, max_attempts: 5, e2e_latency: true, metrics_auth_token: 'set',
+    filter: 'config', metrics_enabled: true, max_in_flight: 1000, max_attempts: 5, e2e_latency: true, e2e_latency_timer: true, metrics_auth_token: 'set',
     max_topics: 10000, max_partitions_per_topic: 4096, max_groups_per_topic: 256, backend: 'js',
     backend_reason: 'TypeScript backend: chosen by MQ_METRICS_BACKEND=js',
   }, 'the token itself never appears')

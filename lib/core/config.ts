@@ -8,6 +8,7 @@ export interface Config {
   max_in_flight?: number
   max_attempts?: number
   e2e_latency?: boolean
+  e2e_latency_timer?: boolean
   metrics_auth_token?: string
   max_topics?: number
   max_partitions_per_topic?: number
@@ -19,6 +20,8 @@ export interface ResolvedConfig {
   readonly max_in_flight: number
   readonly max_attempts: number
   readonly e2e_latency: boolean
+  /** false: the surface never rotates the latency window; the broker calls surface.latency.rotate() on its own clock. */
+  readonly e2e_latency_timer: boolean
   readonly metrics_auth_token: string | undefined
   readonly max_topics: number
   readonly max_partitions_per_topic: number
@@ -34,6 +37,7 @@ const KEYS: Record<keyof Config, { kind: Kind; default: unknown; max?: number }>
   max_in_flight: { kind: 'positive integer', default: 1000, max: MAX_IN_FLIGHT_LIMIT },
   max_attempts: { kind: 'positive integer', default: 5 },
   e2e_latency: { kind: 'boolean', default: false },
+  e2e_latency_timer: { kind: 'boolean', default: true },
   metrics_auth_token: { kind: 'token', default: undefined },
   max_topics: { kind: 'positive integer', default: 10000, max: 1_000_000 },
   max_partitions_per_topic: { kind: 'positive integer', default: 4096, max: 1_000_000 },

@@ -103,6 +103,7 @@ export interface ConfigView {
   max_in_flight: number
   max_attempts: number
   e2e_latency: boolean
+  e2e_latency_timer: boolean
   metrics_auth_token: 'set' | 'unset'
   max_topics: number
   max_partitions_per_topic: number
@@ -448,6 +449,7 @@ function configView(ctx: StatsContext): ConfigView {
     max_in_flight: c.max_in_flight,
     max_attempts: c.max_attempts,
     e2e_latency: c.e2e_latency,
+    e2e_latency_timer: c.e2e_latency_timer,
     // design §7: the token itself is never shown.
     metrics_auth_token: c.metrics_auth_token === undefined ? 'unset' : 'set',
     max_topics: c.max_topics,
