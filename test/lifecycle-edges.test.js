@@ -745,6 +745,21 @@ for (const backend of backends()) {
     t.end()
   })
 
+  t.test(`${backend}: a group's depth summed over partitions past 2^53 is exact: honest books balance`, (t) => {
+    const s = surfaceOn(t, backend)
+    const faults = faultsOf(s)
+    const topic = s.topic('big')
+    topic.produced(0, 2 ** 53 - 1, 1, 2 ** 53 - 1)
+    topic.produced(1, 2, 1, 2)
+    topic.group('g')
+    const [group] = s.snapshot().topics[0].groups
+    t.equal(group.depth, 2n ** 53n + 1n, 'Σ of 2^53 − 1 and 2, exact: a bigint, as the counters past 2^53')
+    t.equal(s.stats('conservation').topics[0].groups[0].residual, 0)
+    t.equal(s.stats('groups').groups[0].depth, 2n ** 53n + 1n)
+    t.same(faults, [], 'no CONSERVATION_BROKEN (the depth rounded to 2^53 showed a residual of 1)')
+    t.end()
+  })
+
   t.test(`${backend}: one mistake is one episode, even when a read torn by an honest append shows its residual as 0`, (t) => {
     const { SnapshotReader } = require('../dist/core/reader')
     const s = surfaceOn(t, backend)

@@ -101,7 +101,7 @@ export interface ConservationGroup {
   label: string
   delivered: Count
   dropped: Count
-  depth: number
+  depth: Count
   /** Δproduced − Δdelivered − Δdropped − Δdepth since the group was registered. */
   residual: number | bigint
   /** The group had nothing in flight and its numbers were stable across a re-read. */
@@ -353,7 +353,7 @@ function overFault(topic: TopicSnapshot, group: GroupSnapshot): FaultRecord {
     code: 'IN_FLIGHT_EXCEEDS_DEPTH',
     metric: 'mq_group_in_flight',
     labels: { topic: topic.label, group: group.label },
-    previous: group.depth,
+    previous: Number(group.depth), // in_flight (below 2^31) is above it: it is below 2^53
     attempted: group.inFlight,
     at: new Date().toISOString(),
   }

@@ -388,7 +388,7 @@ export class SnapshotReader {
       const group = groupEntities[g]
       const groupFloors = floors[g]
       let lag = 0
-      let groupDepth = 0
+      let groupDepth: Count = 0 // a sum over partitions: past 2^53 a bigint, exact as the counters
       const windows = group.windowPartitions
       for (let p = 0, w = 0; p < partitionCount; p++) {
         let behind = lastSeq[p] - groupFloors[p]
@@ -406,7 +406,7 @@ export class SnapshotReader {
             if (header[at + W_PENDING] !== 0) (pending ??= []).push(group)
           }
         }
-        groupDepth += behind
+        groupDepth = typeof groupDepth === 'number' && groupDepth + behind <= MAX_SAFE ? groupDepth + behind : addCount(groupDepth, behind)
         if (behind > depth[p]) depth[p] = behind
       }
       // Σ of the per-thread shares. Below 0 only when more was settled than dispatched by threads
@@ -426,7 +426,7 @@ export class SnapshotReader {
         this.#count(group.slot + G_RETRIES),
         inFlight,
         unboxed(lag),
-        unboxed(groupDepth),
+        typeof groupDepth === 'number' ? unboxed(groupDepth) : groupDepth,
         ackFloors ? (groupFloors as number[]) : undefined,
         this.#sharedOf(group.slot >>> Chunk.Shift)[(group.slot & Chunk.Mask) + G_START],
         windows.length !== 0 && windows.length >= partitionCount,
@@ -480,7 +480,7 @@ function unboxed(value: number): number {
 
 function groupSnapshot(
   group: GroupEntity, delivered: Count, dropped: Count, dlq: Count, retries: Count,
-  inFlight: number, lag: number, depth: number, ackFloors: readonly number[] | undefined, start: number,
+  inFlight: number, lag: number, depth: Count, ackFloors: readonly number[] | undefined, start: number,
   settledPerMessage: boolean,
 ): GroupSnapshot {
   return {

@@ -42,8 +42,8 @@ export interface GroupSnapshot {
   maxInFlight: number
   /** design §4: max over the topic's partitions of (lastSeq − ackFloor of this group). */
   lag: number
-  /** design §4: what this group still owes, Σ over the topic's partitions of (lastSeq − its ackFloor − what it settled above the floor). */
-  depth: number
+  /** design §4: what this group still owes, Σ over the topic's partitions of (lastSeq − its ackFloor − what it settled above the floor); a bigint past 2^53, as the counters. */
+  depth: Count
   /**
    * This group's ack floor on each partition, parallel to `TopicSnapshot.partitionNumbers` (0:
    * none). In the snapshots of /stats and `surface.snapshot()`; the scrape path (/metrics,

@@ -51,7 +51,7 @@ export interface GroupsView {
   groups: {
     topic: string; topic_label: string; group: string; label: string
     delivered: Count; dropped: Count; dlq: Count; retries: Count
-    in_flight: number; max_in_flight: number; lag: number; depth: number
+    in_flight: number; max_in_flight: number; lag: number; depth: Count
     /** By partition number (as a string key). */
     ack_floors: Record<string, number>
   }[]
