@@ -8,6 +8,17 @@ const { backends, surfaceOn, faultsOf, scriptedWorker } = require('./helpers')
 
 const broken = (faults) => faults.filter((f) => f.code === 'CONSERVATION_BROKEN')
 
+// The one way left to break the identity of a group settled per message (its count-level
+// delivered() throws once it has a window on every partition): an acknowledgement counted by count
+// before its first window, as a broker moving from floors to per-message settlement could, and
+// settled per message again after.
+function countedTwice(g, partition, seq) {
+  g.dispatch(1)
+  g.delivered(1)
+  g.send(partition, seq)
+  g.settle(partition, seq, 'delivered')
+}
+
 for (const backend of backends()) {
   t.test(`${backend}: a group settled per message, removed before any scrape with one ack counted twice, is reported as it leaves`, (t) => {
     const s = surfaceOn(t, backend)
@@ -17,10 +28,9 @@ for (const backend of backends()) {
       const g = topic.group(`client-${session}`, { from: 'latest' })
       const q1 = topic.append(0, 32)
       const q2 = topic.append(0, 32)
-      g.send(0, q1)
+      countedTwice(g, 0, q1)
       g.send(0, q2)
-      g.settle(0, q1, 'delivered')
-      g.delivered(1) // the mistake: q1's ack counted again, by count (in_flight 1 → 0)
+      g.settle(0, q2, 'delivered')
       t.equal(g.inFlight(), 0)
       t.equal(topic.removeGroup(`client-${session}`), true)
     }
@@ -38,9 +48,10 @@ for (const backend of backends()) {
     const honest = topic.group('honest')
     const g = topic.group('g')
     topic.append(0, 1, 5)
-    for (let seq = 1; seq <= 5; seq++) g.send(0, seq), honest.send(0, seq)
+    for (let seq = 1; seq <= 5; seq++) honest.send(0, seq)
     honest.settle(0, 2, 'delivered') // out of order; 4 still in flight: honest
-    g.delivered(5) // counted, nothing settled: in flight 0, the floor never moves
+    t.ok(g.dispatch(5))
+    g.delivered(5) // counted, its floor never moved
     t.equal(s.removeTopic('tmp'), true)
     t.same(broken(faults).map((f) => f.labels), [{ topic: 'tmp', group: 'g' }])
     t.end()
@@ -87,9 +98,7 @@ for (const backend of backends()) {
     const topic = s.topic('orders')
     const g = topic.group('g')
     topic.append(0, 1, 2)
-    g.send(0, 1)
-    g.settle(0, 1, 'delivered')
-    g.delivered(1)
+    countedTwice(g, 0, 1)
     s.snapshot()
     t.equal(broken(faults).length, 1, 'the scrape reports it')
     topic.removeGroup('g')
@@ -103,9 +112,10 @@ for (const backend of backends()) {
     const w = await scriptedWorker(s)
     t.teardown(() => w.close())
     await w.call('orders', undefined, 'append', 0, 10, 3)
-    await w.call('orders', 'pm', 'send', 0, 1)
+    await w.call('orders', 'pm', 'dispatch', 1) // counted by count before its first window,
+    await w.call('orders', 'pm', 'delivered', 1)
+    await w.call('orders', 'pm', 'send', 0, 1) // and per message after it: twice
     await w.call('orders', 'pm', 'settle', 0, 1, 'delivered')
-    await w.call('orders', 'pm', 'delivered', 1) // counted twice
     await w.call('orders', 'floor', 'ackFloor', 0, 2) // two passed, never counted
     t.equal(await w.call('orders', undefined, 'removeGroup', 'pm'), true)
     t.equal(await w.call('orders', undefined, 'removeGroup', 'floor'), true)

@@ -104,9 +104,13 @@ for (const backend of backends()) {
     }
     t.same(codes(faults), [], 'honest and busy: nothing reported')
     t.same([conservation(s, 'orders', 'g').residual, conservation(s, 'orders', 'g').in_flight], [0, 2])
-    g.delivered(1) // one message counted by count as well as per message: a double count
+    // A double count: a message counted by count as well as per message, which delivered() allows
+    // only while some partition of the topic has no window of the group (a new one, here).
+    topic.append(1, 1)
+    g.delivered(1)
+    t.ok(g.send(1, 1), 'a window on every partition again: settled per message')
     const row = conservation(s, 'orders', 'g')
-    t.same([row.residual, row.quiet, row.in_flight], [-1, false, 1], 'busy, not quiet')
+    t.same([row.residual, row.quiet, row.in_flight], [-1, false, 2], 'busy, not quiet')
     t.same(codes(faults), ['CONSERVATION_BROKEN'], 'reported at the first scrape after it, messages still in flight')
     t.end()
   })
@@ -280,7 +284,7 @@ for (const backend of backends()) {
     t.end()
   })
 
-  t.test(`${backend}: a group settled per message on every partition refuses count-level dispatch (IN_FLIGHT_KEPT_BY_SEND)`, (t) => {
+  t.test(`${backend}: a group settled per message on every partition refuses count-level dispatch, delivered() and dropped() (IN_FLIGHT_KEPT_BY_SEND)`, (t) => {
     const s = surfaceOn(t, backend)
     const faults = faultsOf(s)
     const topic = s.topic('orders')
@@ -296,8 +300,10 @@ for (const backend of backends()) {
     t.equal(g.inFlight(), 2, 'nothing counted')
     t.ok(g.redeliver(0, 1), 'the retry path')
     t.ok(g.settle(0, 1, 'delivered'))
-    g.delivered(1) // the floor-level style ends what it counted
-    t.equal(g.inFlight(), 0)
+    const delivered = () => s.stats('groups').groups.find((x) => x.group === 'billing').delivered
+    t.throws(() => g.delivered(1), { name: 'UsageError', code: 'IN_FLIGHT_KEPT_BY_SEND', message: /settle\(\) counts what it delivers and drops, and delivered\(\) would count a message twice.*use settle\(partition, seq, 'delivered'\)/ }, 'an acknowledgement counted by count: settle() counts them')
+    t.throws(() => g.dropped(2), { name: 'UsageError', code: 'IN_FLIGHT_KEPT_BY_SEND', message: /use settle\(partition, seq, 'dropped'\)/ }, 'a drop too')
+    t.same([g.inFlight(), delivered()], [1, 1], 'nothing counted: the message dispatch() counted stays in flight (docs/integration.md: switch once it is settled)')
     // A second partition kept by floor: dispatch() is for its messages, allowed again.
     topic.append(1, 1, 2)
     t.ok(g.dispatch(1), 'partition 1 has no window')
@@ -509,8 +515,10 @@ for (const backend of backends()) {
     const topic = s.topic('orders')
     const g = topic.group('billing')
     for (let i = 0; i < 3; i++) topic.append(0, 1)
-    // One message settled in both styles (a misuse): settle() finds nothing left in flight to end.
+    // One message settled in both styles (a misuse delivered() allows while a partition of the
+    // topic, partition 1 here, has no window of the group): settle() finds nothing left in flight to end.
     g.send(0, 1)
+    topic.append(1, 1)
     g.delivered(1)
     t.equal(g.settle(0, 1, 'delivered'), true, 'counted all the same')
     t.match(faults, [{ code: 'IN_FLIGHT_UNDERFLOW', previous: 0, attempted: -1 }], 'reported at the call, not at some later scrape')

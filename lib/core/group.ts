@@ -202,10 +202,12 @@ export class Group {
   }
 
   /**
-   * dispatch() and dispatched() count in flight without naming a message. On a group that settles
-   * every partition of its topic per message, every message in flight is one that send() counted,
-   * so a count-level dispatch counts some message twice (in_flight that never returns to 0: a
-   * redelivery counted with dispatch(), or dispatch() and send() for one message). Thrown, with
+   * dispatch(), dispatched(), delivered() and dropped() count without naming a message. On a group
+   * that settles every partition of its topic per message, every message in flight is one that
+   * send() counted and every settlement one that settle() counts, so a count-level call counts some
+   * message twice (in_flight that never returns to 0: a redelivery counted with dispatch(), or
+   * dispatch() and send() for one message; an acknowledgement counted by delivered() and settle(),
+   * a broken identity). Thrown, with
    * nothing counted; while some partition of the topic has no window of the group (kept by floor,
    * or no message yet) it may still dispatch. Called once the group's shared window count
    * (entities.ts G_WINDOWED) is above 0, so a group kept by floor pays one plain read. No lock,
@@ -216,7 +218,10 @@ export class Group {
   #countLevelAllowed(call: string): void {
     if (Atomics.load(this.#lock, this.#windowedIndex) < this.#topicCells[this.#partitionsIndex]) return
     if (this.#tag[this.#index] !== this.#id) throw this.#gone() // removed meanwhile: that is the answer
-    throw new UsageError('IN_FLIGHT_KEPT_BY_SEND', `group ${JSON.stringify(this.name)} of topic ${JSON.stringify(this.#topic.name)} settles every partition per message: its in_flight counts what send() sent, and ${call}() would count a message twice (use send() for a new delivery, redeliver() for a retry)`)
+    const why = call === 'delivered' || call === 'dropped'
+      ? `settle() counts what it delivers and drops, and ${call}() would count a message twice, or end in flight one that settle() will end (use settle(partition, seq, '${call}'))`
+      : `its in_flight counts what send() sent, and ${call}() would count a message twice (use send() for a new delivery, redeliver() for a retry)`
+    throw new UsageError('IN_FLIGHT_KEPT_BY_SEND', `group ${JSON.stringify(this.name)} of topic ${JSON.stringify(this.#topic.name)} settles every partition per message: ${why}`)
   }
 
   /**
@@ -251,13 +256,17 @@ export class Group {
     return below < 0
   }
 
-  /** delivered += n (group and topic), in_flight −= n (design §5: never below 0). */
+  /**
+   * delivered += n (group and topic), in_flight −= n (design §5: never below 0). Throws UsageError
+   * IN_FLIGHT_KEPT_BY_SEND, counting nothing, on a group settled per message on every partition (#countLevelAllowed).
+   */
   delivered(n = 1): void {
     // Flat fast path (the `delivered()` row of `npm run bench`): inline count test, the topic's liveness
     // cell read from this handle, and both cells written only when the counter stays below 2^53
     // and this thread's in_flight share covers n; anything else takes #settle (the exact path).
     if (!isCount(n)) checkCount('n', n)
     if (this.#tag[this.#index] !== this.#id) throw this.#gone()
+    if (this.#lock[this.#windowedIndex] !== 0) this.#countLevelAllowed('delivered')
     const row = this.#row
     const at = this.#index
     const delivered = row[at + GroupCell.Delivered] + n
@@ -270,10 +279,11 @@ export class Group {
     }
   }
 
-  /** dropped += n (group and topic), in_flight −= n; each drop is credit for one DLQ success. */
+  /** dropped += n (group and topic), in_flight −= n; each drop is credit for one DLQ success. Throws as delivered(). */
   dropped(n = 1): void {
     if (!isCount(n)) checkCount('n', n)
     if (this.#tag[this.#index] !== this.#id) throw this.#gone()
+    if (this.#lock[this.#windowedIndex] !== 0) this.#countLevelAllowed('dropped')
     const row = this.#row
     const at = this.#index
     const dropped = row[at + GroupCell.Dropped] + n
