@@ -53,10 +53,20 @@ function onPath(name) {
   })
 }
 
+// Why the build failed, kept where the library looks when it runs (lib/core/backend.ts): npm's
+// default install output hides the warning below, and surface.backendReason then says it.
+const failure = path.join(root, 'build', 'install-failure.txt')
+fs.rmSync(failure, { force: true })
 if (!process.env.MQ_METRICS_FORCE_BUILD && fs.existsSync(prebuilt) && loads(prebuilt) === '') {
   console.log(`mq-metrics: native core: the prebuilt binary for ${platform}`)
 } else {
   const failed = build()
   if (failed === '') console.log('mq-metrics: native core built from source (build/Release/mq_metrics.node)')
-  else console.warn(`mq-metrics: WARNING no native core for ${platform} (no prebuilt binary; build from source failed: ${failed}); the TypeScript backend will run`)
+  else {
+    console.warn(`mq-metrics: WARNING no native core for ${platform} (no prebuilt binary; build from source failed: ${failed}); the TypeScript backend will run`)
+    try {
+      fs.mkdirSync(path.dirname(failure), { recursive: true })
+      fs.writeFileSync(failure, `${failed}\n`)
+    } catch {} // a read-only package directory: the warning above is all there is
+  }
 }

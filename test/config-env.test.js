@@ -244,6 +244,16 @@ t.test('backendReason: where the native core came from, or why the TypeScript ba
   const bad = await node(['-e', script], { MQ_METRICS_ADDON_PATH: broken, MQ_METRICS_BACKEND: undefined })
   t.match(JSON.parse(bad.stdout).reason, /MQ_METRICS_ADDON_PATH does not load: /, 'a binary that does not load is quoted')
 
+  // native/install.js writes why its build failed beside the build (npm's quiet output hides its warning).
+  const failedDir = t.testdir({ 'install-failure.txt': 'python3, make, g++ not found on PATH; gyp ERR! find Python\n', Release: {} })
+  const failed = await node(['-e', script], { MQ_METRICS_ADDON_PATH: path.join(failedDir, 'Release', 'mq_metrics.node'), MQ_METRICS_BACKEND: undefined })
+  t.match(JSON.parse(failed.stdout).reason, /\(no file at MQ_METRICS_ADDON_PATH: the build at install failed: python3, make, g\+\+ not found on PATH; gyp ERR! find Python\); to build it/, 'the reason says why the build at install failed')
+
+  // An addon the process itself refuses: no compiler would help.
+  const refused = await node(['--no-addons', '-e', script], { MQ_METRICS_BACKEND: undefined })
+  t.equal(refused.code, 0, refused.stderr)
+  t.match(JSON.parse(refused.stdout), { backend: 'js', reason: 'TypeScript backend: this process may not load native addons (node --no-addons, or the permission model without --allow-addons); allow them for the native core' })
+
   const forced = await node(['-e', script], { MQ_METRICS_BACKEND: 'js' })
   t.equal(JSON.parse(forced.stdout).reason, 'TypeScript backend: chosen by MQ_METRICS_BACKEND=js')
   t.notMatch(forced.stderr, /MQ_METRICS_NO_NATIVE_CORE/, 'no warning when js was chosen')

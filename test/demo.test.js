@@ -7,7 +7,7 @@ const t = require('tap')
 const path = require('node:path')
 const net = require('node:net')
 const { spawn } = require('node:child_process')
-const { dist } = require('./helpers')
+const { dist, withoutBackendWarning } = require('./helpers')
 
 const DEMO = path.join(dist, 'demo', 'demo.js')
 const { runDemo, USAGE } = require(DEMO)
@@ -191,7 +191,7 @@ t.test('a port in use: one clear line, exit 1', async (t) => {
   demo.url.catch(() => {})
   const { code } = await demo.exited
   t.equal(code, 1, 'exit 1')
-  t.equal(demo.out.stderr, `mq-demo: cannot listen on 127.0.0.1:${port}: address already in use (pick another --port, or --port 0 for a free one)\n`)
+  t.equal(withoutBackendWarning(demo.out.stderr), `mq-demo: cannot listen on 127.0.0.1:${port}: address already in use (pick another --port, or --port 0 for a free one)\n`)
 })
 
 t.test('in process: runDemo keeps exact books — after the drain every group has residual 0, quiet', async (t) => {

@@ -22,9 +22,17 @@ point () { # point OK DESCRIPTION [DIAGNOSTIC FILE]
 }
 
 # --- the tarballs --------------------------------------------------------------------------------
+# A maintainer's dist/ may have lost a file (an incremental tsc never writes it again) or kept one
+# whose source is gone: the pack builds dist/ anew, so neither reaches the tarball.
+rm -f dist/surface.js && echo "module.exports = 'stale'" > dist/stale-leftover.js
 npm pack --pack-destination "$work" > "$work/pack.log" 2>&1
 tarball=$(ls "$work"/mq-metrics-*.tgz 2>/dev/null | head -n 1)
 if [ -z "$tarball" ]; then point fail "npm pack" "$work/pack.log"; echo "1..$n" >> "$out"; exit 1; fi
+if tar tzf "$tarball" | grep -qx "package/dist/surface.js" && ! tar tzf "$tarball" | grep -q "stale-leftover"; then
+  point ok "npm pack builds dist/ anew: a file missing from dist/ is shipped, a stale one is not"
+else
+  point fail "npm pack builds dist/ anew: a file missing from dist/ is shipped, a stale one is not" "$work/pack.log"
+fi
 platform=$(node -p 'process.platform + "-" + process.arch')
 if tar tzf "$tarball" | grep -qx "package/prebuilds/$platform/mq_metrics.node"; then
   point ok "npm pack ships prebuilds/$platform/mq_metrics.node"
@@ -123,6 +131,13 @@ if grep -q 'build from source failed: .*make.*g++.* not found on PATH' "$work/c.
   point ok "c: the install log names the tools missing from PATH ($(grep -o '[a-z0-9+, ]* not found on PATH' "$work/c. neither/install.log" | head -n 1))"
 else
   point fail "c: the install log names the tools missing from PATH" "$work/c. neither/install.log"
+fi
+
+# docs/install.md: with npm's default (quiet) output the warning above is hidden; backendReason says why.
+if grep -q 'the build at install failed: .*not found on PATH' "$work/c. neither/check.out"; then
+  point ok "c: surface.backendReason says why the build at install failed"
+else
+  point fail "c: surface.backendReason says why the build at install failed" "$work/c. neither/diag.log"
 fi
 
 # docs/install.md's troubleshooting, as written: with a compiler now present, `npm rebuild

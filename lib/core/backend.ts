@@ -1,6 +1,7 @@
 // The one place that loads the native addon and picks the backend (STYLE: the native/TS
 // boundary). Both backends expose the same `Arena`: numbered fixed-size chunks of zeroed memory
 // that every thread of the process can map. Nothing above this file knows which one it has.
+import * as fs from 'node:fs'
 import * as path from 'node:path'
 import { ClosedError, ConfigError } from './errors'
 
@@ -42,6 +43,10 @@ let addon: NativeAddon | null | undefined
 let addonFrom = ''
 let addonError = ''
 let warned = false
+/** An addon refused by the process itself (--no-addons, or the permission model): no build would help. */
+let addonsDisabled = false
+/** Where native/install.js writes why its build from source failed, under build/. */
+const INSTALL_FAILURE = 'install-failure.txt'
 
 const ROOT = path.join(__dirname, '..', '..') // the package: dist/core/ → ../..
 const PLATFORM = `${process.platform}-${process.arch}`
@@ -64,6 +69,19 @@ function addonCandidates(env: NodeJS.ProcessEnv = process.env): { file: string; 
   ]
 }
 
+/**
+ * Why the install script's build from source failed, as it wrote it beside the build
+ * (native/install.js): npm's quiet install output hides the script's warning. '' when it left none.
+ */
+function installFailure(built: string): string {
+  try {
+    const reason = fs.readFileSync(path.join(path.dirname(built), '..', INSTALL_FAILURE), 'utf8').trim()
+    return reason === '' ? '' : `: the build at install failed: ${reason.slice(0, 300)}`
+  } catch {
+    return ''
+  }
+}
+
 /** The addon, or null when none loads (the reasons are kept for backendReason() and errors). */
 export function loadAddon(): NativeAddon | null {
   if (addon === undefined) {
@@ -76,7 +94,8 @@ export function loadAddon(): NativeAddon | null {
         break
       } catch (error) {
         const code = (error as { code?: unknown }).code
-        failures.push(code === 'MODULE_NOT_FOUND' ? missing : `${what} does not load: ${(error as Error).message.split('\n')[0]}`)
+        if (code === 'ERR_DLOPEN_DISABLED') addonsDisabled = true
+        failures.push(code === 'MODULE_NOT_FOUND' ? missing + installFailure(file) : `${what} does not load: ${(error as Error).message.split('\n')[0]}`)
       }
     }
     addonError = failures.join('; ')
@@ -114,6 +133,7 @@ export function backendReason(backend: BackendName, env: NodeJS.ProcessEnv = pro
   }
   if (env.MQ_METRICS_BACKEND === 'js') return 'TypeScript backend: chosen by MQ_METRICS_BACKEND=js'
   loadAddon()
+  if (addonsDisabled) return `TypeScript backend: this process may not load native addons (node --no-addons, or the permission model without --allow-addons); allow them for the native core`
   return `TypeScript backend: no native core for ${PLATFORM} (${addonError}); to build it, reinstall with a C++ compiler, make and python3 present (see docs/install.md)`
 }
 
