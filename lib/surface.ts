@@ -499,6 +499,30 @@ export class Surface extends EventEmitter {
     return super.prependOnceListener(knownEvent(event), listener)
   }
 
+  override off(event: 'fault', listener: (fault: FaultRecord) => void): this
+  override off(event: 'quorum', listener: (change: QuorumEvent) => void): this
+  override off(event: 'error', listener: (error: Error) => void): this
+  override off(event: 'newListener' | 'removeListener', listener: (event: string | symbol, listener: (...args: any[]) => void) => void): this
+  override off(event: string | symbol, listener: (...args: any[]) => void): this {
+    return super.off(knownEvent(event), listener)
+  }
+
+  override removeListener(event: 'fault', listener: (fault: FaultRecord) => void): this
+  override removeListener(event: 'quorum', listener: (change: QuorumEvent) => void): this
+  override removeListener(event: 'error', listener: (error: Error) => void): this
+  override removeListener(event: 'newListener' | 'removeListener', listener: (event: string | symbol, listener: (...args: any[]) => void) => void): this
+  override removeListener(event: string | symbol, listener: (...args: any[]) => void): this {
+    return super.removeListener(knownEvent(event), listener)
+  }
+
+  override emit(event: 'fault', fault: FaultRecord): boolean
+  override emit(event: 'quorum', change: QuorumEvent): boolean
+  override emit(event: 'error', error: Error): boolean
+  override emit(event: 'newListener' | 'removeListener', name: string | symbol, listener: (...args: any[]) => void): boolean
+  override emit(event: string | symbol, ...args: any[]): boolean {
+    return super.emit(knownEvent(event), ...args)
+  }
+
   #fault(fault: FaultRecord): void {
     this.#faults.add(fault)
     this.#tell('fault', fault)

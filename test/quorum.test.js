@@ -168,6 +168,15 @@ t.test('a listener for an event a surface never emits is an error, not a silent 
     }
   }
   t.equal(surface.eventNames().length, 0, 'a refused listener is not registered')
+  // Removing one, or emitting, under such a name would do nothing, silently: refused too.
+  for (const method of ['off', 'removeListener', 'emit']) {
+    for (const event of ['faults', 'Fault']) {
+      t.throws(() => surface[method](event, noop), { name: 'TypeError', message: `unknown event ${JSON.stringify(event)}: a surface emits 'fault', 'quorum' and 'error'` }, `${method}(${JSON.stringify(event)})`)
+    }
+  }
+  surface.on('fault', noop)
+  surface.off('fault', noop)
+  t.equal(surface.listenerCount('fault'), 0, 'off() of a known event removes the listener')
   for (const method of ['on', 'once', 'addListener', 'prependListener', 'prependOnceListener']) {
     for (const event of ['fault', 'quorum', 'error', 'newListener', 'removeListener', require('node:events').errorMonitor]) {
       t.doesNotThrow(() => surface[method](event, noop), `${method}(${String(event)})`)

@@ -1,10 +1,21 @@
 // One error class per kind, each with a stable `code` (STYLE: Errors), all under one base class.
 // HTTP error bodies reuse the same codes. Every code is listed in docs/errors.md.
 
+/** UsageError's codes: a call that contradicts how the handle (or the surface) is used. */
+export type UsageErrorCode = 'IN_FLIGHT_KEPT_BY_SEND' | 'FLOOR_KEPT_BY_SETTLE' | 'ALREADY_LISTENING' | 'METRICS_DISABLED'
+/** FatalInvariantError's codes: a partition's seqs that do not continue its last_seq. */
+export type FatalInvariantCode = 'SEQ_REGRESSION' | 'SEQ_GAP'
+/** StatsError's codes (a bad `/stats` request or `stats()` call). */
+export type StatsErrorCode = 'MISSING_FILTER' | 'INVALID_FILTER' | 'INVALID_QUERY'
+/** Every code an MqMetricsError may carry (docs/errors.md). */
+export type ErrorCode = UsageErrorCode | FatalInvariantCode | StatsErrorCode | 'CONFIG_INVALID' | 'TOPIC_REMOVED' | 'GROUP_REMOVED' | 'SURFACE_CLOSED' | 'LIMIT_REACHED'
+  // Internal (docs/errors.md): a scrape whose client left before its turn; one the scrape thread could not render.
+  | 'SCRAPE_ABANDONED' | 'SCRAPE_THREAD_ERROR'
+
 /** Every error this library throws: `code` is stable, the message is for people. */
 export class MqMetricsError extends Error {
-  readonly code: string
-  constructor(code: string, message: string) {
+  readonly code: ErrorCode
+  constructor(code: ErrorCode, message: string) {
     super(message)
     this.name = 'MqMetricsError'
     this.code = code
@@ -16,7 +27,8 @@ export class MqMetricsError extends Error {
  * anything changes, because the numbers would silently stop adding up.
  */
 export class UsageError extends MqMetricsError {
-  constructor(code: string, message: string) {
+  declare readonly code: UsageErrorCode
+  constructor(code: UsageErrorCode, message: string) {
     super(code, message)
     this.name = 'UsageError'
   }
@@ -24,6 +36,7 @@ export class UsageError extends MqMetricsError {
 
 /** Bad configuration or environment at startup: names the key (or variable) at fault. */
 export class ConfigError extends MqMetricsError {
+  declare readonly code: 'CONFIG_INVALID'
   readonly key: string
   constructor(key: string, message: string) {
     super('CONFIG_INVALID', `${key}: ${message}`)
@@ -38,7 +51,8 @@ export class FatalInvariantError extends MqMetricsError {
   readonly labels: Record<string, string>
   readonly previous: number
   readonly attempted: number
-  constructor(code: string, metric: string, labels: Record<string, string>, previous: number, attempted: number, detail?: string) {
+  declare readonly code: FatalInvariantCode
+  constructor(code: FatalInvariantCode, metric: string, labels: Record<string, string>, previous: number, attempted: number, detail?: string) {
     super(code, `${code}: ${metric}${formatLabels(labels)} ${detail ?? `would decrease from ${previous} to ${attempted}`}`)
     this.name = 'FatalInvariantError'
     this.metric = metric
@@ -50,6 +64,7 @@ export class FatalInvariantError extends MqMetricsError {
 
 /** A handle used after its topic was removed with `surface.removeTopic()`. */
 export class RemovedTopicError extends MqMetricsError {
+  declare readonly code: 'TOPIC_REMOVED'
   constructor(topic: string) {
     super('TOPIC_REMOVED', `topic ${JSON.stringify(topic)} was removed: this handle counts nothing more (surface.topic() registers a new topic of that name, which starts from zero)`)
     this.name = 'RemovedTopicError'
@@ -58,6 +73,7 @@ export class RemovedTopicError extends MqMetricsError {
 
 /** A group handle used after its group was removed with `topic.removeGroup()`. */
 export class RemovedGroupError extends MqMetricsError {
+  declare readonly code: 'GROUP_REMOVED'
   constructor(topic: string, group: string) {
     super('GROUP_REMOVED', `group ${JSON.stringify(group)} of topic ${JSON.stringify(topic)} was removed: this handle counts nothing more, a late settlement included (topic.group() registers a new group of that name, which starts from zero)`)
     this.name = 'RemovedGroupError'
@@ -66,6 +82,7 @@ export class RemovedGroupError extends MqMetricsError {
 
 /** The surface (or the recorder of a worker) was used after `close()`. */
 export class ClosedError extends MqMetricsError {
+  declare readonly code: 'SURFACE_CLOSED'
   constructor(what: string) {
     super('SURFACE_CLOSED', `${what} is closed: it records and reads nothing more; create a new surface with createSurface()`)
     this.name = 'ClosedError'
@@ -74,6 +91,7 @@ export class ClosedError extends MqMetricsError {
 
 /** A cardinality cap of the configuration (max_topics, max_partitions_per_topic, max_groups_per_topic) would be passed: nothing is registered. */
 export class LimitError extends MqMetricsError {
+  declare readonly code: 'LIMIT_REACHED'
   /** The configuration key whose cap was reached, or `registration_log`: the log every registration is written to is full. */
   readonly limit: 'max_topics' | 'max_partitions_per_topic' | 'max_groups_per_topic' | 'registration_log'
   constructor(limit: LimitError['limit'], message: string) {

@@ -7,7 +7,7 @@
 //   group=G  keeps only groups whose raw name is G and, in per-topic views (topics, partitions,
 //            conservation), only the topics that have such a group.
 // The broker-wide views (quorum, latency, faults, config) ignore both.
-import { MqMetricsError } from '../core/errors'
+import { MqMetricsError, StatsErrorCode } from '../core/errors'
 import { Listing, materialize } from '../core/json'
 import { describe, isPlainObject, ownOption } from '../core/labels'
 import type { ConservationReport } from '../core/conservation'
@@ -124,7 +124,7 @@ export interface StatsViews {
   config: ConfigView
 }
 
-export type StatsErrorCode = 'MISSING_FILTER' | 'INVALID_FILTER' | 'INVALID_QUERY'
+export type { StatsErrorCode }
 
 /** A bad `/stats` request (or `surface.stats()` call): HTTP 400 with a stable code. */
 export class StatsError extends MqMetricsError {
