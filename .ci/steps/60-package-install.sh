@@ -86,7 +86,8 @@ w.on("exit", (code) => {
   const totals = s.stats("topics").totals
   const text = s.render()
   console.log(JSON.stringify({ backend: s.backend, reason: s.backendReason, worker: code, produced: totals.produced, delivered: totals.delivered,
-    rendered: text.includes("mq_partition_last_seq{topic=\"orders\",partition=\"0\"} 2") }))
+    rendered: text.includes("mq_partition_last_seq{topic=\"orders\",partition=\"0\"} 2"),
+    rules: require("node:fs").existsSync(require.resolve("mq-metrics/prometheus/mq-alerts.yml")) && require("node:fs").existsSync(require.resolve("mq-metrics/grafana/mq-cluster.json")) }))
   s.close()
 })'
 
@@ -112,6 +113,11 @@ scenario () { # scenario NAME TARBALL PATH EXPECTED-BACKEND WARNINGS
     point ok "$name: a round trip from the main thread and a worker (produced 2, delivered 1, rendered)"
   else
     point fail "$name: a round trip from the main thread and a worker" "$dir/diag.log"
+  fi
+  if node -e 'process.exit(JSON.parse(process.argv[1]).rules === true ? 0 : 1)' "$got" 2> /dev/null; then
+    point ok "$name: require.resolve() finds the shipped rules and dashboard (mq-metrics/prometheus/*, mq-metrics/grafana/*)"
+  else
+    point fail "$name: require.resolve() finds the shipped rules and dashboard" "$dir/diag.log"
   fi
   local seen
   seen=$(grep -c 'MQ_METRICS_NO_NATIVE_CORE' "$dir/check.err")
