@@ -234,3 +234,31 @@ t.test('runDemo validates its options like the flags', async (t) => {
     await t.rejects(runDemo({ quiet: true, ...options }), { name: 'UsageError', message }, JSON.stringify(options))
   }
 })
+
+t.test('npm start: a SIGTERM sent to npm alone stops the demo (npm\'s shell does not pass it on)', async (t) => {
+  // A container's stop or a process manager signals npm only. npm passes the signal to the shell
+  // that runs the script, which ends without passing it on: the demo, orphaned, notices that its
+  // parent has gone (it watches under npm) and stops as on SIGTERM, freeing its port.
+  const child = spawn('npm', ['start', '--silent', '--', '--port', '0'], { cwd: path.join(__dirname, '..'), stdio: ['ignore', 'pipe', 'pipe'], detached: true })
+  t.teardown(() => {
+    try {
+      process.kill(-child.pid, 'SIGKILL') // the whole process group: npm, its shell, the demo
+    } catch {}
+  })
+  let stdout = ''
+  child.stdout.setEncoding('utf8').on('data', (d) => (stdout += d))
+  const closed = new Promise((resolve) => child.stdout.on('close', resolve)) // every writer gone: the demo too
+  const deadline = Date.now() + 20_000
+  let url
+  while (url === undefined && Date.now() < deadline) {
+    url = /^\s+(http:\/\/\S+)\/metrics$/m.exec(stdout)?.[1]
+    await new Promise((resolve) => setTimeout(resolve, 25))
+  }
+  t.ok(url, "the demo serves under npm start", { stdout })
+  t.equal((await get(`${url}/healthz`)).status, 200)
+  process.kill(child.pid, 'SIGTERM') // npm only
+  const gone = await Promise.race([closed.then(() => true), new Promise((resolve) => setTimeout(() => resolve(false), 10_000))])
+  t.ok(gone, 'the demo has exited within 10 s')
+  t.match(stdout, /conservation: residual 0/, 'after draining as on SIGTERM')
+  await t.rejects(get(`${url}/healthz`), 'its port is closed')
+})

@@ -18,6 +18,7 @@
 //              it restarts as a follower with a fresh surface.
 import { createSurface } from 'mq-metrics'
 import { UsageError, scanFlags } from './flags'
+import { onStop } from './stop'
 import type { FaultRecord, Group, Listening, QuorumEvent, Surface, Topic } from 'mq-metrics'
 
 const TIERS = ['healthy', 'soft', 'read_only']
@@ -371,13 +372,12 @@ export async function clusterCli(argv: readonly string[]): Promise<number> {
     return 1
   }
   await new Promise<void>((resolve) => {
-    const timer = duration === undefined ? undefined : setTimeout(resolve, duration * 1000)
-    const onSignal = () => {
+    const timer = duration === undefined ? undefined : setTimeout(() => (undo(), resolve()), duration * 1000)
+    const undo = onStop(() => {
+      undo()
       clearTimeout(timer)
       resolve()
-    }
-    process.once('SIGINT', onSignal)
-    process.once('SIGTERM', onSignal)
+    })
   })
   await cluster.stop()
   return 0

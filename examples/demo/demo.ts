@@ -13,6 +13,7 @@ import { Worker } from 'node:worker_threads'
 import { SimulatedTopic, SimulationTotals, addTotals, emptyTotals } from './broker'
 import type { DemoWorkerData, FromWorker, ToWorker } from './worker'
 import { clusterCli } from './cluster'
+import { onStop } from './stop'
 import { UsageError, scanFlags } from './flags'
 
 export { UsageError }
@@ -586,11 +587,9 @@ async function cli(argv: readonly string[]): Promise<number> {
     if (++signals > 1) process.exit(130)
     void demo.stop(signal)
   }
-  process.on('SIGINT', onSignal)
-  process.on('SIGTERM', onSignal)
+  const undo = onStop(onSignal)
   const result = await demo.done
-  process.off('SIGINT', onSignal)
-  process.off('SIGTERM', onSignal)
+  undo()
   return result.error === undefined ? 0 : 1
 }
 
