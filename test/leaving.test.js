@@ -124,3 +124,59 @@ for (const backend of backends()) {
     t.end()
   })
 }
+
+// group.expire(): messages a group will never get, dropped without a fetch (docs/api.md).
+for (const backend of backends()) {
+  t.test(`${backend}: expire() on a partition kept by floor: the floor moves and what it passes is dropped, in_flight unchanged, in one call`, async (t) => {
+    const s = surfaceOn(t, backend)
+    const faults = faultsOf(s)
+    const topic = s.topic('log')
+    topic.append(0, 10, 8)
+    const g = topic.group('committer')
+    t.ok(g.dispatch(2), 'two fetched')
+    t.ok(g.ackFloor(0, 2))
+    g.delivered(2)
+    t.ok(g.dispatch(1), 'seq 3 fetched, in flight')
+    t.equal(g.expire(0, 2), 0, 'nothing below the floor: 0, no fault')
+    t.equal(g.expire(0, 9), 0, 'past last_seq')
+    t.match(faults, [{ code: 'SEQ_NOT_APPENDED', previous: 8, attempted: 9 }])
+    faults.length = 0
+    t.ok(g.ackFloor(0, 3))
+    g.dropped(1) // seq 3, in flight, given up: the floor first
+    t.equal(g.expire(0, 6), 3, 'seqs 4…6, never fetched, retention deleted them')
+    t.equal(g.floor(0), 6)
+    t.equal(g.inFlight(), 0, 'in_flight unchanged by expire()')
+    t.ok(g.deadLettered(2), 'drops are DLQ credit')
+    const row = s.stats('conservation').topics[0].groups[0]
+    t.same([row.delivered, row.dropped, row.depth, row.residual], [2, 4, 2, 0], 'the identity holds')
+    s.snapshot()
+    t.same(faults, [], 'no fault')
+    const w = await scriptedWorker(s)
+    t.teardown(() => w.close())
+    t.equal(await w.call('log', 'committer', 'expire', 0, 7), 1, 'from a worker')
+    t.equal(g.expire(0, 7), 0, 'expired already (another thread): counted once')
+    t.equal(s.stats('groups').groups[0].dropped, 5)
+    t.throws(() => g.expire(0, 1.5), { name: 'RangeError' })
+    t.throws(() => g.expire(-1, 2), { name: 'RangeError' })
+    t.end()
+  })
+
+  t.test(`${backend}: expire() on a partition settled per message is settleUpTo(…, 'dropped'); it makes no window where floors are kept`, (t) => {
+    const s = surfaceOn(t, backend)
+    const faults = faultsOf(s)
+    const topic = s.topic('q')
+    topic.append(0, 1, 4)
+    topic.append(1, 1, 4)
+    const g = topic.group('g')
+    g.send(0, 1)
+    g.settle(0, 2, 'delivered')
+    t.equal(g.expire(0, 3), 2, 'seqs 1 (in flight) and 3; 2 was settled')
+    t.equal(g.inFlight(), 0, 'the one in flight ended')
+    t.equal(g.expire(0, 3), 0, 'at the floor: 0, no fault')
+    t.ok(g.dispatch(1), 'partition 1 has no window: dispatch() is still for it')
+    t.equal(g.expire(1, 2), 2)
+    t.ok(g.dispatch(1), 'expire() made no window on partition 1 (a window on every partition would refuse dispatch())')
+    t.same(faults, [])
+    t.end()
+  })
+}

@@ -385,35 +385,93 @@ export class Group {
     if (this.entity.windowSlot(partition) !== undefined || (this.#recorder.registry.sync(), this.entity.windowSlot(partition) !== undefined)) {
       throw new UsageError('FLOOR_KEPT_BY_SETTLE', `group ${JSON.stringify(this.name)} of topic ${JSON.stringify(this.#topic.name)} settles partition ${partition} per message (settle/send): its floor follows the settlements and ackFloor() cannot move it`)
     }
-    const lastSeqSlot = this.#topic.knownPartition(partition)
-    const lastSeq = lastSeqSlot === undefined ? 0 : this.#topic.lastSeqOf(lastSeqSlot)
-    // The registry's sorted floor arrays, not a cache of our own (8 B per floor saved: ~1.6 MB at
-    // 4,348 topics × 16 partitions × 2 groups); a floor whose cells this thread has not mapped yet
-    // is read across every row first.
-    const rowChunks = this.#recorder.rowChunks
-    const sharedChunks = this.#recorder.sharedChunks
-    let slot: number | undefined = this.entity.floorSlot(partition)
-    if (slot !== undefined && (rowChunks[slot >>> Chunk.Shift] === undefined || sharedChunks[slot >>> Chunk.Shift] === undefined)) slot = undefined
-    const kept = slot === undefined
-      ? this.#knownFloor(partition)
-      : Math.max(rowChunks[slot >>> Chunk.Shift][slot & Chunk.Mask], sharedChunks[slot >>> Chunk.Shift][slot & Chunk.Mask])
-    // The floor floor() shows: a resumed log's base (the seq before its first message) when higher.
-    const current = lastSeqSlot === undefined ? kept : Math.max(kept, this.#topic.baseOf(lastSeqSlot, partition))
+    const { lastSeq, current } = this.#floorNow(partition)
     if (floor < current || floor > lastSeq) {
-      const labels = { topic: this.#topic.entity.label, group: this.entity.label, partition: String(partition) }
-      this.#recorder.fault('ACK_FLOOR_INVALID', 'mq_group_lag', labels, current, floor)
+      this.#recorder.fault('ACK_FLOOR_INVALID', 'mq_group_lag', this.#partitionLabels(partition), current, floor)
       return false
     }
-    // design §4: an ack floor makes the partition seen (its series appear) — only once accepted.
-    if (lastSeqSlot === undefined) this.#topic.ensurePartition(partition)
-    if (slot === undefined) slot = this.#resolveFloor(partition)
-    // The reads above may have waited for the registration lock: checked again before the writes.
-    this.#alive()
-    const hints = sharedChunks[slot >>> Chunk.Shift]
-    const at = slot & Chunk.Mask
-    rowChunks[slot >>> Chunk.Shift][at] = floor
-    if (floor > hints[at]) hints[at] = floor
+    const [cells, hints, cell] = this.#floorCells(partition)
+    cells[cell] = floor
+    if (floor > hints[cell]) hints[cell] = floor
     return true
+  }
+
+  /**
+   * Messages of `partition` up to `upTo` that the group will never get (retention deleted them, the
+   * consumer skipped them, a session's backlog was discarded) are dropped; returns how many. On a
+   * partition kept by floor, the floor moves to `upTo` and every message it passes counts as
+   * dropped, in_flight unchanged: they were never fetched (end what is in flight first, with
+   * ackFloor() and dropped()). Both in one call under the group's lock, so no scrape sees the floor
+   * moved without the drops. On a partition settled per message it is settleUpTo(partition, upTo,
+   * 'dropped'). 0, nothing changed, when the floor is at `upTo` or above; SEQ_NOT_APPENDED past
+   * last_seq.
+   */
+  expire(partition: number, upTo: number): number {
+    checkPartition(partition)
+    checkCount('upTo', upTo)
+    this.#alive()
+    if (this.entity.windowSlot(partition) !== undefined || (this.#recorder.registry.sync(), this.entity.windowSlot(partition) !== undefined)) {
+      return this.floor(partition) >= upTo ? 0 : this.settleUpTo(partition, upTo, 'dropped')
+    }
+    const { lastSeq } = this.#floorNow(partition)
+    if (upTo > lastSeq) {
+      this.#recorder.fault('SEQ_NOT_APPENDED', 'mq_partition_last_seq', this.#partitionLabels(partition), lastSeq, upTo)
+      return 0
+    }
+    const [cells, hints, cell] = this.#floorCells(partition)
+    const tag = this.#memory.lockTag
+    let n = 0
+    const took = acquire(this.#lock, this.#lockIndex, tag, this.#memory)
+    try {
+      if (took) this.#tookOver()
+      // Under the lock: two threads expiring the same messages count them once.
+      n = upTo - this.#floorNow(partition).current
+      if (n > 0) {
+        const row = this.#row
+        const at = this.#index + GroupCell.Dropped
+        if (row[at] + n > MAX_SAFE) this.#recorder.room(row, at, this.#slot + GroupCell.Dropped, n, this.#topic.entity, this.entity)
+        this.#alive() // the reads above may have waited for the registration lock
+        // The drops and the floor with no call between (docs/design.md §11).
+        row[at] += n
+        cells[cell] = upTo
+        if (upTo > hints[cell]) hints[cell] = upTo
+      }
+    } finally {
+      release(this.#lock, this.#lockIndex, tag)
+    }
+    return Math.max(n, 0)
+  }
+
+  /**
+   * The floor-level floor of `partition` as floor() shows it (`current`: the largest any thread
+   * wrote, or a resumed log's base when higher) and its last_seq. The registry's sorted floor
+   * arrays, not a cache of our own (8 B per floor saved: ~1.6 MB at 4,348 topics × 16 partitions ×
+   * 2 groups); a floor whose cells this thread has not mapped yet is read across every row first.
+   */
+  #floorNow(partition: number): { lastSeq: number; current: number } {
+    const lastSeqSlot = this.#topic.knownPartition(partition)
+    const lastSeq = lastSeqSlot === undefined ? 0 : this.#topic.lastSeqOf(lastSeqSlot)
+    const rowChunks = this.#recorder.rowChunks
+    const sharedChunks = this.#recorder.sharedChunks
+    const slot = this.entity.floorSlot(partition)
+    const kept = slot === undefined || rowChunks[slot >>> Chunk.Shift] === undefined || sharedChunks[slot >>> Chunk.Shift] === undefined
+      ? this.#knownFloor(partition)
+      : Math.max(rowChunks[slot >>> Chunk.Shift][slot & Chunk.Mask], sharedChunks[slot >>> Chunk.Shift][slot & Chunk.Mask])
+    return { lastSeq, current: lastSeqSlot === undefined ? kept : Math.max(kept, this.#topic.baseOf(lastSeqSlot, partition)) }
+  }
+
+  /**
+   * Where a floor-level floor of `partition` is written (the caller checked the floor): this
+   * thread's cells, the shared hints, the cell's index in both. Registers the floor (and makes the
+   * partition seen: design §4, its series appear) if need be; the group is alive on return.
+   */
+  #floorCells(partition: number): [Float64Array, Float64Array, number] {
+    if (this.#topic.knownPartition(partition) === undefined) this.#topic.ensurePartition(partition)
+    const slot = this.entity.floorSlot(partition) ?? this.#resolveFloor(partition)
+    this.#recorder.resolveChunk(slot)
+    // The calls above may have waited for the registration lock: checked again before the writes.
+    this.#alive()
+    return [this.#recorder.rowChunks[slot >>> Chunk.Shift], this.#recorder.sharedChunks[slot >>> Chunk.Shift], slot & Chunk.Mask]
   }
 
   /**
