@@ -116,7 +116,10 @@ export class Surface extends EventEmitter {
     keepAnnouncing(memory)
     this.#quorum = new Quorum(memory.control)
     this.#observer = new Observer(this.#handles, (fault) => this.#fault(fault))
-    this.#recorder.leaving = (topic, group) => this.#observer.checkLeaving(topic, group, true)
+    this.#recorder.leaving = (topic, id, group) => {
+      const found = this.#observer.checkLeaving(topic, id, group, true)
+      return () => this.#observer.tell(found)
+    }
     const native = this.backend === 'native' ? loadAddon() : null
     const nativeQuantiles = native?.latencyQuantiles as QuantilesFromCounts | undefined
     this.#window = new LatencyWindow((out) => this.#sumLatency(out), nativeQuantiles)
@@ -222,10 +225,14 @@ export class Surface extends EventEmitter {
   removeTopic(name: string): boolean {
     this.#assertOpen()
     validateName('topic name', name) // design §3.6, as for topic(): '' or 1,025 characters is a RangeError
-    this.#recorder.leaving?.(name, undefined)
-    const removed = this.#registry.removeTopic(name)
-    this.#handles.forget(name)
-    return removed
+    const tell = this.#recorder.leaving?.(name, undefined, undefined)
+    try {
+      const removed = this.#registry.removeTopic(name)
+      this.#handles.forget(name)
+      return removed
+    } finally {
+      tell?.() // once the removal is made (or refused): a listener may remove or register the topic itself
+    }
   }
 
   // ---- reading ----

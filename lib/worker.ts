@@ -78,9 +78,10 @@ export class WorkerRecorder {
     this.#handles = new Handles(this.#recorder)
     // A group removed from this thread is judged as it leaves: one settled per message only (Observer.checkLeaving).
     let observer: Observer | undefined
-    this.#recorder.leaving = (topic, group) => {
-      observer ??= new Observer(this.#handles, (fault) => this.#recorder.fault(fault.code, fault.metric, fault.labels, fault.previous, fault.attempted), false)
-      observer.checkLeaving(topic, group, false)
+    this.#recorder.leaving = (topic, id, group) => {
+      const judge = (observer ??= new Observer(this.#handles, (fault) => this.#recorder.fault(fault.code, fault.metric, fault.labels, fault.previous, fault.attempted), false))
+      const found = judge.checkLeaving(topic, id, group, false)
+      return () => judge.tell(found)
     }
     // Between its tasks this thread is inside no recording call: it says so, and that it is
     // gone when it exits (reclamation.ts).

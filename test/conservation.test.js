@@ -250,6 +250,33 @@ t.test('an episode ends only on a zero residual a re-read confirms: a torn read 
   t.equal(faults.length, 2, 'a new mistake after the episode ended is a new episode')
 })
 
+t.test('on a topic that never stands still, an episode ends when the re-read shows 0 too, so a later mistake is reported', async (t) => {
+  const { check, faults } = checker()
+  const topic = model('busy', 1)
+  const g = addGroup(topic, 'g')
+  produce(topic, 0, 5)
+  settle(topic, g, 0, 2)
+  g.floors[0] += 1 // the floor passes a message nobody counted: residual +1
+  check(snapshotOf(topic))
+  t.equal(faults.length, 1)
+  g.dropped += 1 // put right
+  // Every later check: a producer appended between the read and the re-read (numbers moved), both honest.
+  const moving = () => {
+    const before = topicSnapshot(topic)
+    produce(topic, 0, 1)
+    return [before, topicSnapshot(topic)]
+  }
+  let [read, again] = moving()
+  check(snapshotOf(read), () => again)
+  g.floors[0] += 2 // a second, different mistake: residual +2
+  ;[read, again] = moving()
+  const report = check(snapshotOf(read), () => again)
+  t.equal(groupRow(report, 'busy', 'g').residual, 2)
+  t.equal(faults.length, 1, 'not confirmed yet: the numbers moved between the two reads')
+  check(snapshotOf(topic))
+  t.equal(faults.length, 2, 'reported at the next check that gets two equal reads: the first episode had ended')
+})
+
 t.test('check() (the /metrics path, no report) keeps baselines and episodes exactly as report() does', async (t) => {
   // If this failed, /metrics scrapes (which only check) and /stats (which reports) would disagree
   // about baselines or raise an episode's fault twice or never.

@@ -125,6 +125,69 @@ for (const backend of backends()) {
   })
 }
 
+for (const backend of backends()) {
+  t.test(`${backend}: a 'fault' listener hears of a leaving group once it has left: it may remove or register that group itself`, (t) => {
+    const s = surfaceOn(t, backend)
+    const topic = s.topic('orders')
+    topic.append(0, 1, 3)
+    const broken = (name) => {
+      const g = topic.group(name)
+      g.dispatch(1)
+      g.delivered(1) // counted, the floor never moved
+      return g
+    }
+    broken('a')
+    const heard = []
+    s.on('fault', (fault) => {
+      heard.push([fault.code, fault.labels.group, topic.removeGroup(fault.labels.group)])
+      if (fault.labels.group === 'b') topic.group('b') // a subscription reset: registered again, from zero
+    })
+    t.equal(topic.removeGroup('a'), true, 'the removal the caller asked for is the one made')
+    t.same(heard, [['CONSERVATION_BROKEN', 'a', false]], 'the listener ran after it: nothing left for it to remove')
+    broken('b')
+    t.equal(topic.removeGroup('b'), true)
+    t.same(s.stats('groups').groups.map((g) => [g.group, g.delivered]), [['b', 0]], "the listener's new group stays")
+    t.end()
+  })
+
+  t.test(`${backend}: removeGroup() judges the leaving group alone`, (t) => {
+    const s = surfaceOn(t, backend)
+    const faults = faultsOf(s)
+    const topic = s.topic('orders')
+    topic.append(0, 1, 3)
+    const stay = topic.group('stay')
+    stay.dispatch(1)
+    stay.delivered(1) // a mistake on a group that stays
+    topic.group('leave')
+    t.equal(topic.removeGroup('leave'), true)
+    t.same(faults, [], 'not reported by another group\'s removal')
+    s.snapshot()
+    t.same(broken(faults).map((f) => f.labels.group), ['stay'], 'the next scrape reports it')
+    t.end()
+  })
+
+  t.test(`${backend}: an honest group leaving while a producer tears the first read is not reported: the re-read confirms nothing`, (t) => {
+    const { SnapshotReader } = require('../dist/core/reader')
+    const s = surfaceOn(t, backend)
+    const faults = faultsOf(s)
+    const topic = s.topic('orders')
+    const g = topic.group('g')
+    topic.append(0, 1, 2)
+    g.send(0, 1)
+    g.settle(0, 1, 'delivered') // honest, settled per message, nothing in flight
+    let torn = false
+    SnapshotReader.parkAt = (point, name) => { if (name === 'orders' && point === 'lastSeq' && !torn) (torn = true), topic.append(0, 1) }
+    try {
+      t.equal(topic.removeGroup('g'), true)
+    } finally {
+      SnapshotReader.parkAt = undefined
+    }
+    t.ok(torn, 'the first read was torn (produced one ahead of the last_seq it read)')
+    t.same(faults, [], 'no CONSERVATION_BROKEN')
+    t.end()
+  })
+}
+
 // group.expire(): messages a group will never get, dropped without a fetch (docs/api.md).
 for (const backend of backends()) {
   t.test(`${backend}: expire() on a partition kept by floor: the floor moves and what it passes is dropped, in_flight unchanged, in one call`, async (t) => {

@@ -123,27 +123,42 @@ export class Observer {
   /**
    * design §4: a group judged as it leaves, so a mistake on a group (or topic) removed before the
    * next scrape is reported too. Called before the removal of `group` of `topic` (every group of
-   * `topic`, without `group`), with the same rules as a scrape's check, on numbers a re-read
-   * confirms. A group kept by floor is judged only from the main thread (`floorLevelToo`): from
-   * another, it can be caught between a settlement's two calls made on the main thread (its floor
-   * moved, its count not yet), which only that thread can tell (confirm()). The scrape's own
-   * episodes (shared): a mistake reported already is not reported again.
+   * `topic`, without `group`; `topicId`, when the caller knows it, the incarnation meant), with the
+   * same rules as a scrape's check, on numbers a re-read confirms; reads the leaving group alone.
+   * A group kept by floor is judged only from the main thread (`floorLevelToo`): from another, it
+   * can be caught between a settlement's two calls made on the main thread (its floor moved, its
+   * count not yet), which only that thread can tell (confirm()). The scrape's own episodes
+   * (shared): a mistake reported already is not reported again. Returns what it found, to be told
+   * (tell()) once the removal is made: a 'fault' listener may remove or register that very group.
    */
-  checkLeaving(topicName: string, groupName: string | undefined, floorLevelToo: boolean): void {
+  checkLeaving(topicName: string, topicId: number | undefined, groupName: string | undefined, floorLevelToo: boolean): FaultRecord[] {
     const registry = this.#handles.recorder.registry
     const memory = registry.memory
-    if (memory.control[C_CLOSED] === 1) return
-    this.#unlocked(memory, () => {
+    const found: FaultRecord[] = []
+    if (memory.control[C_CLOSED] === 1) return found
+    memory.lock()
+    const held = this.#held
+    this.#held = found
+    try {
       registry.sync()
       const topic = registry.topics.get(topicName)
-      if (topic === undefined || !registry.isLive(topic)) return
-      const group = groupName === undefined ? undefined : topic.group(groupName)
-      if (groupName !== undefined && group === undefined) return
-      const read = this.#reader.topic(topic)
-      const groups = read.groups.filter((g) => (group === undefined || g.key === group) && (floorLevelToo || g.settledPerMessage))
-      if (groups.length === 0) return
-      this.#leaving.check({ topics: [{ ...read, groups }] } as unknown as Snapshot, (again) => this.#reader.topic(again.key as TopicEntity))
-    })
+      if (topic === undefined || !registry.isLive(topic) || (topicId !== undefined && topic.id !== topicId)) return found
+      const leaving = groupName === undefined ? topic.groups : [topic.group(groupName)]
+      for (const group of leaving) {
+        if (group === undefined) continue
+        const read = this.#reader.topic(topic, group)
+        if (floorLevelToo || read.groups[0].settledPerMessage) this.#leaving.check({ topics: [read] } as unknown as Snapshot, (again) => this.#reader.topic(again.key as TopicEntity, group))
+      }
+    } finally {
+      this.#held = held
+      memory.unlock()
+    }
+    return found
+  }
+
+  /** Tells `faults` (checkLeaving()'s) to the listeners. */
+  tell(faults: readonly FaultRecord[]): void {
+    for (const fault of faults) this.#onFault(fault)
   }
 
   /**

@@ -197,9 +197,9 @@ export class SnapshotReader {
    * are kept: the read under way repairs them (one found twice is repaired once: the repair
    * re-sums).
    */
-  topic(entity: TopicEntity): TopicSnapshot {
+  topic(entity: TopicEntity, only?: GroupEntity): TopicSnapshot {
     this.#caches()
-    return this.#topic(entity, false)
+    return this.#topic(entity, false, only)
   }
 
   /**
@@ -354,10 +354,12 @@ export class SnapshotReader {
     return floors
   }
 
-  #topic(topic: TopicEntity, ackFloors: boolean): TopicSnapshot {
+  #topic(topic: TopicEntity, ackFloors: boolean, only?: GroupEntity): TopicSnapshot {
     const numbers = topic.partitionNumbers
     const lastSeqSlots = topic.partitionSlots
-    const groupEntities = topic.groups
+    // `only`: that group's numbers alone (a group judged as it leaves: Observer.checkLeaving); the
+    // topic's depth and its delivered, dropped and dlq then leave the other groups out.
+    const groupEntities = only === undefined ? topic.groups : [only]
     const partitionCount = numbers.length
     const groupCount = groupEntities.length
     // Floors first, then last_seq: both only rise, so depth and lag read this way are never < 0.

@@ -39,11 +39,12 @@ export class Recorder {
    */
   readonly #allRows: (Float64Array | undefined)[][] = []
   /**
-   * Called before a removal of group `group` of topic `topic` (every group of it, without `group`):
-   * the group's numbers judged as it leaves (Observer.checkLeaving). Set by the surface, and by a
-   * worker's recorder.
+   * Called before a removal of group `group` of topic `topic` (every group of it, without `group`;
+   * `topicId`, the incarnation meant, when the caller knows it): the group's numbers judged as it
+   * leaves (Observer.checkLeaving). Returns what tells the faults found, to be called once the
+   * removal is made. Set by the surface, and by a worker's recorder.
    */
-  leaving: ((topic: string, group: string | undefined) => void) | undefined
+  leaving: ((topic: string, topicId: number | undefined, group: string | undefined) => () => void) | undefined
 
 
   constructor(registry: Registry, row: number, fault: FaultSink) {

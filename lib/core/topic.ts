@@ -434,10 +434,14 @@ export class Topic {
     validateName('group name', name)
     this.alive()
     const handle = this.#groupHandle(name)
-    this.#recorder.leaving?.(this.name, name)
-    const removed = this.#recorder.registry.removeGroup(this.entity, name)
-    if (handle !== undefined) this.dropGroupHandle(handle.entity)
-    return removed
+    const tell = this.#recorder.leaving?.(this.name, this.entity.id, name)
+    try {
+      const removed = this.#recorder.registry.removeGroup(this.entity, name)
+      if (handle !== undefined) this.dropGroupHandle(handle.entity)
+      return removed
+    } finally {
+      tell?.() // once the removal is made (or refused): a listener may remove or register the group itself
+    }
   }
 
   /**
