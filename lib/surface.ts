@@ -470,6 +470,7 @@ export class Surface extends EventEmitter {
   override on(event: 'quorum', listener: (change: QuorumEvent) => void): this
   override on(event: 'error', listener: (error: Error) => void): this
   override on(event: 'newListener' | 'removeListener', listener: (event: string | symbol, listener: (...args: any[]) => void) => void): this
+  override on(event: symbol, listener: (...args: any[]) => void): this // events.errorMonitor
   override on(event: string | symbol, listener: (...args: any[]) => void): this {
     return super.on(knownEvent(event), listener)
   }
@@ -478,6 +479,7 @@ export class Surface extends EventEmitter {
   override once(event: 'quorum', listener: (change: QuorumEvent) => void): this
   override once(event: 'error', listener: (error: Error) => void): this
   override once(event: 'newListener' | 'removeListener', listener: (event: string | symbol, listener: (...args: any[]) => void) => void): this
+  override once(event: symbol, listener: (...args: any[]) => void): this // events.errorMonitor
   override once(event: string | symbol, listener: (...args: any[]) => void): this {
     return super.once(knownEvent(event), listener)
   }
@@ -486,6 +488,7 @@ export class Surface extends EventEmitter {
   override addListener(event: 'quorum', listener: (change: QuorumEvent) => void): this
   override addListener(event: 'error', listener: (error: Error) => void): this
   override addListener(event: 'newListener' | 'removeListener', listener: (event: string | symbol, listener: (...args: any[]) => void) => void): this
+  override addListener(event: symbol, listener: (...args: any[]) => void): this // events.errorMonitor
   override addListener(event: string | symbol, listener: (...args: any[]) => void): this {
     return super.addListener(knownEvent(event), listener)
   }
@@ -494,6 +497,7 @@ export class Surface extends EventEmitter {
   override prependListener(event: 'quorum', listener: (change: QuorumEvent) => void): this
   override prependListener(event: 'error', listener: (error: Error) => void): this
   override prependListener(event: 'newListener' | 'removeListener', listener: (event: string | symbol, listener: (...args: any[]) => void) => void): this
+  override prependListener(event: symbol, listener: (...args: any[]) => void): this // events.errorMonitor
   override prependListener(event: string | symbol, listener: (...args: any[]) => void): this {
     return super.prependListener(knownEvent(event), listener)
   }
@@ -502,6 +506,7 @@ export class Surface extends EventEmitter {
   override prependOnceListener(event: 'quorum', listener: (change: QuorumEvent) => void): this
   override prependOnceListener(event: 'error', listener: (error: Error) => void): this
   override prependOnceListener(event: 'newListener' | 'removeListener', listener: (event: string | symbol, listener: (...args: any[]) => void) => void): this
+  override prependOnceListener(event: symbol, listener: (...args: any[]) => void): this // events.errorMonitor
   override prependOnceListener(event: string | symbol, listener: (...args: any[]) => void): this {
     return super.prependOnceListener(knownEvent(event), listener)
   }
@@ -510,6 +515,7 @@ export class Surface extends EventEmitter {
   override off(event: 'quorum', listener: (change: QuorumEvent) => void): this
   override off(event: 'error', listener: (error: Error) => void): this
   override off(event: 'newListener' | 'removeListener', listener: (event: string | symbol, listener: (...args: any[]) => void) => void): this
+  override off(event: symbol, listener: (...args: any[]) => void): this // events.errorMonitor
   override off(event: string | symbol, listener: (...args: any[]) => void): this {
     return super.off(knownEvent(event), listener)
   }
@@ -518,6 +524,7 @@ export class Surface extends EventEmitter {
   override removeListener(event: 'quorum', listener: (change: QuorumEvent) => void): this
   override removeListener(event: 'error', listener: (error: Error) => void): this
   override removeListener(event: 'newListener' | 'removeListener', listener: (event: string | symbol, listener: (...args: any[]) => void) => void): this
+  override removeListener(event: symbol, listener: (...args: any[]) => void): this // events.errorMonitor
   override removeListener(event: string | symbol, listener: (...args: any[]) => void): this {
     return super.removeListener(knownEvent(event), listener)
   }
@@ -526,6 +533,7 @@ export class Surface extends EventEmitter {
   override emit(event: 'quorum', change: QuorumEvent): boolean
   override emit(event: 'error', error: Error): boolean
   override emit(event: 'newListener' | 'removeListener', name: string | symbol, listener: (...args: any[]) => void): boolean
+  override emit(event: symbol, ...args: any[]): boolean
   override emit(event: string | symbol, ...args: any[]): boolean {
     return super.emit(knownEvent(event), ...args)
   }

@@ -56,7 +56,9 @@ function onPath(name) {
 // Why the build failed, kept where the library looks when it runs (lib/core/backend.ts): npm's
 // default install output hides the warning below, and surface.backendReason then says it.
 const failure = path.join(root, 'build', 'install-failure.txt')
-fs.rmSync(failure, { force: true })
+try {
+  fs.rmSync(failure, { force: true })
+} catch {} // a read-only package directory: nothing can be written there either
 if (!process.env.MQ_METRICS_FORCE_BUILD && fs.existsSync(prebuilt) && loads(prebuilt) === '') {
   console.log(`mq-metrics: native core: the prebuilt binary for ${platform}`)
 } else {

@@ -18,7 +18,7 @@ import { UsageError, scanFlags } from './flags'
 
 export { UsageError }
 import { createSurface } from 'mq-metrics'
-import type { FaultRecord, Listening, QuorumEvent, Surface } from 'mq-metrics'
+import type { ConservationView, FaultRecord, Listening, QuorumEvent, Surface } from 'mq-metrics'
 
 export const DEFAULT_PORT = 9464
 export const DEFAULT_HOST = '127.0.0.1'
@@ -101,18 +101,9 @@ export interface DemoResult {
   /** Faults by code over the whole run (design §7 `faults` view `counts`). */
   faults: Record<string, number>
   /** `surface.stats('conservation')` after the drain, before the surface closed. */
-  conservation: { filter: 'conservation'; topics: ConservationTopicView[] }
+  conservation: ConservationView
   /** A worker or tick error that ended the run; the CLI exits 1 when set. */
   error?: Error
-}
-
-interface ConservationTopicView {
-  topic: string
-  produced: number | bigint
-  dropped: number | bigint
-  dlq: number | bigint
-  dlq_within_dropped: boolean
-  groups: { group: string; delivered: number | bigint; dropped: number | bigint; depth: number; residual: number | bigint | null; quiet: boolean }[]
 }
 
 export interface Demo {
@@ -489,7 +480,7 @@ export async function runDemo(input: DemoOptions = {}): Promise<Demo> {
     if (!(await within(workerExited, DRAIN_MS + 1000))) await worker.terminate()
 
     for (let i = 0; i < clients; i++) surface.connectionClosed()
-    const conservation = surface.stats('conservation') as DemoResult['conservation']
+    const conservation = surface.stats('conservation')
     const faultCounts = (surface.stats('faults') as { counts: Record<string, number> }).counts
     await listening.close()
     await surface.close()

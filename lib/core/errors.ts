@@ -12,10 +12,14 @@ export type ErrorCode = UsageErrorCode | FatalInvariantCode | StatsErrorCode | '
   // Internal (docs/errors.md): a scrape whose client left before its turn; one the scrape thread could not render.
   | 'SCRAPE_ABANDONED' | 'SCRAPE_THREAD_ERROR'
 
-/** Every error this library throws: `code` is stable, the message is for people. */
+/**
+ * Every error this library throws: `code` is stable, the message is for people. Each class narrows
+ * `code` to its own codes (ErrorCode is all of them); the base takes any string, so that an
+ * application may derive errors of its own from it.
+ */
 export class MqMetricsError extends Error {
-  readonly code: ErrorCode
-  constructor(code: ErrorCode, message: string) {
+  readonly code: string
+  constructor(code: string, message: string) {
     super(message)
     this.name = 'MqMetricsError'
     this.code = code
