@@ -96,6 +96,8 @@ const enum Op {
   Dropped,
   DeliveredUpTo,
   DroppedUpTo,
+  /** DroppedUpTo, but a floor at the seq or above is no fault (expire(): nothing left to expire). */
+  ExpireUpTo,
   Query,
   QuerySettled,
 }
@@ -410,36 +412,47 @@ export class Group {
     checkPartition(partition)
     checkCount('upTo', upTo)
     this.#alive()
-    if (this.entity.windowSlot(partition) !== undefined || (this.#recorder.registry.sync(), this.entity.windowSlot(partition) !== undefined)) {
-      return this.floor(partition) >= upTo ? 0 : this.settleUpTo(partition, upTo, 'dropped')
-    }
-    const { lastSeq } = this.#floorNow(partition)
-    if (upTo > lastSeq) {
-      this.#recorder.fault('SEQ_NOT_APPENDED', 'mq_partition_last_seq', this.#partitionLabels(partition), lastSeq, upTo)
-      return 0
-    }
-    const [cells, hints, cell] = this.#floorCells(partition)
-    const tag = this.#memory.lockTag
-    let n = 0
-    const took = acquire(this.#lock, this.#lockIndex, tag, this.#memory)
-    try {
-      if (took) this.#tookOver()
-      // Under the lock: two threads expiring the same messages count them once.
-      n = upTo - this.#floorNow(partition).current
-      if (n > 0) {
-        const row = this.#row
-        const at = this.#index + GroupCell.Dropped
-        if (row[at] + n > MAX_SAFE) this.#recorder.room(row, at, this.#slot + GroupCell.Dropped, n, this.#topic.entity, this.entity)
-        this.#alive() // the reads above may have waited for the registration lock
-        // The drops and the floor with no call between (docs/design.md §11).
-        row[at] += n
-        cells[cell] = upTo
-        if (upTo > hints[cell]) hints[cell] = upTo
+    for (;;) {
+      // The group's window count before this thread's look at the partition's window: a window
+      // registered after it (which counts after its log entry) shows as a new count under the lock.
+      const windowed = Atomics.load(this.#lock, this.#windowedIndex)
+      if (this.entity.windowSlot(partition) !== undefined || (this.#recorder.registry.sync(), this.entity.windowSlot(partition) !== undefined)) {
+        return upTo === 0 ? 0 : this.#perMessage(partition, upTo, Op.ExpireUpTo)
       }
-    } finally {
-      release(this.#lock, this.#lockIndex, tag)
+      const { lastSeq, current } = this.#floorNow(partition)
+      if (upTo > lastSeq) {
+        this.#recorder.fault('SEQ_NOT_APPENDED', 'mq_partition_last_seq', this.#partitionLabels(partition), lastSeq, upTo)
+        return 0
+      }
+      if (upTo <= current) return 0 // nothing to expire (nor a partition to register)
+      const [cells, hints, cell] = this.#floorCells(partition)
+      const slot = this.entity.floorSlot(partition)!
+      const base = this.#topic.baseOf(this.#topic.knownPartition(partition)!, partition)
+      const tag = this.#memory.lockTag
+      let n = 0
+      const took = acquire(this.#lock, this.#lockIndex, tag, this.#memory)
+      try {
+        if (took) this.#tookOver()
+        // A window made on the partition meanwhile: its per-message path, from the start.
+        if (Atomics.load(this.#lock, this.#windowedIndex) !== windowed) continue
+        // Under the lock, every thread's floor (not the hint, which a racing ackFloor() may leave
+        // behind): two threads expiring the same messages count them once.
+        n = upTo - Math.max(this.#recorder.highest(slot), base)
+        if (n > 0) {
+          const row = this.#row
+          const at = this.#index + GroupCell.Dropped
+          if (row[at] + n > MAX_SAFE) this.#recorder.room(row, at, this.#slot + GroupCell.Dropped, n, this.#topic.entity, this.entity)
+          this.#alive() // the reads above may have waited for the registration lock
+          // The drops and the floor with no call between (docs/design.md §11).
+          row[at] += n
+          cells[cell] = upTo
+          if (upTo > hints[cell]) hints[cell] = upTo
+        }
+      } finally {
+        release(this.#lock, this.#lockIndex, tag)
+      }
+      return Math.max(n, 0)
     }
-    return Math.max(n, 0)
   }
 
   /**
@@ -626,10 +639,10 @@ export class Group {
         result = seq > floor && seq <= floor + window && inFlight ? 1 : 0
       } else if (op === Op.QuerySettled) {
         result = seq <= floor || (seq <= floor + window && (bits[word + words] & bit) !== 0) ? 1 : 0
-      } else if (op === Op.DeliveredUpTo || op === Op.DroppedUpTo) {
+      } else if (op === Op.DeliveredUpTo || op === Op.DroppedUpTo || op === Op.ExpireUpTo) {
         if (seq <= floor) {
-          fault = 'ALREADY_SETTLED'
-          previous = floor
+          if (op !== Op.ExpireUpTo) (fault = 'ALREADY_SETTLED'), (previous = floor)
+          result = 0
         } else {
           // Within the window each seq not settled yet counts (in flight ones end); beyond it
           // nothing can be settled or in flight, so every seq there counts.
@@ -772,8 +785,9 @@ export class Group {
     if (op === Op.QuerySettled) return seq <= floor ? 1 : 0
     let fault: FaultCode | '' = ''
     let previous = floor
+    if (seq <= floor && op === Op.ExpireUpTo) return 0
     if (seq <= floor) fault = 'ALREADY_SETTLED'
-    else if (op !== Op.DeliveredUpTo && op !== Op.DroppedUpTo && seq > floor + this.entity.window) (fault = 'SETTLE_WINDOW_EXCEEDED'), (previous = floor + this.entity.window)
+    else if (op !== Op.DeliveredUpTo && op !== Op.DroppedUpTo && op !== Op.ExpireUpTo && seq > floor + this.entity.window) (fault = 'SETTLE_WINDOW_EXCEEDED'), (previous = floor + this.entity.window)
     else if (op === Op.Redeliver) fault = 'NOT_IN_FLIGHT'
     return fault === '' ? undefined : this.#refuse(fault, partition, previous, seq)
   }
