@@ -4,7 +4,7 @@
 // and once per episode. From a worker thread only a group settled per message is judged: a group
 // kept by floor can be caught there between two calls of a settlement the main thread makes.
 const t = require('tap')
-const { backends, surfaceOn, faultsOf, scriptedWorker } = require('./helpers')
+const { backends, surfaceOn, faultsOf, scriptedWorker, played } = require('./helpers')
 
 const broken = (faults) => faults.filter((f) => f.code === 'CONSERVATION_BROKEN')
 
@@ -240,6 +240,44 @@ for (const backend of backends()) {
     t.equal(g.expire(1, 2), 2)
     t.ok(g.dispatch(1), 'expire() made no window on partition 1 (a window on every partition would refuse dispatch())')
     t.same(faults, [])
+    t.end()
+  })
+}
+
+for (const backend of backends()) {
+  t.test(`${backend}: expire() counts from every thread's floor, not the shared hint a racing ackFloor() can leave behind`, (t) => {
+    const { SLOTS_PER_CHUNK } = require('../dist/core/layout')
+    const { main, worker, read } = played(backend)
+    const mine = main.handles.topic('log')
+    mine.produced(0, 100, 100, 100)
+    const g = mine.group('c')
+    const theirs = worker.handles.topic('log').group('c')
+    g.dispatch(90)
+    // Two commits racing: the other thread writes 90 and raises the hint to 90; this one had read
+    // the hint (0) before that, writes 80 and stores its 80 over the hint last.
+    theirs.ackFloor(0, 90)
+    g.ackFloor(0, 80)
+    const slot = g.entity.floorSlot(0)
+    main.recorder.sharedChunks[Math.floor(slot / SLOTS_PER_CHUNK)][slot % SLOTS_PER_CHUNK] = 80
+    g.delivered(90)
+    t.equal(g.floor(0), 90)
+    t.equal(g.expire(0, 100), 10, 'seqs 91…100: the ten the floor had not passed')
+    const [topic] = read().filter((x) => x.name === 'log')
+    const [row] = topic.groups
+    t.same([row.dropped, row.depth, topic.produced - row.delivered - row.dropped - row.depth], [10, 0, 0], 'the identity holds')
+    t.end()
+  })
+
+  t.test(`${backend}: a 'fault' listener hears of a removed topic's groups once the topic is gone: it may register the topic again`, (t) => {
+    const s = surfaceOn(t, backend)
+    const topic = s.topic('orders')
+    topic.append(0, 1, 3)
+    const g = topic.group('g')
+    g.dispatch(1)
+    g.delivered(1) // counted, the floor never moved
+    s.on('fault', () => s.topic('orders').append(0, 1))
+    t.equal(s.removeTopic('orders'), true)
+    t.same(s.stats('topics').topics.map((x) => [x.topic, x.produced]), [['orders', 1]], "the listener's new topic stays")
     t.end()
   })
 }

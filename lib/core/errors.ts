@@ -7,7 +7,7 @@ export type UsageErrorCode = 'IN_FLIGHT_KEPT_BY_SEND' | 'FLOOR_KEPT_BY_SETTLE' |
 export type FatalInvariantCode = 'SEQ_REGRESSION' | 'SEQ_GAP'
 /** StatsError's codes (a bad `/stats` request or `stats()` call). */
 export type StatsErrorCode = 'MISSING_FILTER' | 'INVALID_FILTER' | 'INVALID_QUERY'
-/** Every code an MqMetricsError may carry (docs/errors.md). */
+/** Every code the library's own errors carry (docs/errors.md); an application's subclass of MqMetricsError may add its own. */
 export type ErrorCode = UsageErrorCode | FatalInvariantCode | StatsErrorCode | 'CONFIG_INVALID' | 'TOPIC_REMOVED' | 'GROUP_REMOVED' | 'SURFACE_CLOSED' | 'LIMIT_REACHED'
   // Internal (docs/errors.md): a scrape whose client left before its turn; one the scrape thread could not render.
   | 'SCRAPE_ABANDONED' | 'SCRAPE_THREAD_ERROR'

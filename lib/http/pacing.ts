@@ -55,6 +55,7 @@ export class ScrapePacer {
 
 /** What a scrape's promise rejects with when its client went away before its turn: it was never started. */
 export class ScrapeAbandoned extends MqMetricsError {
+  declare readonly code: 'SCRAPE_ABANDONED'
   constructor() {
     super('SCRAPE_ABANDONED', 'the client went away before its scrape began')
     this.name = 'ScrapeAbandoned'

@@ -292,6 +292,7 @@ export class ScrapeThread {
 
 /** A scrape the scrape thread could not render (an internal error there): answered 500. */
 export class ScrapeThreadError extends MqMetricsError {
+  declare readonly code: 'SCRAPE_THREAD_ERROR'
   constructor(message: string) {
     super('SCRAPE_THREAD_ERROR', `the scrape thread failed this scrape: ${message}`)
     this.name = 'ScrapeThreadError'
