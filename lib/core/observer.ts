@@ -143,12 +143,12 @@ export class Observer {
       registry.sync()
       const topic = registry.topics.get(topicName)
       if (topic === undefined || !registry.isLive(topic) || (topicId !== undefined && topic.id !== topicId)) return found
-      const leaving = groupName === undefined ? topic.groups : [topic.group(groupName)]
-      for (const group of leaving) {
-        if (group === undefined) continue
-        const read = this.#reader.topic(topic, group)
-        if (floorLevelToo || read.groups[0].settledPerMessage) this.#leaving.check({ topics: [read] } as unknown as Snapshot, (again) => this.#reader.topic(again.key as TopicEntity, group))
-      }
+      // One group's numbers for a group leaving; the whole topic, read once, for a topic leaving.
+      const only = groupName === undefined ? undefined : topic.group(groupName)
+      if (groupName !== undefined && only === undefined) return found
+      const read = this.#reader.topic(topic, only)
+      const judged = floorLevelToo ? read : { ...read, groups: read.groups.filter((g) => g.settledPerMessage) }
+      if (judged.groups.length !== 0) this.#leaving.check({ topics: [judged] } as unknown as Snapshot, (again) => this.#reader.topic(again.key as TopicEntity, only))
     } finally {
       this.#held = held
       memory.unlock()
