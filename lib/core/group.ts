@@ -456,8 +456,10 @@ export class Group {
   }
 
   /**
-   * The floor-level floor of `partition` as floor() shows it (`current`: the largest any thread
-   * wrote, or a resumed log's base when higher) and its last_seq. The registry's sorted floor
+   * The floor-level floor of `partition` (`current`: this thread's and the shared hint's larger, or
+   * a resumed log's base when higher) and its last_seq. The hint is the largest any thread wrote,
+   * unless a racing ackFloor() left it behind: fine for a bound on ackFloor(); expire(), which
+   * counts from it, reads every thread's floor under the group's lock instead. The registry's sorted floor
    * arrays, not a cache of our own (8 B per floor saved: ~1.6 MB at 4,348 topics × 16 partitions ×
    * 2 groups); a floor whose cells this thread has not mapped yet is read across every row first.
    */
