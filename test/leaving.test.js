@@ -281,3 +281,38 @@ for (const backend of backends()) {
     t.end()
   })
 }
+
+for (const backend of backends()) {
+  t.test(`${backend}: expire() counts under the group's lock: another thread's expire() of the same messages, made while this one waited, is counted once`, (t) => {
+    const { SLOTS_PER_CHUNK } = require('../dist/core/layout')
+    const { G_LOCK } = require('../dist/core/entities')
+    const { acquire, release } = require('../dist/core/lock')
+    const { threads, main, worker, read } = played(backend)
+    const mine = main.handles.topic('log')
+    mine.produced(0, 10, 10, 10)
+    const g = mine.group('c')
+    const theirs = worker.handles.topic('log').group('c')
+    t.equal(theirs.floor(0), 0)
+    // The other thread holds the group's lock. While this thread waits for it (and asks whether
+    // its holder still lives), the other lets it go and expires seqs 1…10 itself.
+    const slot = g.entity.slot
+    const cells = worker.memory.sharedI32(Math.floor(slot / SLOTS_PER_CHUNK))
+    const at = ((slot % SLOTS_PER_CHUNK) + G_LOCK) * 2
+    acquire(cells, at, worker.memory.lockTag)
+    let theirCount
+    threads[2] = {
+      get alive() {
+        if (theirCount === undefined) {
+          release(cells, at, worker.memory.lockTag)
+          theirCount = theirs.expire(0, 10)
+        }
+        return true
+      },
+    }
+    t.equal(g.expire(0, 10), 0, 'nothing left once it has the lock')
+    t.equal(theirCount, 10, 'the other thread expired them')
+    const [row] = read().find((x) => x.name === 'log').groups
+    t.same([row.dropped, row.depth], [10, 0], 'ten dropped, not twenty')
+    t.end()
+  })
+}
