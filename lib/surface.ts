@@ -116,10 +116,7 @@ export class Surface extends EventEmitter {
     keepAnnouncing(memory)
     this.#quorum = new Quorum(memory.control)
     this.#observer = new Observer(this.#handles, (fault) => this.#fault(fault))
-    this.#recorder.leaving = (topic, id, group) => {
-      const found = this.#observer.checkLeaving(topic, id, group, true)
-      return () => this.#observer.tell(found)
-    }
+    this.#recorder.leaving = this.#observer.leavingHook(true)
     const native = this.backend === 'native' ? loadAddon() : null
     const nativeQuantiles = native?.latencyQuantiles as QuantilesFromCounts | undefined
     this.#window = new LatencyWindow((out) => this.#sumLatency(out), nativeQuantiles)

@@ -76,13 +76,9 @@ export class WorkerRecorder {
     // removeTopic() runs on the main thread; this worker learns of it when it next replays the
     // log (on its next registration) and lets its handle go.
     this.#handles = new Handles(this.#recorder)
-    // A group removed from this thread is judged as it leaves: one settled per message only (Observer.checkLeaving).
-    let observer: Observer | undefined
-    this.#recorder.leaving = (topic, id, group) => {
-      const judge = (observer ??= new Observer(this.#handles, (fault) => this.#recorder.fault(fault.code, fault.metric, fault.labels, fault.previous, fault.attempted), false))
-      const found = judge.checkLeaving(topic, id, group, false)
-      return () => judge.tell(found)
-    }
+    // A group removed from this thread is judged as it leaves: one settled per message only (Observer.leavingHook).
+    const observer = new Observer(this.#handles, (fault) => this.#recorder.fault(fault.code, fault.metric, fault.labels, fault.previous, fault.attempted))
+    this.#recorder.leaving = observer.leavingHook(false)
     // Between its tasks this thread is inside no recording call: it says so, and that it is
     // gone when it exits (reclamation.ts).
     keepAnnouncing(memory)

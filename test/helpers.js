@@ -17,15 +17,7 @@ const lib = require(dist)
 
 /** Every backend this machine can run. In CI the native core must be built (design §1). */
 function backends() {
-  let native = false
-  try {
-    require(path.join(__dirname, '..', 'prebuilds', `${process.platform}-${process.arch}`, 'mq_metrics.node'))
-    native = true
-  } catch {}
-  try {
-    require(path.join(__dirname, '..', 'build', 'Release', 'mq_metrics.node'))
-    native = true
-  } catch {}
+  const native = require(path.join(__dirname, '..', 'scripts', 'test-backends.js')).nativeCore().file !== undefined
   if (!native && process.env.CI) throw new Error('CI: the native core was not built, so its tests cannot run')
   return native ? ['js', 'native'] : ['js']
 }

@@ -9,6 +9,7 @@ import type { FaultRecord } from './faults'
 import { C_CLOSED, C_QUORUM } from './layout'
 import { SnapshotReader } from './reader'
 import type { Handles } from './handles'
+import type { Recorder } from './recording'
 import type { GroupEntity, TopicEntity } from './entities'
 import { hasNoCollisions, LatencyQuantiles, Layout, QuorumState, Snapshot, TopicSnapshot } from './snapshot'
 
@@ -39,8 +40,6 @@ export class Observer {
   readonly #reader: SnapshotReader
   readonly #checker: ConservationChecker
   readonly #suspects: SuspectEpisodes | undefined
-  /** checkLeaving()'s checker: #checker, or off the main thread one that reports (its groups leave: no suspect can be confirmed later). */
-  readonly #leaving: ConservationChecker
   /** The reader of checkSliced() (/healthz), made at its first use. */
   #probeReader: SnapshotReader | undefined
   /** The check checkSliced() has under way. */
@@ -54,19 +53,18 @@ export class Observer {
 
   /**
    * `handles` repairs in_flight underflows (in its thread's row); `onFault` hears CONSERVATION_BROKEN.
-   * On the main thread a quiet, confirmed imbalance is reported at once; elsewhere (`mainThread`
-   * false) it becomes a suspect for the main thread to `confirm()`.
+   * A quiet, confirmed imbalance is reported at once; with `suspects` (the scrape thread, whose
+   * observe() reads while the main thread's batches may be half-way) it becomes a suspect for the
+   * main thread to `confirm()` instead.
    */
-  constructor(handles: Handles, onFault: (fault: FaultRecord) => void, mainThread = true) {
+  constructor(handles: Handles, onFault: (fault: FaultRecord) => void, suspects = false) {
     this.#handles = handles
     const recorder = handles.recorder
     this.#reader = new SnapshotReader(recorder.registry)
     const memory = recorder.registry.memory
-    if (!mainThread) this.#suspects = new SuspectEpisodes(memory)
+    if (suspects) this.#suspects = new SuspectEpisodes(memory)
     this.#onFault = onFault
-    const told = (fault: FaultRecord) => (this.#held !== undefined ? this.#held.push(fault) : onFault(fault))
-    this.#checker = new ConservationChecker(told, this.#suspects ?? new SharedEpisodes(memory))
-    this.#leaving = this.#suspects === undefined ? this.#checker : new ConservationChecker(told, new SharedEpisodes(memory))
+    this.#checker = new ConservationChecker((fault) => (this.#held !== undefined ? this.#held.push(fault) : onFault(fault)), this.#suspects ?? new SharedEpisodes(memory))
   }
 
   /**
@@ -129,9 +127,10 @@ export class Observer {
    * can be caught between a settlement's two calls made on the main thread (its floor moved, its
    * count not yet), which only that thread can tell (confirm()). The scrape's own episodes
    * (shared): a mistake reported already is not reported again. Returns what it found, to be told
-   * (tell()) once the removal is made: a 'fault' listener may remove or register that very group.
+   * once the removal is made: a 'fault' listener may remove or register that very group. Not on an
+   * observer of suspects (its groups leave: none could be confirmed later).
    */
-  checkLeaving(topicName: string, topicId: number | undefined, groupName: string | undefined, floorLevelToo: boolean): FaultRecord[] {
+  #checkLeaving(topicName: string, topicId: number | undefined, groupName: string | undefined, floorLevelToo: boolean): FaultRecord[] {
     const registry = this.#handles.recorder.registry
     const memory = registry.memory
     const found: FaultRecord[] = []
@@ -148,7 +147,7 @@ export class Observer {
       if (groupName !== undefined && only === undefined) return found
       const read = this.#reader.topic(topic, only)
       const judged = floorLevelToo ? read : { ...read, groups: read.groups.filter((g) => g.settledPerMessage) }
-      if (judged.groups.length !== 0) this.#leaving.check({ topics: [judged] } as unknown as Snapshot, (again) => this.#reader.topic(again.key as TopicEntity, only))
+      if (judged.groups.length !== 0) this.#checker.check({ topics: [judged] } as unknown as Snapshot, (again) => this.#reader.topic(again.key as TopicEntity, only))
     } finally {
       this.#held = held
       memory.unlock()
@@ -156,9 +155,17 @@ export class Observer {
     return found
   }
 
-  /** Tells `faults` (checkLeaving()'s) to the listeners. */
-  tell(faults: readonly FaultRecord[]): void {
-    for (const fault of faults) this.#onFault(fault)
+  /**
+   * A Recorder's `leaving` hook: the groups leaving judged (#checkLeaving), what it found told
+   * by the function it returns, which the removal calls once it is made.
+   */
+  leavingHook(floorLevelToo: boolean): NonNullable<Recorder['leaving']> {
+    return (topic, topicId, group) => {
+      const found = this.#checkLeaving(topic, topicId, group, floorLevelToo)
+      return () => {
+        for (const fault of found) this.#onFault(fault)
+      }
+    }
   }
 
   /**

@@ -408,7 +408,7 @@ export class SnapshotReader {
             if (header[at + W_PENDING] !== 0) (pending ??= []).push(group)
           }
         }
-        groupDepth = typeof groupDepth === 'number' && groupDepth + behind <= MAX_SAFE ? groupDepth + behind : addCount(groupDepth, behind)
+        groupDepth = addCount(groupDepth, behind)
         if (behind > depth[p]) depth[p] = behind
       }
       // Σ of the per-thread shares. Below 0 only when more was settled than dispatched by threads

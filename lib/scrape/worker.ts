@@ -36,7 +36,7 @@ const recorder = new Recorder(registry, memory.claimRow(), (code, metric, labels
 const handles = new Handles(recorder)
 // Between its tasks this thread is inside no recording call: it says so (lib/core/reclamation.ts).
 keepAnnouncing(memory)
-const observer = new Observer(handles, (fault) => faults.push(fault), false)
+const observer = new Observer(handles, (fault) => faults.push(fault), true)
 const renderer = new Renderer()
 /** The memory the main thread lent for this scrape's plain body, until it is used or handed back. */
 let lent: ArrayBuffer | undefined
