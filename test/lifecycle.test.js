@@ -238,6 +238,68 @@ for (const backend of backends()) {
     t.end()
   })
 
+  t.test(`${backend}: from committed floors: a group resumes at the seqs it had settled, by partition; bad starts register nothing`, async (t) => {
+    const s = surfaceOn(t, backend)
+    const faults = faultsOf(s)
+    const topic = s.topic('orders')
+    topic.append(0, 1, 10)
+    topic.append(1, 1, 4)
+    t.ok(topic.produced(2, 110, 10, 10), 'a resumed log: its counts start after seq 100')
+    const resumed = topic.group('resumed', { from: { 0: 6, 2: 105 } })
+    t.same([resumed.floor(0), resumed.floor(1), resumed.floor(2)], [6, 0, 105], 'partition 1, left out, starts at its start')
+    t.same([group(s, 'orders', 'resumed').depth, group(s, 'orders', 'resumed').lag], [4 + 4 + 5, 5])
+    t.equal(conservation(s, 'orders', 'resumed').residual, 0, 'what the start passed over counts as settled before the group')
+    t.equal(topic.group('at-base', { from: { 2: 100, 0: 0, 7: 0 } }).floor(2), 100, "a partition's base, or 0 where nothing was appended: its start")
+    t.notOk(resumed.settle(0, 6, 'delivered'), 'a seq at or below the committed floor is settled already')
+    t.same(codes(faults), ['ALREADY_SETTLED'])
+    faults.length = 0
+    // Per message on partition 0, floor-level on partition 2 (a commit: the floor first, then the count).
+    for (const seq of [7, 8, 9, 10]) resumed.send(0, seq), resumed.settle(0, seq, 'delivered')
+    t.ok(resumed.dispatch(5))
+    t.ok(resumed.ackFloor(2, 110))
+    resumed.delivered(5)
+    const numbers = group(s, 'orders', 'resumed')
+    t.same([numbers.delivered, numbers.in_flight, numbers.depth, resumed.floor(0), resumed.floor(2)], [9, 0, 4, 10, 110])
+    t.equal(conservation(s, 'orders', 'resumed').residual, 0)
+    s.render()
+    t.same(codes(faults), [], 'the scrape finds the books balanced')
+
+    const refused = [
+      [{ 0: 11 }, RangeError, /cannot start at seq 11 of partition 0: its last_seq is 10/],
+      [{ 2: 99 }, RangeError, /counts start after seq 100, so the messages from 100 to 100 were never counted/],
+      [{ 5: 1 }, RangeError, /partition 5: its last_seq is 0/],
+      [{ 0: 3, 1: 5 }, RangeError, /partition 1: its last_seq is 4/],
+      [{ 0: -1 }, RangeError, /from\[0\] must be a non-negative integer/],
+      [{ 0: 1.5 }, RangeError, /from\[0\]/],
+      [{ 0: '3' }, TypeError, /from\[0\] must be a non-negative integer, got/],
+      [{ '-1': 1 }, RangeError, /partition must be an integer from 0/],
+      [{ '01': 1 }, TypeError, /from: "01" is not a partition number/],
+      [{ p0: 1 }, TypeError, /from: "p0" is not a partition number/],
+      [new Map([[0, 3]]), TypeError, /from must be 'earliest', 'latest' or an object of partition → committed seq, got/],
+      [[3], TypeError, /from must be/],
+      [null, TypeError, /from must be/],
+      [6, TypeError, /from must be/],
+    ]
+    for (const [from, type, message] of refused) {
+      t.throws(() => topic.group('x', { from }), { name: type.name, message }, `from ${JSON.stringify(from) ?? String(from)}`)
+    }
+    t.notOk(s.stats('groups').groups.some((g) => g.group === 'x'), 'and no group x was registered')
+    t.equal(topic.group('resumed', { from: { 0: 1 } }), resumed, 'an existing group: the start is ignored, as any start')
+    t.equal(resumed.floor(0), 10)
+
+    // From a worker thread: the same start, checked there the same way.
+    const worker = await scriptedWorker(s)
+    t.teardown(() => worker.close())
+    t.same(await worker.call('orders', undefined, 'group', 'theirs', { from: { 0: 8, 2: 109 } }), { group: 'theirs' })
+    const theirs = topic.group('theirs')
+    t.same([theirs.floor(0), theirs.floor(1), theirs.floor(2)], [8, 0, 109])
+    await t.rejects(worker.call('orders', undefined, 'group', 'bad', { from: { 0: 12 } }), { message: /its last_seq is 10/ })
+    t.same(group(s, 'orders', 'theirs').depth, 2 + 4 + 1)
+    t.equal(conservation(s, 'orders', 'theirs').residual, 0)
+    t.notOk(s.stats('groups').groups.some((g) => g.group === 'bad'))
+    t.same(codes(faults), [])
+  })
+
   t.test(`${backend}: conservation holds from registration: a mistake before the first scrape is reported`, (t) => {
     const s = surfaceOn(t, backend)
     const faults = faultsOf(s)

@@ -29,6 +29,9 @@ import { Memory } from './memory'
 import { advanceEpoch, catchUpEpoch, nextEpoch, passedEpoch, ring } from './reclamation'
 import { Count } from './snapshot'
 
+/** A group's start (GroupOptions.from) as the registry takes it: a committed start is a Map of partition → floor. */
+export type Start = 'earliest' | 'latest' | ReadonlyMap<number, number>
+
 /** What Registry.arenaUsage() reports (surface.arenaUsage(): docs/api.md). */
 export interface ArenaUsage {
   slotsInUse: number
@@ -351,11 +354,13 @@ export class Registry {
   }
 
   /**
-   * The group named `name`, registered if it is new. `latest`: a new group starts at each known
-   * partition's last_seq (its floors are set there, and its balance at registration, design §4,
-   * is what those floors skip); otherwise at the partition's start.
+   * The group named `name`, registered if it is new, starting at `start` (design §4): at each
+   * partition's start (`'earliest'`), at each known partition's last_seq (`'latest'`), or at the
+   * floors given by partition (committed: each from the partition's base to its last_seq, checked
+   * here, under the registration lock, before anything is written: RangeError, nothing registered).
+   * Its floors are set there, and its balance at registration is what those floors skip.
    */
-  group(topic: TopicEntity, name: string, maxInFlight: number, window = DEFAULT_SETTLE_WINDOW, latest = false): GroupEntity {
+  group(topic: TopicEntity, name: string, maxInFlight: number, window = DEFAULT_SETTLE_WINDOW, start: Start = 'earliest'): GroupEntity {
     const known = topic.group(name)
     if (known && this.isGroupLive(known)) return known
     return this.#locked(() => {
@@ -365,32 +370,65 @@ export class Registry {
       if (topic.groups.length >= this.config.max_groups_per_topic) {
         throw new LimitError('max_groups_per_topic', `cannot register group ${JSON.stringify(name)} on topic ${JSON.stringify(topic.name)}: max_groups_per_topic (${this.config.max_groups_per_topic}) reached; raise max_groups_per_topic in the configuration, or remove a group no longer in use (topic.removeGroup())`)
       }
-      this.#capacity.room([entryLength(7, name), ...(latest ? topic.partitionNumbers.map(() => entryLength(4)) : [])], () => `group ${JSON.stringify(name)} on topic ${JSON.stringify(topic.name)}`)
+      const floors = this.#startFloors(topic, name, start)
+      this.#capacity.room([entryLength(7, name), ...floors.map(() => entryLength(4))], () => `group ${JSON.stringify(name)} on topic ${JSON.stringify(topic.name)}`)
       const id = this.#nextId()
       const slot = this.#blocks.allocate(KEY_GROUP)
       const entries: [Entry, number[], string?][] = [[Entry.Group, [...wide(topic.id), ...wide(id), slot, maxInFlight, window], name]]
-      if (latest) {
+      if (floors.length !== 0) {
         // Its floors (blocks, values) and its starting balance are written first, the group and
         // its floors then published with one store: a thread stopped before that registered
         // nothing, and no thread sees the group without them.
-        let start = 0
+        let skipped = 0
         let queued = 0 // floor blocks taken from the front of the free queue so far (the replay's take drops them at publication: picture.ts)
-        for (let p = 0; p < topic.partitionNumbers.length; p++) {
-          const lastSeq = this.highest(topic.partitionSlots[p])
-          const base = this.#sharedF64(topic.partitionSlots[p])[(topic.partitionSlots[p] % SLOTS_PER_CHUNK) + P_BASE]
-          if (lastSeq <= base) continue
+        for (const { partition, floor, base } of floors) {
           const floorSlot = this.#blocks.allocate(KEY_FLOOR, queued)
           if (this.#blocks.queuedAt(KEY_FLOOR, queued, floorSlot)) queued++
-          this.#sharedF64(floorSlot)[floorSlot % SLOTS_PER_CHUNK] = lastSeq
-          entries.push([Entry.Floor, [...wide(id), topic.partitionNumbers[p], floorSlot]])
-          start += lastSeq - base
+          this.#sharedF64(floorSlot)[floorSlot % SLOTS_PER_CHUNK] = floor
+          entries.push([Entry.Floor, [...wide(id), partition, floorSlot]])
+          skipped += floor - base
         }
-        this.#sharedF64(slot)[(slot % SLOTS_PER_CHUNK) + G_START] = start
+        this.#sharedF64(slot)[(slot % SLOTS_PER_CHUNK) + G_START] = skipped
       }
       this.#setTag(slot + G_TAG, id)
       this.#appendAll(entries)
       return this.#picture.groupsById.get(id)!
     })
+  }
+
+  /**
+   * The floors a new group starts with, by partition (only those above the partition's base),
+   * read under the registration lock. A committed floor outside [base, last_seq] is refused:
+   * above last_seq it would settle messages not appended yet, below the base it would owe
+   * messages never counted as produced.
+   */
+  #startFloors(topic: TopicEntity, name: string, start: Start): { partition: number; floor: number; base: number }[] {
+    const floors: { partition: number; floor: number; base: number }[] = []
+    if (start === 'earliest') return floors
+    const what = () => `group ${JSON.stringify(name)} of topic ${JSON.stringify(topic.name)}`
+    const at = (p: number) => {
+      const slot = topic.partitionSlots[p]
+      return { lastSeq: this.highest(slot), base: this.#sharedF64(slot)[(slot % SLOTS_PER_CHUNK) + P_BASE] }
+    }
+    if (start === 'latest') {
+      for (let p = 0; p < topic.partitionNumbers.length; p++) {
+        const { lastSeq, base } = at(p)
+        if (lastSeq > base) floors.push({ partition: topic.partitionNumbers[p], floor: lastSeq, base })
+      }
+      return floors
+    }
+    for (const [partition, floor] of start) {
+      const p = topic.partitionNumbers.indexOf(partition)
+      const { lastSeq, base } = p === -1 ? { lastSeq: 0, base: 0 } : at(p)
+      if (floor > lastSeq) {
+        throw new RangeError(`${what()} cannot start at seq ${floor} of partition ${partition}: its last_seq is ${lastSeq} (a group starts at most at last_seq)`)
+      }
+      if (floor < base) {
+        throw new RangeError(`${what()} cannot start at seq ${floor} of partition ${partition}: the partition's counts start after seq ${base}, so the messages from ${floor + 1} to ${base} were never counted as produced (start the partition's counts at the lowest committed seq: docs/integration.md)`)
+      }
+      if (floor > base) floors.push({ partition, floor, base })
+    }
+    return floors
   }
 
   /** The highest value any thread holds in `slot` (a last_seq or a floor), its shared hint included. */

@@ -7,6 +7,7 @@ import { acquire, release } from './lock'
 import { Chunk, Control, checkCount, checkPartition, goneError } from './checks'
 import { Group } from './group'
 import type { Recorder } from './recording'
+import type { Start } from './registry'
 
 const MAX_SAFE = Number.MAX_SAFE_INTEGER
 
@@ -35,10 +36,33 @@ export const MAX_SETTLE_WINDOW = 1 << 17
 export interface GroupOptions {
   /** design §5: dispatch() refuses past it; dispatched() and send() count and raise a fault. */
   max_in_flight?: number
-  /** Where a new group starts: at each partition's start (`'earliest'`) or its last_seq (`'latest'`). */
-  from?: 'earliest' | 'latest'
+  /**
+   * Where a new group starts: at each partition's start (`'earliest'`), at its last_seq
+   * (`'latest'`), or at the floors it had committed (partition → seq: an object such as
+   * `{ 0: 4200, 3: 120 }`; each from the partition's base to its last_seq, a partition left out
+   * starts at its start). What a start passes over counts as settled before the group existed.
+   */
+  from?: GroupStart
   /** Seqs above the floor that settle()/send() can track per partition (a multiple of 32). */
   settle_window?: number
+}
+
+/** Where a new group starts (GroupOptions.from). */
+export type GroupStart = 'earliest' | 'latest' | { readonly [partition: number]: number }
+
+/** GroupOptions.from checked: a committed start's keys are partition numbers, its values floors. */
+function checkStart(from: unknown): Start {
+  if (from === 'earliest' || from === 'latest') return from
+  const plain = from !== null && typeof from === 'object' && (Object.getPrototypeOf(from) === Object.prototype || Object.getPrototypeOf(from) === null)
+  if (!plain) throw new TypeError(`from must be 'earliest', 'latest' or an object of partition → committed seq, got ${describe(from)}`)
+  const floors = new Map<number, number>()
+  for (const key of Object.keys(from)) {
+    const partition = Number(key)
+    if (String(partition) !== key) throw new TypeError(`from: ${JSON.stringify(key)} is not a partition number`)
+    checkPartition(partition)
+    floors.set(partition, checkCount(`from[${key}]`, (from as Record<string, unknown>)[key]))
+  }
+  return floors
 }
 
 /** A topic handle finds its group handles by a linear search up to this many, by a Map past it. */
@@ -371,7 +395,7 @@ export class Topic {
     const config = this.#recorder.registry.config
     let maxInFlight = config.max_in_flight
     let window = DEFAULT_SETTLE_WINDOW
-    let latest = false
+    let start: Start = 'earliest'
     let maxInFlightGiven = false
     let windowGiven = false
     if (options !== undefined) {
@@ -391,10 +415,7 @@ export class Topic {
         maxInFlightGiven = true
       }
       const from = own('from')
-      if (from !== undefined) {
-        if (from !== 'earliest' && from !== 'latest') throw new TypeError(`from must be 'earliest' or 'latest', got ${describe(from)}`)
-        latest = from === 'latest'
-      }
+      if (from !== undefined) start = checkStart(from)
       const w = own('settle_window')
       if (w !== undefined) {
         if (typeof w !== 'number' || !Number.isInteger(w) || w < 32 || w > MAX_SETTLE_WINDOW || w % 32 !== 0) {
@@ -412,7 +433,7 @@ export class Topic {
       handle = undefined
     }
     if (handle === undefined) {
-      const entity = this.#recorder.registry.group(this.entity, name, maxInFlight, window, latest)
+      const entity = this.#recorder.registry.group(this.entity, name, maxInFlight, window, start)
       handle = new Group(this.#recorder, this, entity)
       this.#addGroupHandle(handle)
     }
