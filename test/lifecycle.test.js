@@ -279,6 +279,7 @@ for (const backend of backends()) {
       [[3], TypeError, /from must be/],
       [null, TypeError, /from must be/],
       [6, TypeError, /from must be/],
+      [{ [Symbol('p')]: 1 }, TypeError, /from: a symbol is not a partition number/],
     ]
     for (const [from, type, message] of refused) {
       t.throws(() => topic.group('x', { from }), { name: type.name, message }, `from ${JSON.stringify(from) ?? String(from)}`)
@@ -286,6 +287,8 @@ for (const backend of backends()) {
     t.notOk(s.stats('groups').groups.some((g) => g.group === 'x'), 'and no group x was registered')
     t.equal(topic.group('resumed', { from: { 0: 1 } }), resumed, 'an existing group: the start is ignored, as any start')
     t.equal(resumed.floor(0), 10)
+    const hidden = Object.defineProperty({}, '0', { value: 4, enumerable: false })
+    t.equal(topic.group('hidden', { from: hidden }).floor(0), 4, 'a floor under a key not enumerable is read all the same, not passed over')
 
     // From a worker thread: the same start, checked there the same way.
     const worker = await scriptedWorker(s)
@@ -298,6 +301,32 @@ for (const backend of backends()) {
     t.equal(conservation(s, 'orders', 'theirs').residual, 0)
     t.notOk(s.stats('groups').groups.some((g) => g.group === 'bad'))
     t.same(codes(faults), [])
+  })
+
+  t.test(`${backend}: a start that skips more than 2^53 − 1 messages over its partitions is kept exact: no false fault`, (t) => {
+    const s = surfaceOn(t, backend)
+    const faults = faultsOf(s)
+    const topic = s.topic('big')
+    const M = Number.MAX_SAFE_INTEGER
+    t.ok(topic.produced(0, M, 0, M))
+    t.ok(topic.produced(1, M - 1, 0, M - 1))
+    const committed = topic.group('committed', { from: { 0: M - 1, 1: M - 2 } })
+    const latest = topic.group('latest', { from: 'latest' })
+    t.same([committed.floor(0), committed.floor(1), latest.floor(0), latest.floor(1)], [M - 1, M - 2, M, M - 1])
+    const groups = s.snapshot().topics[0].groups
+    t.same(groups.map((g) => [g.name, g.start]), [['committed', 2n * BigInt(M) - 3n], ['latest', 2n * BigInt(M) - 1n]], 'each start exact: a bigint past 2^53 − 1')
+    t.same(conservation(s, 'big', 'committed').residual, 0)
+    t.same(conservation(s, 'big', 'latest').residual, 0)
+    t.same(group(s, 'big', 'committed').depth, 2)
+    s.render()
+    t.same(codes(faults), [], 'honest books: no fault')
+    committed.dispatch(2)
+    committed.ackFloor(0, M)
+    committed.delivered(2) // two delivered, the floor passed one
+    s.render()
+    t.same(codes(faults), ['CONSERVATION_BROKEN'], 'and a mistake there shows')
+    t.equal(conservation(s, 'big', 'committed').residual, -1, 'exactly')
+    t.end()
   })
 
   t.test(`${backend}: conservation holds from registration: a mistake before the first scrape is reported`, (t) => {

@@ -7,7 +7,7 @@ export const TOPIC_SLOTS = 3 // rows: produced, bytes, writing marker · shared:
 export const PARTITION_SLOTS = 3 // rows: last_seq · shared: last_seq hint (max seen by any thread), +1 base (the seq before the partition's first message), +2 append() lock (Int32)
 export const P_BASE = 1
 export const P_LOCK = 2
-export const GROUP_SLOTS = 6 // rows: delivered, dropped, dlq, retries, in_flight share · shared: +0 liveness tag (the group id), +1 start balance, +2 conservation episode (Int32), +3 partitions settled per message (Int32), +5 dispatch lock (Int32)
+export const GROUP_SLOTS = 6 // rows: delivered, dropped, dlq, retries, in_flight share · shared: +0 liveness tag (the group id), +1 start balance (its low 32 bits), +2 conservation episode (Int32), +3 partitions settled per message (Int32), +4 start balance (the bits above), +5 dispatch lock (Int32)
 export const FLOOR_SLOTS = 1 // rows: ack_floor · shared: ack_floor hint
 export const G_DELIVERED = 0
 export const G_DROPPED = 1
@@ -18,8 +18,13 @@ export const G_IN_FLIGHT = 4
 export const G_LOCK = 5
 /** In the shared row: the group's liveness tag (its id while it lives, else 0). */
 export const G_TAG = 0
-/** Shared row: the group's balance at registration (design §4: what `from: 'latest'` skipped). */
+/**
+ * Shared row: the group's balance at registration (design §4: what a `from: 'latest'` or committed
+ * start skipped), exact past 2^53 (one partition's share is below it, their sum need not be): its
+ * low 32 bits at G_START, the bits above at G_START_HIGH.
+ */
 export const G_START = 1
+export const G_START_HIGH = 4
 /**
  * Shared row, as an Int32 cell of bits (conservation.ts Episode): set while an episode of the
  * group (CONSERVATION_BROKEN, IN_FLIGHT_EXCEEDS_DEPTH) has been reported and has not ended. Shared

@@ -4,7 +4,7 @@
 // floors and groups as sorted arrays, so a read needs no per-topic layout of its own.
 import { SHARED_ROW, SLOTS_PER_CHUNK } from './layout'
 import { Memory } from './memory'
-import { G_DELIVERED, G_DLQ, G_DROPPED, G_IN_FLIGHT, G_LOCK, G_RETRIES, G_START, P_BASE, W_PENDING, W_SETTLED, GroupEntity, TopicEntity } from './entities'
+import { G_DELIVERED, G_DLQ, G_DROPPED, G_IN_FLIGHT, G_LOCK, G_RETRIES, G_START, G_START_HIGH, P_BASE, W_PENDING, W_SETTLED, GroupEntity, TopicEntity } from './entities'
 import { release } from './lock'
 import { finishWindows } from './window'
 import { Registry } from './registry'
@@ -430,7 +430,7 @@ export class SnapshotReader {
         unboxed(lag),
         typeof groupDepth === 'number' ? unboxed(groupDepth) : groupDepth,
         ackFloors ? (groupFloors as number[]) : undefined,
-        this.#sharedOf(group.slot >>> Chunk.Shift)[(group.slot & Chunk.Mask) + G_START],
+        startOf(this.#sharedOf(group.slot >>> Chunk.Shift), group.slot & Chunk.Mask),
         windows.length !== 0 && windows.length >= partitionCount,
       )
       delivered = addCount(delivered, snapshot.delivered)
@@ -482,7 +482,7 @@ function unboxed(value: number): number {
 
 function groupSnapshot(
   group: GroupEntity, delivered: Count, dropped: Count, dlq: Count, retries: Count,
-  inFlight: number, lag: number, depth: Count, ackFloors: readonly number[] | undefined, start: number,
+  inFlight: number, lag: number, depth: Count, ackFloors: readonly number[] | undefined, start: Count,
   settledPerMessage: boolean,
 ): GroupSnapshot {
   return {
@@ -529,6 +529,15 @@ function topicSnapshot(
   const entity = new TopicEntity(0, '', '', 0)
   const group = new GroupEntity(entity, 0, '', '', 0, 0, 0)
   topicSnapshot(entity, tagged, tagged, tagged, tagged, tagged, [], [], [groupSnapshot(group, tagged, tagged, tagged, tagged, tagged, tagged, tagged, [], 0, false)], false)
+}
+
+/** A group's balance at registration (entities.ts G_START): a bigint past 2^53 − 1, as the counters. */
+function startOf(shared: Float64Array, at: number): Count {
+  const low = shared[at + G_START]
+  const high = shared[at + G_START_HIGH]
+  if (high === 0) return low
+  const value = high * 2 ** 32 + low
+  return value <= MAX_SAFE ? value : BigInt(high) * 2n ** 32n + BigInt(low)
 }
 
 function byLabelThenName(a: { label: string; name: string }, b: { label: string; name: string }): number {

@@ -15,7 +15,7 @@
 // Recording never touches the log.
 import { ResolvedConfig } from './config'
 import {
-  DEFAULT_SETTLE_WINDOW, G_DELIVERED, G_DLQ, G_DROPPED, G_RETRIES, G_START, G_TAG, G_WINDOWED, GONE_CHECK_MS, GroupEntity, P_BASE, T_PARTITIONS, TopicEntity,
+  DEFAULT_SETTLE_WINDOW, G_DELIVERED, G_DLQ, G_DROPPED, G_RETRIES, G_START, G_START_HIGH, G_TAG, G_WINDOWED, GONE_CHECK_MS, GroupEntity, P_BASE, T_PARTITIONS, TopicEntity,
 } from './entities'
 import { LogCapacity, topicRetirementInts } from './log-capacity'
 import { Blocks, KEY_FLOOR, KEY_GROUP, KEY_HEADER, KEY_PARTITION, KEY_TOPIC, windowKey } from './blocks'
@@ -27,7 +27,7 @@ import { CarryKind, Entry, RegistrationLog, amountRows, endAfter, entryLength, w
 import { B_NEXT_ID, C_CLOSED, C_LOG_CHECKPOINT, C_LOG_END, C_LOG_GENERATION, C_NEXT_CHUNK, C_RECOUNT, C_SLOTS_RESERVED, SHARED_ROW, SLOTS_PER_CHUNK } from './layout'
 import { Memory } from './memory'
 import { advanceEpoch, catchUpEpoch, nextEpoch, passedEpoch, ring } from './reclamation'
-import { Count } from './snapshot'
+import { Count, addCount } from './snapshot'
 
 /** A group's start (GroupOptions.from) as the registry takes it: a committed start is a Map of partition → floor. */
 export type Start = 'earliest' | 'latest' | ReadonlyMap<number, number>
@@ -379,16 +379,18 @@ export class Registry {
         // Its floors (blocks, values) and its starting balance are written first, the group and
         // its floors then published with one store: a thread stopped before that registered
         // nothing, and no thread sees the group without them.
-        let skipped = 0
+        let skipped: Count = 0
         let queued = 0 // floor blocks taken from the front of the free queue so far (the replay's take drops them at publication: picture.ts)
         for (const { partition, floor, base } of floors) {
           const floorSlot = this.#blocks.allocate(KEY_FLOOR, queued)
           if (this.#blocks.queuedAt(KEY_FLOOR, queued, floorSlot)) queued++
           this.#sharedF64(floorSlot)[floorSlot % SLOTS_PER_CHUNK] = floor
           entries.push([Entry.Floor, [...wide(id), partition, floorSlot]])
-          skipped += floor - base
+          skipped = addCount(skipped, floor - base)
         }
-        this.#sharedF64(slot)[(slot % SLOTS_PER_CHUNK) + G_START] = skipped
+        const low = typeof skipped === 'number' ? skipped % 2 ** 32 : Number(skipped % 2n ** 32n)
+        this.#sharedF64(slot)[(slot % SLOTS_PER_CHUNK) + G_START] = low
+        this.#sharedF64(slot)[(slot % SLOTS_PER_CHUNK) + G_START_HIGH] = typeof skipped === 'number' ? (skipped - low) / 2 ** 32 : Number(skipped / 2n ** 32n)
       }
       this.#setTag(slot + G_TAG, id)
       this.#appendAll(entries)

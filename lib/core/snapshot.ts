@@ -57,9 +57,10 @@ export interface GroupSnapshot {
   settledPerMessage: boolean
   /**
    * design §4: produced − delivered − dropped − depth when the group was registered: 0, unless it
-   * started at the partitions' last_seq (`from: 'latest'`), skipping what was there.
+   * started at the partitions' last_seq (`from: 'latest'`) or at committed floors, skipping what
+   * was there (a bigint past 2^53 − 1, as the counters).
    */
-  start: number
+  start: Count
   /** Stable identity of the live group (same object across snapshots until removal). */
   key: object
 }

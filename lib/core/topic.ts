@@ -48,15 +48,17 @@ export interface GroupOptions {
 }
 
 /** Where a new group starts (GroupOptions.from). */
-export type GroupStart = 'earliest' | 'latest' | { readonly [partition: number]: number }
+export type GroupStart = 'earliest' | 'latest' | ({ readonly [partition: number]: number } & { readonly length?: never })
 
 /** GroupOptions.from checked: a committed start's keys are partition numbers, its values floors. */
 function checkStart(from: unknown): Start {
   if (from === 'earliest' || from === 'latest') return from
   const plain = from !== null && typeof from === 'object' && (Object.getPrototypeOf(from) === Object.prototype || Object.getPrototypeOf(from) === null)
   if (!plain) throw new TypeError(`from must be 'earliest', 'latest' or an object of partition → committed seq, got ${describe(from)}`)
+  if (Object.getOwnPropertySymbols(from).length !== 0) throw new TypeError('from: a symbol is not a partition number')
   const floors = new Map<number, number>()
-  for (const key of Object.keys(from)) {
+  // Every own key, enumerable or not: a floor the caller wrote is never passed over in silence.
+  for (const key of Object.getOwnPropertyNames(from)) {
     const partition = Number(key)
     if (String(partition) !== key) throw new TypeError(`from: ${JSON.stringify(key)} is not a partition number`)
     checkPartition(partition)
