@@ -10,18 +10,28 @@ const NAME_MAX = 1024 // the library's longest name; longer MQTT topics and clie
 
 // window: seqs a group tracks above its floor (2 bits each: 16 KiB per group by default). A copy
 // still not acknowledged once its topic is ¾ window messages further on is given up (dropped).
-function instrument(broker, surface, { window: WINDOW = 65536 } = {}) {
+// idle: ms after which a topic nobody subscribes to and nobody has published to leaves (its series
+// with it; published again, it starts from 0), checked every idle/4 ms: dynamic topics (a device's
+// own) do not pile up until max_topics. 0: they stay.
+function instrument(broker, surface, { window: WINDOW = 65536, idle: IDLE = 5 * 60_000 } = {}) {
   if (!Number.isInteger(WINDOW / 32) || WINDOW < 64) throw new RangeError(`window must be a multiple of 32 from 64, got ${WINDOW}`)
+  if (!Number.isInteger(IDLE) || IDLE < 0) throw new RangeError(`idle must be a number of ms, got ${IDLE}`)
   const KEEP = WINDOW * 0.75
   const GROUP = { from: 'latest', max_in_flight: 65535, settle_window: WINDOW } // MQTT: ≤ 65,535 packet ids per client
   const topics = new Map() // MQTT topic → { name, handle, counters, base, groups: client id → group state, dark, routing }
   const owned = new Map() // client id → the topics it has a group on
   const exactly = new Map() // persistent client id → packet id → [group, seq] of its QoS 2 copy, until its PUBREC (≤ 65,535 per client)
-  const idle = new Set() // topics without a group, oldest first: one leaves for a subscription's topic at max_topics
+  const idle = new Set() // topics without a group, oldest first: one leaves for a subscription's topic at max_topics, or once unused for IDLE ms
+  let tick = 0 // quarters of IDLE passed: a topic without a group holds the tick of its last use (t.used)
   // counters: aedes' counters of the topic's messages not yet settled by every group, increasing;
   // the message at index i has seq base + i (append() numbers a partition's messages one by one).
   const topicOf = (name, subscribing) => topics.get(name) ?? (name.length <= NAME_MAX && (topics.size < surface.config.max_topics || (subscribing && evict())) ? register(name) : undefined) // full: no throw per publish
-  const register = (name) => limited(() => { const handle = surface.topic(name); idle.add(name); return topics.set(name, { name, handle, counters: [], base: handle.lastSeq(0) + 1, groups: new Map(), dark: new Set(), routing: new Map() }).get(name) })
+  const register = (name) => limited(() => { const handle = surface.topic(name); idle.add(name); return topics.set(name, { name, handle, counters: [], base: handle.lastSeq(0) + 1, groups: new Map(), dark: new Set(), routing: new Map(), used: tick }).get(name) })
+  const reap = () => { // the topics without a group unused for IDLE ms leave
+    tick++
+    for (const name of idle) { const t = topics.get(name); if (tick - t.used >= 4 && limited(() => surface.removeTopic(name)) === true) idle.delete(name), topics.delete(name) }
+  }
+  if (IDLE > 0) { const timer = setInterval(reap, IDLE / 4).unref(); broker.once('closed', () => clearInterval(timer)) }
   const evict = () => { for (const name of idle) return limited(() => surface.removeTopic(name)) === true && (idle.delete(name), topics.delete(name)); return false }
   // Past max_topics, max_groups_per_topic or what the registration log holds, the library refuses
   // (LIMIT_REACHED, nothing changed): what it refused is not counted, and the broker goes on.
@@ -72,10 +82,11 @@ function instrument(broker, surface, { window: WINDOW = 65536 } = {}) {
     if (t !== undefined) {
       const p = packet.payload
       const seq = appended(t, typeof p === 'string' ? Buffer.byteLength(p) : p?.length ?? 0) // 0: refused (read_only, or no room for the partition), not counted
-      if (seq !== 0) t.counters.push(this.counter + 1) // the counter aedes gives its copy of the packet, next
+      if (seq !== 0 && (t.groups.size !== 0 || t.counters.length !== 0)) t.counters.push(this.counter + 1) // the counter aedes gives its copy of the packet, next
+      else if (seq !== 0) (t.base = seq + 1), (t.used = tick) // no group to settle it: nothing to keep
       if (client?.closed && !client.clean) away(client) // its will: aedes publishes it before 'clientDisconnect'
       if (seq !== 0 && t.dark.size !== 0) done = routed(t, seq, done)
-      if (seq % 1024 === 0) sweep(t)
+      if (seq % 64 === 0) sweep(t)
     }
     return publish.call(this, packet, client, done)
   }
@@ -184,7 +195,9 @@ function instrument(broker, surface, { window: WINDOW = 65536 } = {}) {
     return authorize.call(this, client, sub, (err, ok) => {
       const dead = broker.closed || (client.closed && client.clean) // aedes drops the subscription of a client gone meanwhile
       const t = !err && ok && !dead && client.id.length <= NAME_MAX && counted(ok.topic) && !/[+#]/.test(ok.topic) ? topicOf(ok.topic, true) : undefined
-      const m = t?.groups.get(client.id) ?? (t !== undefined ? group(t, client) : undefined)
+      let m = t?.groups.get(client.id)
+      if (m !== undefined && client.clean && m.client !== client) leave(m), (m = t.groups.get(client.id)) // the session before a clean one is discarded: its group with it
+      m ??= t !== undefined ? group(t, client) : undefined
       if (m !== undefined) (m.qos = ok.qos), (m.client = client), (m.ending = m.unsubscribing = false), dark(m, client.closed) // (subscribed again: only the QoS may change; or restored)
       done(err, ok)
     })
@@ -205,7 +218,7 @@ function instrument(broker, surface, { window: WINDOW = 65536 } = {}) {
     const t = m.t, last = t.handle.lastSeq(0)
     if (limited(() => (m.g.floor(0) < last && m.g.settleUpTo(0, last, 'dropped'), t.handle.removeGroup(m.id))) === undefined) return
     t.groups.delete(m.id), t.dark.delete(m), (m.lost = Infinity), (m.ending = false)
-    if (t.groups.size === 0) idle.add(t.name)
+    if (t.groups.size === 0) idle.add(t.name), (t.used = tick), (t.base += t.counters.length), (t.counters.length = 0) // nothing of it to keep
     if (owned.get(m.id)?.delete(t.name) && owned.get(m.id).size === 0) owned.delete(m.id), exactly.delete(m.id)
   }
   // An unsubscription: the copies in flight may still be acknowledged (MQTT 3.1.1 §3.10.4), the group leaves after them.
@@ -231,9 +244,11 @@ function instrument(broker, surface, { window: WINDOW = 65536 } = {}) {
     return remove(client, names, (err) => { if (!err && client.closed) ended(client, names); done(err) }) // closed meanwhile: aedes emits no 'unsubscribe'
   }
   // A clean session discards the one before it, and its own when it ends: subscriptions and queue.
+  // 'clientReady' comes once aedes has emptied the session's queue, after the CONNACK: a clean
+  // session may have subscribed already (its groups are its own: m.client).
   // A persistent session back: aedes has restored its subscriptions (authorizeSubscribe) and replayed its queue; a group still offline was unsubscribed meanwhile.
-  broker.on('clientReady', (client) => session(client).forEach((m) => (client.clean ? leave(m) : (m.unsubscribing || (m.offline && !m.ending)) && unsubscribe(m))))
-  broker.on('clientDisconnect', (client) => (client.clean ? session(client).forEach(leave) : away(client)))
+  broker.on('clientReady', (client) => session(client).forEach((m) => (client.clean ? m.client !== client && leave(m) : (m.unsubscribing || (m.offline && !m.ending)) && unsubscribe(m))))
+  broker.on('clientDisconnect', (client) => (client.clean ? session(client).forEach((m) => (m.client === client || m.client.closed) && leave(m)) : away(client))) // not a newer connection's
   const away = (client) => session(client).forEach((m) => { // a persistent session goes offline (unless a takeover has restored it already)
     if (m.client === client) dark(m, true)
   })

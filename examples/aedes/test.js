@@ -706,3 +706,72 @@ test('aedes losing a persistent session\'s stored copy (two QoS 1 messages in on
   s.end(true)
   await back.endAsync()
 }))
+
+test('a clean session that subscribes before aedes has emptied its queue (a slow persistence): its groups are its own, counted', () => withBroker(async (b, faults) => {
+  // aedes sends the CONNACK, and takes SUBSCRIBEs, before 'clientReady', which waits for the
+  // persistence's outgoing stream: delayed here by 50 ms, as a durable store may take.
+  const stream = b.broker.persistence.outgoingStream.bind(b.broker.persistence)
+  b.broker.persistence.outgoingStream = (client) => {
+    const { Readable } = require('node:stream')
+    const inner = stream(client)
+    const out = new Readable({ objectMode: true, read() {} })
+    setTimeout(() => { inner.on('data', (d) => out.push(d)); inner.on('end', () => out.push(null)) }, 50)
+    return out
+  }
+  let ready = false
+  b.broker.on('clientReady', (c) => { if (c.id === 'dev-1') ready = true })
+  const s = await connect(b.mqttPort, { clientId: 'dev-1', clean: true })
+  let received = 0
+  s.on('message', () => received++)
+  await s.subscribeAsync('devices/dev-1/cmd', { qos: 1 })
+  assert.equal(ready, false, 'subscribed before clientReady')
+  await until('clientReady', () => ready)
+  const p = await connect(b.mqttPort, { clientId: 'ctl' })
+  for (let i = 0; i < 5; i++) await p.publishAsync('devices/dev-1/cmd', `cmd${i}`, { qos: 1 })
+  await until('every copy acknowledged', () => received === 5 && groupOf(b, 'dev-1')?.in_flight === 0)
+  const [t] = b.surface.stats('topics', { topic: 'devices/dev-1/cmd' }).topics
+  assert.deepEqual([t.produced, t.delivered, t.dropped, groupOf(b, 'dev-1').delivered], [5, 5, 0, 5])
+  await Promise.all([s.endAsync(), p.endAsync()])
+  await until('the session ended', () => groupOf(b, 'dev-1') === undefined)
+  assert.deepEqual(faults.map((f) => f.code), [])
+}))
+
+test('what the glue keeps per topic stays small: settled messages are forgotten every 64, a topic nobody subscribes to keeps none', () => withBroker(async (b, faults) => {
+  const s = await connect(b.mqttPort, { clientId: 'reader', clean: true })
+  let received = 0
+  s.on('message', () => received++)
+  await s.subscribeAsync('orders', { qos: 1 })
+  const p = await connect(b.mqttPort, { clientId: 'writer' })
+  for (let i = 0; i < 50; i++) await p.publishAsync('telemetry', `t${i}`, { qos: 1 })
+  assert.equal(b.glue.pending(), 0, 'a topic without a group: nothing kept')
+  for (let i = 0; i < 200; i++) {
+    await p.publishAsync('orders', `o${i}`, { qos: 1 })
+    await until('its copy acknowledged', () => received === i + 1 && groupOf(b, 'reader').in_flight === 0)
+  }
+  assert.ok(b.glue.pending() <= 64, `at most what was published since the last sweep: ${b.glue.pending()}`)
+  await s.endAsync()
+  await until('the group left', () => groupOf(b, 'reader') === undefined)
+  assert.equal(b.glue.pending(), 0, 'its last group gone: nothing kept')
+  await p.endAsync()
+  assert.deepEqual(faults.map((f) => f.code), [])
+}))
+
+test('a topic nobody subscribes to and nobody publishes to leaves after `idle` ms; one in use stays', () => withBroker(async (b, faults) => {
+  const names = () => b.surface.stats('topics').topics.map((t) => t.topic).sort()
+  const s = await connect(b.mqttPort, { clientId: 'reader', clean: true })
+  await s.subscribeAsync('orders', { qos: 1 })
+  const p = await connect(b.mqttPort, { clientId: 'writer' })
+  await p.publishAsync('devices/7/telemetry', 'x', { qos: 1 })
+  await p.publishAsync('orders', 'y', { qos: 1 })
+  assert.deepEqual(names(), ['devices/7/telemetry', 'orders'])
+  const busy = setInterval(() => p.publish('devices/8/telemetry', 'z', { qos: 0 }), 40) // used all along
+  await until('the unused topic left', () => !names().includes('devices/7/telemetry'), 5_000)
+  clearInterval(busy)
+  assert.deepEqual(names(), ['devices/8/telemetry', 'orders'], 'the subscribed topic and the one in use stay')
+  await s.endAsync()
+  await until('the topic its last subscriber left leaves too', () => names().length === 0, 5_000)
+  await p.publishAsync('devices/7/telemetry', 'again', { qos: 1 })
+  assert.equal(b.surface.stats('topics', { topic: 'devices/7/telemetry' }).topics[0].produced, 1, 'published again: counted from 0')
+  await p.endAsync()
+  assert.deepEqual(faults.map((f) => f.code), [])
+}, undefined, { idle: 400 }))
