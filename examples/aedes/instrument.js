@@ -31,7 +31,10 @@ function instrument(broker, surface, { window: WINDOW = 65536, idle: IDLE = 5 * 
     tick++
     for (const name of idle) { const t = topics.get(name); if (tick - t.used >= 4 && limited(() => surface.removeTopic(name)) === true) idle.delete(name), topics.delete(name) }
   }
-  if (IDLE > 0) { const timer = setInterval(reap, IDLE / 4).unref(); broker.once('closed', () => clearInterval(timer)) }
+  if (IDLE > 0) {
+    const timer = setInterval(() => { try { reap() } catch (error) { if (error.code !== 'SURFACE_CLOSED') throw error; clearInterval(timer) } }, IDLE / 4).unref() // a surface closed before the broker: nothing more to remove
+    broker.once('closed', () => clearInterval(timer))
+  }
   const evict = () => { for (const name of idle) return limited(() => surface.removeTopic(name)) === true && (idle.delete(name), topics.delete(name)); return false }
   // Past max_topics, max_groups_per_topic or what the registration log holds, the library refuses
   // (LIMIT_REACHED, nothing changed): what it refused is not counted, and the broker goes on.

@@ -775,3 +775,21 @@ test('a topic nobody subscribes to and nobody publishes to leaves after `idle` m
   await p.endAsync()
   assert.deepEqual(faults.map((f) => f.code), [])
 }, undefined, { idle: 400 }))
+
+test('a surface closed before the broker: the glue\'s timer stops without an error', async () => {
+  const b = await start({ mqttPort: 0, metricsPort: 0, glue: { idle: 40 } })
+  const errors = []
+  const listener = (error) => errors.push(error)
+  process.on('uncaughtException', listener)
+  try {
+    const p = await connect(b.mqttPort, { clientId: 'writer' })
+    await p.publishAsync('devices/1/telemetry', 'x', { qos: 1 })
+    await p.endAsync()
+    await b.surface.close()
+    await sleep(200)
+    assert.deepEqual(errors, [])
+  } finally {
+    process.off('uncaughtException', listener)
+    await b.close() // closing the surface again does nothing
+  }
+})
