@@ -11,11 +11,11 @@ const NAME_MAX = 1024 // the library's longest name; longer MQTT topics and clie
 // window: seqs a group tracks above its floor (2 bits each: 16 KiB per group by default). A copy
 // still not acknowledged once its topic is ¾ window messages further on is given up (dropped).
 // idle: ms after which a topic nobody subscribes to and nobody has published to leaves (its series
-// with it; published again, it starts from 0), checked every idle/4 ms: dynamic topics (a device's
+// with it; published again, it starts from 0), checked every idle/4 ms (so it goes within 1.25 × idle): dynamic topics (a device's
 // own) do not pile up until max_topics. 0: they stay.
 function instrument(broker, surface, { window: WINDOW = 65536, idle: IDLE = 5 * 60_000 } = {}) {
   if (!Number.isInteger(WINDOW / 32) || WINDOW < 64) throw new RangeError(`window must be a multiple of 32 from 64, got ${WINDOW}`)
-  if (!Number.isInteger(IDLE) || IDLE < 0) throw new RangeError(`idle must be a number of ms, got ${IDLE}`)
+  if (!Number.isInteger(IDLE) || IDLE < 0 || IDLE / 4 > 2 ** 31 - 1) throw new RangeError(`idle must be a number of ms from 0 to ${4 * (2 ** 31 - 1)} (a timer's longest period, 4 times), got ${IDLE}`)
   const KEEP = WINDOW * 0.75
   const GROUP = { from: 'latest', max_in_flight: 65535, settle_window: WINDOW } // MQTT: ≤ 65,535 packet ids per client
   const topics = new Map() // MQTT topic → { name, handle, counters, base, groups: client id → group state, dark, routing }
@@ -29,7 +29,7 @@ function instrument(broker, surface, { window: WINDOW = 65536, idle: IDLE = 5 * 
   const register = (name) => limited(() => { const handle = surface.topic(name); idle.add(name); return topics.set(name, { name, handle, counters: [], base: handle.lastSeq(0) + 1, groups: new Map(), dark: new Set(), routing: new Map(), used: tick }).get(name) })
   const reap = () => { // the topics without a group unused for IDLE ms leave
     tick++
-    for (const name of idle) { const t = topics.get(name); if (tick - t.used >= 4 && limited(() => surface.removeTopic(name)) === true) idle.delete(name), topics.delete(name) }
+    for (const name of idle) { const t = topics.get(name); if (tick - t.used > 4 && limited(() => surface.removeTopic(name)) === true) idle.delete(name), topics.delete(name) }
   }
   if (IDLE > 0) {
     const timer = setInterval(() => { try { reap() } catch (error) { if (error.code !== 'SURFACE_CLOSED') throw error; clearInterval(timer) } }, IDLE / 4).unref() // a surface closed before the broker: nothing more to remove

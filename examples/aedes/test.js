@@ -793,3 +793,34 @@ test('a surface closed before the broker: the glue\'s timer stops without an err
     await b.close() // closing the surface again does nothing
   }
 })
+
+test('idle: a topic leaves no sooner than idle ms after its last use; an idle no timer can hold is refused', async () => {
+  const { instrument } = require('./instrument')
+  const { createSurface } = require('mq-metrics')
+  const { EventEmitter } = require('node:events')
+  const fake = () => Object.assign(new EventEmitter(), { persistence: {} })
+  const surface = createSurface()
+  try {
+    assert.throws(() => instrument(fake(), surface, { idle: 4 * 2 ** 31 }), RangeError)
+    assert.throws(() => instrument(fake(), surface, { idle: -1 }), RangeError)
+  } finally {
+    await surface.close()
+  }
+  await withBroker(async (b) => {
+    const p = await connect(b.mqttPort, { clientId: 'writer' })
+    const gone = new Map()
+    const used = new Map()
+    for (let i = 0; i < 6; i++) {
+      await p.publishAsync(`devices/${i}/telemetry`, 'x', { qos: 1 })
+      used.set(`devices/${i}/telemetry`, Date.now())
+      await sleep(37)
+    }
+    await until('every topic left', () => {
+      const names = new Set(b.surface.stats('topics').topics.map((t) => t.topic))
+      for (const name of used.keys()) if (!names.has(name) && !gone.has(name)) gone.set(name, Date.now())
+      return gone.size === used.size
+    }, 5_000)
+    for (const [name, at] of gone) assert.ok(at - used.get(name) >= 400, `${name} left ${at - used.get(name)} ms after its last use`)
+    await p.endAsync()
+  }, undefined, { idle: 400 })
+})
