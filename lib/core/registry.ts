@@ -388,9 +388,9 @@ export class Registry {
           entries.push([Entry.Floor, [...wide(id), partition, floorSlot]])
           skipped = addCount(skipped, floor - base)
         }
-        const low = typeof skipped === 'number' ? skipped % 2 ** 32 : Number(skipped % 2n ** 32n)
-        this.#sharedF64(slot)[(slot % SLOTS_PER_CHUNK) + G_START] = low
-        this.#sharedF64(slot)[(slot % SLOTS_PER_CHUNK) + G_START_HIGH] = typeof skipped === 'number' ? (skipped - low) / 2 ** 32 : Number(skipped / 2n ** 32n)
+        const exact = BigInt(skipped)
+        this.#sharedF64(slot)[(slot % SLOTS_PER_CHUNK) + G_START] = Number(exact % 2n ** 32n)
+        this.#sharedF64(slot)[(slot % SLOTS_PER_CHUNK) + G_START_HIGH] = Number(exact / 2n ** 32n)
       }
       this.#setTag(slot + G_TAG, id)
       this.#appendAll(entries)

@@ -47,7 +47,7 @@ export interface GroupOptions {
   settle_window?: number
 }
 
-/** Where a new group starts (GroupOptions.from). */
+/** Where a new group starts (GroupOptions.from). `length?: never`: floors in an array (or a typed array) do not compile — which partitions would they be? */
 export type GroupStart = 'earliest' | 'latest' | ({ readonly [partition: number]: number } & { readonly length?: never })
 
 /** GroupOptions.from checked: a committed start's keys are partition numbers, its values floors. */
