@@ -20,13 +20,14 @@ import {
 import { LogCapacity, topicRetirementInts } from './log-capacity'
 import { Blocks, KEY_FLOOR, KEY_GROUP, KEY_HEADER, KEY_PARTITION, KEY_TOPIC, windowKey } from './blocks'
 import { Picture } from './picture'
+import { Departures } from './departures'
 import { checkpoint } from './checkpoint'
 import { ClosedError, LimitError, RemovedGroupError, RemovedTopicError } from './errors'
 import { LabelCarry, carryEntries } from './carry'
 import { CarryKind, Entry, RegistrationLog, amountRows, endAfter, entryLength, wide } from './log'
 import { B_NEXT_ID, C_CLOSED, C_LOG_CHECKPOINT, C_LOG_END, C_LOG_GENERATION, C_NEXT_CHUNK, C_RECOUNT, C_SLOTS_RESERVED, SHARED_ROW, SLOTS_PER_CHUNK } from './layout'
 import { Memory } from './memory'
-import { advanceEpoch, catchUpEpoch, nextEpoch, passedEpoch, ring } from './reclamation'
+import { advanceEpoch, catchUpEpoch, epochNow, nextEpoch, passedEpoch, ring } from './reclamation'
 import { Count, addCount } from './snapshot'
 
 /** A group's start (GroupOptions.from) as the registry takes it: a committed start is a Map of partition → floor. */
@@ -106,6 +107,15 @@ export class Registry {
 
   set onGroupRemoved(told: ((group: GroupEntity) => void) | undefined) {
     this.#picture.onGroupRemoved = told
+  }
+
+  /**
+   * The groups removed lately, as this thread learns of them (departures.ts), from the first call
+   * on (by the thread whose reader renders /metrics): removals published before it are not, even
+   * if this thread replays them later (a scrape thread catching up with the log as it starts).
+   */
+  departures(): Departures {
+    return (this.#picture.departures ??= new Departures(epochNow(this.memory)))
   }
 
   /** How many Int32 cells one generation of the log may hold (log-capacity.ts); tests lower it to fill the log. */

@@ -3,7 +3,7 @@
 // names of the label left in it (TopicSnapshot.carried). A snapshot without
 // collisions already has this shape and is used as it is; only colliding topics and groups get
 // merged copies.
-import { Count, TopicSnapshot, addCount, isCollisionFree } from '../core/snapshot'
+import { Count, DepartedSeries, TopicSnapshot, addCount, isCollisionFree } from '../core/snapshot'
 
 export interface GroupSeries {
   readonly label: string
@@ -11,7 +11,12 @@ export interface GroupSeries {
   readonly lag: number
   readonly inFlight: Count
   readonly retries: Count
+  /** A group removed lately (lib/core/departures.ts): lag and in_flight 0, and no retries line. */
+  readonly departed?: true
 }
+
+/** The key of every departed group's series (texts are cached by label, not by key). */
+const DEPARTED_KEY = Object.freeze({})
 
 export interface TopicSeries {
   readonly label: string
@@ -119,6 +124,35 @@ function mergeTopics(run: readonly TopicSnapshot[]): TopicSeries {
     depth: partitionNumbers.map((partition) => partitions.get(partition)!.depth),
     groups: [...groups.values()].sort((a, b) => compareStrings(a.label, b.label)),
   }
+}
+
+/**
+ * `topics` with each departed group's series added to its topic's (at lag 0 and in_flight 0, in
+ * label order), unless a live group of the topic has its label: one series per label, never two.
+ * A departed group of a topic label not in `topics` is left out. The topics it adds to are copies.
+ */
+export function withDeparted(topics: readonly TopicSeries[], departed: readonly DepartedSeries[]): readonly TopicSeries[] {
+  const byTopic = new Map<string, string[]>()
+  for (const { topic, group } of departed) {
+    const labels = byTopic.get(topic)
+    if (labels === undefined) byTopic.set(topic, [group])
+    else labels.push(group)
+  }
+  let out: TopicSeries[] | undefined
+  for (let t = 0; t < topics.length; t++) {
+    const topic = topics[t]
+    const labels = byTopic.get(topic.label)
+    if (labels === undefined) continue
+    const live = new Set(topic.groups.map((group) => group.label))
+    const gone = [...new Set(labels)].filter((label) => !live.has(label))
+    if (gone.length === 0) continue
+    const groups: GroupSeries[] = [...topic.groups]
+    for (const label of gone) groups.push({ label, key: DEPARTED_KEY, lag: 0, inFlight: 0, retries: 0, departed: true })
+    groups.sort((a, b) => compareStrings(a.label, b.label))
+    out ??= topics.slice()
+    out[t] = { ...topic, groups }
+  }
+  return out ?? topics
 }
 
 export function compareStrings(a: string, b: string): number {
