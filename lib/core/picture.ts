@@ -342,7 +342,8 @@ export class Picture {
         if (!this.#inCheckpoint && wasLive && !group.carries) this.#groupLabelGone(topic.label, group.label)
         if (wasLive) {
           this.onGroupRemoved?.(group)
-          this.departures?.add(topic, group.label, group.retireEpoch)
+          // One whose label another live group has stays in that series (its retries carried): not departed.
+          if (!group.carries) this.departures?.add(topic, group.label, group.retireEpoch)
         }
         break
       }

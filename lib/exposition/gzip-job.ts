@@ -32,7 +32,7 @@ export interface Chunk {
   readonly fragments: PackedFragments | undefined
 }
 
-/** Every number the lines of topics [from, to) show, in a fixed order; NaN for a bigint. */
+/** Every number the lines of topics [from, to) show, in a fixed order; NaN for a bigint, or a retries line left out. */
 function valuesOf(topics: readonly TopicSeries[], from: number, to: number): Int32Array | Float64Array {
   let count = 0
   for (let t = from; t < to; t++) count += 5 + 2 * topics[t].partitionNumbers.length + 3 * topics[t].groups.length
@@ -51,7 +51,7 @@ function valuesOf(topics: readonly TopicSeries[], from: number, to: number): Int
     for (let g = 0; g < groups.length; g++) {
       values[i++] = numeric(groups[g].lag)
       values[i++] = numeric(groups[g].inFlight)
-      values[i++] = numeric(groups[g].retries)
+      values[i++] = groups[g].noRetries === true ? NaN : numeric(groups[g].retries) // no line: never the same as one
     }
   }
   for (let k = 0; k < values.length; k++) if ((values[k] | 0) !== values[k] || Object.is(values[k], -0)) return values
@@ -80,7 +80,7 @@ function isCurrent(chunk: Chunk, topics: readonly TopicSeries[], texts: readonly
     for (let p = 0; p < depth.length; p++) if (values[i++] !== depth[p]) return false
     for (let g = 0; g < groups.length; g++) {
       const group = groups[g]
-      if (values[i] !== group.lag || values[i + 1] !== group.inFlight || values[i + 2] !== group.retries) return false
+      if (values[i] !== group.lag || values[i + 1] !== group.inFlight || values[i + 2] !== (group.noRetries === true ? NaN : group.retries)) return false
       i += 3
     }
   }

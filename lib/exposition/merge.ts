@@ -11,8 +11,11 @@ export interface GroupSeries {
   readonly lag: number
   readonly inFlight: Count
   readonly retries: Count
-  /** A group removed lately (lib/core/departures.ts): lag and in_flight 0, and no retries line. */
-  readonly departed?: true
+  /**
+   * No retries line: a group removed lately (lib/core/departures.ts; lag and in_flight 0), or a
+   * live one whose label such a group had (merge.ts withDeparted).
+   */
+  readonly noRetries?: true
 }
 
 /** The key of every departed group's series (texts are cached by label, not by key). */
@@ -127,27 +130,31 @@ function mergeTopics(run: readonly TopicSnapshot[]): TopicSeries {
 }
 
 /**
- * `topics` with each departed group's series added to its topic's (at lag 0 and in_flight 0, in
- * label order), unless a live group of the topic has its label: one series per label, never two.
- * A departed group of a topic label not in `topics` is left out. The topics it adds to are copies.
+ * `topics` with each departed group's series added to its topic's (lag 0, in_flight 0, in label
+ * order) — or, where a live group of the topic has its label (registered again, or another raw
+ * name of the label), that group's series shown without its retries line: one series per label,
+ * never two, and a label a group left lately never has a retries series (the conservation rule
+ * tells the gap from it). A departed group of a topic label not in `topics` is left out. The
+ * topics it changes are copies.
  */
 export function withDeparted(topics: readonly TopicSeries[], departed: readonly DepartedSeries[]): readonly TopicSeries[] {
-  const byTopic = new Map<string, string[]>()
+  const byTopic = new Map<string, Set<string>>()
   for (const { topic, group } of departed) {
     const labels = byTopic.get(topic)
-    if (labels === undefined) byTopic.set(topic, [group])
-    else labels.push(group)
+    if (labels === undefined) byTopic.set(topic, new Set([group]))
+    else labels.add(group)
   }
   let out: TopicSeries[] | undefined
   for (let t = 0; t < topics.length; t++) {
     const topic = topics[t]
     const labels = byTopic.get(topic.label)
     if (labels === undefined) continue
-    const live = new Set(topic.groups.map((group) => group.label))
-    const gone = [...new Set(labels)].filter((label) => !live.has(label))
-    if (gone.length === 0) continue
-    const groups: GroupSeries[] = [...topic.groups]
-    for (const label of gone) groups.push({ label, key: DEPARTED_KEY, lag: 0, inFlight: 0, retries: 0, departed: true })
+    const groups: GroupSeries[] = []
+    for (const group of topic.groups) {
+      if (!labels.has(group.label)) groups.push(group)
+      else groups.push({ ...group, noRetries: true }), labels.delete(group.label)
+    }
+    for (const label of labels) groups.push({ label, key: DEPARTED_KEY, lag: 0, inFlight: 0, retries: 0, noRetries: true })
     groups.sort((a, b) => compareStrings(a.label, b.label))
     out ??= topics.slice()
     out[t] = { ...topic, groups }

@@ -166,12 +166,12 @@ export function writeTopics(w: Writer, stage: number, topics: readonly TopicSeri
     for (let t = from; t < to; t++) w.partitionLines(PARTITION_LAST_SEQ.nameBytes, texts[t].depthPrefix, LABELS_AT, topics[t].partitionNumbers, topics[t].lastSeq)
   } else {
     const [name, valueOf] = GROUP_FAMILIES[stage - Stage.GroupFamilies]
-    // A departed group (merge.ts withDeparted) shows its lag and in_flight, not retries: its last count is not known.
+    // A label a group left lately has no retries line (merge.ts withDeparted).
     const retries = stage === Stage.GroupFamilies + 2
     for (let t = from; t < to; t++) {
       const text = texts[t]
       const groups = topics[t].groups
-      for (let g = 0; g < groups.length; g++) if (!(retries && groups[g].departed === true)) w.line(name, text, text.groups[g].suffix, valueOf(groups[g]))
+      for (let g = 0; g < groups.length; g++) if (!(retries && groups[g].noRetries === true)) w.line(name, text, text.groups[g].suffix, valueOf(groups[g]))
     }
   }
 }
