@@ -1,6 +1,6 @@
 // Groups that left by removeGroup(), as this thread's picture learnt of them: /metrics shows each
 // for DEPARTED_MS more, at lag 0 and in_flight 0, so that a group that lived between two scrapes
-// is seen at least once (docs/design.md §10, "A departed group's series").
+// is seen at least once (docs/metrics.md, "A group that left").
 import { DepartedSeries } from './snapshot'
 import type { TopicEntity } from './entities'
 

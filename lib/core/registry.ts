@@ -294,7 +294,7 @@ export class Registry {
   }
 
   /**
-   * Removes one group of a live topic: its series leave the next scrape; its delivered, dropped
+   * Removes one group of a live topic: its own numbers leave the next scrape; its delivered, dropped
    * and dlq stay in the topic's counters (they retire into them once no call can still land).
    */
   removeGroup(topic: TopicEntity, name: string): boolean {
