@@ -193,6 +193,10 @@ t.test('Departures: removals before it began are not kept; the oldest go past MA
   clock.now += 1
   t.equal(departures.current(() => true), undefined, 'then all old enough to go')
   t.equal(departures.size, 0)
+  for (let i = 0; i < 100; i++) departures.add(live, `h${i}`, 8)
+  clock.now += DEPARTED_MS + 1
+  departures.add(live, 'late', 8)
+  t.equal(departures.size, 1, 'a removal lets go of those old enough to go, with no read between')
   const few = new Departures(0)
   few.add(live, 'a', 1)
   few.add(dead, 'a', 1)

@@ -40,9 +40,10 @@ export class Departures {
    */
   add(topic: TopicEntity, label: string, epoch: number): void {
     if (epoch <= this.#since) return
-    this.#list.push({ topic, label, at: Departures.clock() })
+    const at = Departures.clock()
+    this.#list.push({ topic, label, at })
     if (this.#list.length - this.#head > MAX_DEPARTED) this.#head++
-    this.#compact()
+    this.#forget(at)
   }
 
   /**
@@ -50,9 +51,7 @@ export class Departures {
    * (`isLive`); undefined when there are none. Those older than DEPARTED_MS are let go.
    */
   current(isLive: (topic: TopicEntity) => boolean): readonly DepartedSeries[] | undefined {
-    const since = Departures.clock() - DEPARTED_MS
-    while (this.#head < this.#list.length && this.#list[this.#head].at < since) this.#head++
-    this.#compact()
+    this.#forget(Departures.clock())
     const list = this.#list
     if (this.#head === list.length) return undefined
     const seen = new Set<string>()
@@ -72,8 +71,13 @@ export class Departures {
     return this.#list.length - this.#head
   }
 
-  /** The front let go is cut away once it is half the array. */
-  #compact(): void {
+  /**
+   * Lets go of those older than DEPARTED_MS at `now` (also as removals come: a thread whose reader
+   * is seldom asked keeps only the last minutes'), and cuts the front away once it is half the array.
+   */
+  #forget(now: number): void {
+    const since = now - DEPARTED_MS
+    while (this.#head < this.#list.length && this.#list[this.#head].at < since) this.#head++
     if (this.#head >= 64 && this.#head * 2 >= this.#list.length) {
       this.#list = this.#list.slice(this.#head)
       this.#head = 0
