@@ -11,7 +11,7 @@ const { Worker } = require('node:worker_threads')
 const { backends, surfaceOn, played, faultsOf } = require('./helpers')
 const { mergeCollisions } = require('../dist/exposition/merge')
 const { announce } = require('../dist/core/reclamation')
-const { Departures, DEPARTED_MS } = require('../dist/core/departures')
+const { leftClock, LEFT_MS } = require('../dist/core/left')
 
 /** `name{labels}` → value, every sample of a /metrics body. */
 function samples(text) {
@@ -162,10 +162,10 @@ for (const backend of backends()) {
   })
 
   t.test(`${backend}: removing one of two groups sharing a label keeps the group series' retries`, (t) => {
-    const clock = { now: 0 }
-    const before = Departures.clock
-    Departures.clock = () => clock.now
-    t.teardown(() => (Departures.clock = before))
+    let now = 1e12
+    const clock = leftClock.now
+    leftClock.now = () => now
+    t.teardown(() => (leftClock.now = clock))
     const surface = surfaceOn(t, backend)
     const topic = surface.topic('t')
     topic.produced(0, 10, 1)
@@ -182,9 +182,9 @@ for (const backend of backends()) {
     t.equal(topic.removeGroup('g_1'), true)
     t.notOk(samples(surface.render()).has(key), 'the series leaves with the last group of the label')
     topic.group('g.1').redelivered(1)
-    t.notOk(samples(surface.render()).has(key), 'started again: no retries series while the group that left is shown (docs/metrics.md)')
-    clock.now += DEPARTED_MS + 1
-    t.equal(samples(surface.render()).get(key), 1, 'then it starts from zero')
+    t.notOk(samples(surface.render()).has(key), 'a group of the topic left: no retries series for a while (docs/metrics.md)')
+    now += LEFT_MS
+    t.equal(samples(surface.render()).get(key), 1, 'a group series started again starts from zero')
     t.end()
   })
 

@@ -97,11 +97,11 @@ tests:
       let sub = resub.group('client-7', { from: 'latest' })
       const churn = s.topic('churn')
       const stays = churn.group('stays')
-      const { Departures } = require('../dist/core/departures.js')
-      const clock = Departures.clock
+      const { leftClock } = require('../dist/core/left.js')
+      const clock = leftClock.now
       let now = 0
-      Departures.clock = () => now
-      t.teardown(() => (Departures.clock = clock))
+      leftClock.now = () => now
+      t.teardown(() => (leftClock.now = clock))
       const flap = s.topic('flap')
       let f = flap.group('f')
       const MINUTES = 30
@@ -176,7 +176,9 @@ tests:
         now = (minute + 1) * 60_000
         scrape(minute)
       }
-      t.ok([...series.keys()].some((key) => key.startsWith('mq_group_lag') && key.includes('group="session-8"')), 'a session seen by no scrape as live is in the next ones')
+      const stayed = series.get('mq_group_retries_total{job="mq",instance="b:9464",topic="churn",group="stays"}')
+      t.same([stayed[7], stayed[8], stayed[12], stayed[13]], ['0', '_', '_', '0'], 'after a session seen by no scrape as live, the topic\'s retries series is left out for 5 minutes')
+      t.notOk([...series.keys()].some((key) => key.includes('session-')), 'and the session itself is in no scrape')
       const depth = s.stats('partitions', { topic: 'offline' }).partitions[0].depth
       t.equal(depth, MINUTES, 'the partition depth is what the group still owes (one message a minute), not last_seq − its floor')
       const input = [...series].map(([key, values]) => `      - series: '${key}'\n        values: '${values.join(' ')}'`)

@@ -3,7 +3,7 @@
 import { Count } from './snapshot'
 
 // Slot block sizes. Thread rows use the counter cells; the shared row uses the rest.
-export const TOPIC_SLOTS = 3 // rows: produced, bytes, writing marker · shared: +0 liveness tag (the topic id), +1 partitions registered (Int32)
+export const TOPIC_SLOTS = 3 // rows: produced, bytes, writing marker · shared: +0 liveness tag (the topic id), +1 partitions registered (Int32), +2 when a group last left (T_GROUP_LEFT)
 export const PARTITION_SLOTS = 3 // rows: last_seq · shared: last_seq hint (max seen by any thread), +1 base (the seq before the partition's first message), +2 append() lock (Int32)
 export const P_BASE = 1
 export const P_LOCK = 2
@@ -46,6 +46,13 @@ export const G_EPISODE = 2
  * entity owns its block; never while replaying: a block named by an old entry may be reused since).
  */
 export const T_PARTITIONS = 1
+/**
+ * Shared row: when a group of the topic last left by removeGroup() (ms on left.ts's clock; 0: none
+ * since the block was handed out). Written under the registration lock before the removal is
+ * published, read by every scrape: for LEFT_MS after it the topic's groups show no retries series
+ * (docs/metrics.md, "A group that left").
+ */
+export const T_GROUP_LEFT = 2
 export const G_WINDOWED = 3
 /**
  * A settlement window's header: a block of its own (W_HEADER slots, shared row only), apart from

@@ -11,8 +11,7 @@ import { SnapshotReader } from './reader'
 import type { Handles } from './handles'
 import type { Recorder } from './recording'
 import type { GroupEntity, TopicEntity } from './entities'
-import { DepartedSeries, hasNoCollisions, LatencyQuantiles, Layout, QuorumState, Snapshot, TopicSnapshot } from './snapshot'
-import type { Departures } from './departures'
+import { hasNoCollisions, LatencyQuantiles, Layout, QuorumState, Snapshot, TopicSnapshot } from './snapshot'
 
 /** How long the scrape thread holds the registration lock at a time while it reads (observeSliced). */
 export const SLICE_HOLD_MS = 1
@@ -39,8 +38,6 @@ export interface Suspect {
 export class Observer {
   readonly #handles: Handles
   readonly #reader: SnapshotReader
-  /** Groups removed lately: their series stay in /metrics a while (departures.ts). */
-  readonly #departures: Departures
   readonly #checker: ConservationChecker
   readonly #suspects: SuspectEpisodes | undefined
   /** The reader of checkSliced() (/healthz), made at its first use. */
@@ -64,7 +61,6 @@ export class Observer {
     this.#handles = handles
     const recorder = handles.recorder
     this.#reader = new SnapshotReader(recorder.registry)
-    this.#departures = recorder.registry.departures()
     const memory = recorder.registry.memory
     if (suspects) this.#suspects = new SuspectEpisodes(memory)
     this.#onFault = onFault
@@ -76,12 +72,6 @@ export class Observer {
    * a 'fault' listener may call the library (a group's call waits for the group's lock, whose
    * holder may be waiting for the registration lock: a sync, a fold), so no listener runs under it.
    */
-  /** The departed groups of topics still live (read with the lock free: this thread's picture only). */
-  #departed(): readonly DepartedSeries[] | undefined {
-    const registry = this.#handles.recorder.registry
-    return this.#departures.current((topic) => registry.isLive(topic))
-  }
-
   #unlocked<T>(memory: { lock(): void; unlock(): void }, read: () => T): T {
     memory.lock()
     const held: FaultRecord[] = (this.#held = [])
@@ -193,7 +183,7 @@ export class Observer {
       else memory.letWaiterIn(SLICE_GAP_MS)
     }
     const [topics, layout] = read.finish()
-    return snapshotOf(fields, memory.control, topics, layout, this.#departed())
+    return snapshotOf(fields, memory.control, topics, layout)
   }
 
   /**
@@ -241,8 +231,7 @@ export class Observer {
     const read = this.#slices(new SnapshotReader(this.#handles.recorder.registry), SLICE_HOLD_MS, true, report)
     await stepsApart(read)
     const [topics, layout] = read.finish()
-    // For /stats, which shows live groups only.
-    return [snapshotOf(fields(), this.#handles.recorder.registry.memory.control, topics, layout, undefined), { topics: report }]
+    return [snapshotOf(fields(), this.#handles.recorder.registry.memory.control, topics, layout), { topics: report }]
   }
 
   async #checkSliced(): Promise<void> {
@@ -337,7 +326,7 @@ export class Observer {
     let conservation: ConservationReport | undefined
     this.#unlocked(memory, () => {
       registry.sync()
-      snapshot = snapshotOf(fields, memory.control, this.#reader.topics(ackFloors), this.#reader.layout, this.#departed())
+      snapshot = snapshotOf(fields, memory.control, this.#reader.topics(ackFloors), this.#reader.layout)
       const reread = (topic: TopicSnapshot) => this.#reader.topic(topic.key as TopicEntity)
       // Only /stats shows the report; the scrape path checks (and raises faults) without one.
       if (report) conservation = this.#checker.report(snapshot, reread)
@@ -351,8 +340,8 @@ export class Observer {
 }
 
 /** A snapshot of `topics`, with the numbers only the main thread holds and the quorum tier now. */
-function snapshotOf(fields: ThreadFields, control: Int32Array, topics: TopicSnapshot[], layout: Layout, departed: readonly DepartedSeries[] | undefined): Snapshot {
-  const snapshot: Snapshot = {
+function snapshotOf(fields: ThreadFields, control: Int32Array, topics: TopicSnapshot[], layout: Layout): Snapshot {
+  return {
     uptimeSeconds: fields.uptimeSeconds,
     connections: fields.connections,
     leaderEpoch: fields.leaderEpoch,
@@ -363,8 +352,6 @@ function snapshotOf(fields: ThreadFields, control: Int32Array, topics: TopicSnap
     topics,
     layout,
   }
-  if (departed !== undefined) snapshot.departed = departed
-  return snapshot
 }
 
 /** Every step of a read in slices, with the event loop free between two steps. */

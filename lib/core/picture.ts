@@ -14,7 +14,6 @@ import { LogCapacity, heldInts } from './log-capacity'
 import { CarryKind, Entry, EntryAt, entryLength, narrow, readText, wideAmount } from './log'
 import { SLOTS_PER_CHUNK } from './layout'
 import { Count, addCount } from './snapshot'
-import type { Departures } from './departures'
 
 export class Picture {
   readonly topics = new Map<string, TopicEntity>() // live topics by raw name
@@ -50,8 +49,6 @@ export class Picture {
   /** Told when this picture lets a removed topic or group go (Registry.onTopicRemoved). */
   onTopicRemoved: ((topic: TopicEntity) => void) | undefined
   onGroupRemoved: ((group: GroupEntity) => void) | undefined
-  /** Told of each live group a RemoveGroup entry removes, while a reader of this thread renders /metrics (departures.ts). */
-  departures: Departures | undefined
   /** The free queues: replayed registrations take blocks from them, removals and retirements release blocks into them. */
   readonly #blocks: Blocks
   /** Told how many log cells each replayed removal or retirement frees (what a compaction would drop). */
@@ -340,11 +337,7 @@ export class Picture {
         this.#retiring.push(group)
         // No live group has its label any more: the label's series of it is gone, and so is what it carried.
         if (!this.#inCheckpoint && wasLive && !group.carries) this.#groupLabelGone(topic.label, group.label)
-        if (wasLive) {
-          this.onGroupRemoved?.(group)
-          // One whose label another live group has stays in that series (its retries carried): not departed.
-          if (!group.carries) this.departures?.add(topic, group.label, group.retireEpoch)
-        }
+        if (wasLive) this.onGroupRemoved?.(group)
         break
       }
       case Entry.Retired: {

@@ -4,7 +4,8 @@
 // floors and groups as sorted arrays, so a read needs no per-topic layout of its own.
 import { SHARED_ROW, SLOTS_PER_CHUNK } from './layout'
 import { Memory } from './memory'
-import { G_DELIVERED, G_DLQ, G_DROPPED, G_IN_FLIGHT, G_LOCK, G_RETRIES, G_START, G_START_HIGH, P_BASE, W_PENDING, W_SETTLED, GroupEntity, TopicEntity } from './entities'
+import { G_DELIVERED, G_DLQ, G_DROPPED, G_IN_FLIGHT, G_LOCK, G_RETRIES, G_START, G_START_HIGH, P_BASE, T_GROUP_LEFT, W_PENDING, W_SETTLED, GroupEntity, TopicEntity } from './entities'
+import { leftClock, leftLately } from './left'
 import { release } from './lock'
 import { finishWindows } from './window'
 import { Registry } from './registry'
@@ -35,6 +36,8 @@ export class SnapshotReader {
   #shared: (Float64Array | undefined)[] = []
   #sharedI32: (Int32Array | undefined)[] = []
   #rowCount = 0
+  /** left.ts's clock at the start of the slice being read. */
+  #now = 0
   #sortedTopics: TopicEntity[] = []
   #sortedAt = -1
   #layout: Layout = { collisionFree: true }
@@ -256,6 +259,7 @@ export class SnapshotReader {
 
   /** Per read (per slice: a thread may have taken a row, a chunk been mapped, since the last). */
   #caches(): void {
+    this.#now = leftClock.now()
     this.#rows = []
     this.#shared = []
     this.#sharedI32 = []
@@ -465,7 +469,8 @@ export class SnapshotReader {
     // whatever a producer's marker says.
     const held = this.#locksHeld(topic, pending)
     const writing = this.#sum(topic.slot + 2) !== 0 || held
-    return topicSnapshot(topic, produced, bytes, delivered, dropped, dlq, lastSeq, depth, groups, writing)
+    const left = (this.#shared[topic.slot >>> Chunk.Shift] ?? this.#sharedOf(topic.slot >>> Chunk.Shift))[(topic.slot & Chunk.Mask) + T_GROUP_LEFT]
+    return topicSnapshot(topic, produced, bytes, delivered, dropped, dlq, lastSeq, depth, groups, writing, leftLately(left, this.#now))
   }
 }
 
@@ -505,7 +510,7 @@ function groupSnapshot(
 
 function topicSnapshot(
   topic: TopicEntity, produced: Count, bytes: Count, delivered: Count, dropped: Count, dlq: Count,
-  lastSeq: readonly number[], depth: readonly number[], groups: GroupSnapshot[], producing: boolean,
+  lastSeq: readonly number[], depth: readonly number[], groups: GroupSnapshot[], producing: boolean, groupLeft: boolean,
 ): TopicSnapshot {
   return {
     name: topic.name,
@@ -521,6 +526,7 @@ function topicSnapshot(
     depth,
     groups,
     key: topic,
+    groupLeft,
   }
 }
 
@@ -528,7 +534,7 @@ function topicSnapshot(
   const tagged = 2n ** 64n as unknown as number
   const entity = new TopicEntity(0, '', '', 0)
   const group = new GroupEntity(entity, 0, '', '', 0, 0, 0)
-  topicSnapshot(entity, tagged, tagged, tagged, tagged, tagged, [], [], [groupSnapshot(group, tagged, tagged, tagged, tagged, tagged, tagged, tagged, [], 0, false)], false)
+  topicSnapshot(entity, tagged, tagged, tagged, tagged, tagged, [], [], [groupSnapshot(group, tagged, tagged, tagged, tagged, tagged, tagged, tagged, [], 0, false)], false, false)
 }
 
 /** A group's balance at registration (entities.ts G_START): a bigint past 2^53 − 1, as the counters. */

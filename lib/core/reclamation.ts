@@ -78,11 +78,6 @@ export function advanceEpoch(memory: Memory, expected: number): void {
   ring(memory)
 }
 
-/** The current epoch: every removal published with a later one was published after this read. */
-export function epochNow(memory: Memory): number {
-  return Number(Atomics.load(memory.wide, B_EPOCH))
-}
-
 /** The epoch the next removal starts: it publishes it before advanceEpoch() moves there. Caller holds the registration lock. */
 export function nextEpoch(memory: Memory): number {
   return Number(Atomics.load(memory.wide, B_EPOCH)) + 1

@@ -15,19 +15,19 @@
 // Recording never touches the log.
 import { ResolvedConfig } from './config'
 import {
-  DEFAULT_SETTLE_WINDOW, G_DELIVERED, G_DLQ, G_DROPPED, G_RETRIES, G_START, G_START_HIGH, G_TAG, G_WINDOWED, GONE_CHECK_MS, GroupEntity, P_BASE, T_PARTITIONS, TopicEntity,
+  DEFAULT_SETTLE_WINDOW, G_DELIVERED, G_DLQ, G_DROPPED, G_RETRIES, G_START, G_START_HIGH, G_TAG, G_WINDOWED, GONE_CHECK_MS, GroupEntity, P_BASE, T_GROUP_LEFT, T_PARTITIONS, TopicEntity,
 } from './entities'
 import { LogCapacity, topicRetirementInts } from './log-capacity'
 import { Blocks, KEY_FLOOR, KEY_GROUP, KEY_HEADER, KEY_PARTITION, KEY_TOPIC, windowKey } from './blocks'
 import { Picture } from './picture'
-import { Departures } from './departures'
+import { leftClock } from './left'
 import { checkpoint } from './checkpoint'
 import { ClosedError, LimitError, RemovedGroupError, RemovedTopicError } from './errors'
 import { LabelCarry, carryEntries } from './carry'
 import { CarryKind, Entry, RegistrationLog, amountRows, endAfter, entryLength, wide } from './log'
 import { B_NEXT_ID, C_CLOSED, C_LOG_CHECKPOINT, C_LOG_END, C_LOG_GENERATION, C_NEXT_CHUNK, C_RECOUNT, C_SLOTS_RESERVED, SHARED_ROW, SLOTS_PER_CHUNK } from './layout'
 import { Memory } from './memory'
-import { advanceEpoch, catchUpEpoch, epochNow, nextEpoch, passedEpoch, ring } from './reclamation'
+import { advanceEpoch, catchUpEpoch, nextEpoch, passedEpoch, ring } from './reclamation'
 import { Count, addCount } from './snapshot'
 
 /** A group's start (GroupOptions.from) as the registry takes it: a committed start is a Map of partition → floor. */
@@ -107,15 +107,6 @@ export class Registry {
 
   set onGroupRemoved(told: ((group: GroupEntity) => void) | undefined) {
     this.#picture.onGroupRemoved = told
-  }
-
-  /**
-   * The groups removed lately, as this thread learns of them (departures.ts), from the first call
-   * on (by the thread whose reader renders /metrics): removals published before it are not, even
-   * if this thread replays them later (a scrape thread catching up with the log as it starts).
-   */
-  departures(): Departures {
-    return (this.#picture.departures ??= new Departures(epochNow(this.memory)))
   }
 
   /** How many Int32 cells one generation of the log may hold (log-capacity.ts); tests lower it to fill the log. */
@@ -294,7 +285,7 @@ export class Registry {
   }
 
   /**
-   * Removes one group of a live topic: its own numbers leave the next scrape; its delivered, dropped
+   * Removes one group of a live topic: its series leave the next scrape; its delivered, dropped
    * and dlq stay in the topic's counters (they retire into them once no call can still land).
    */
   removeGroup(topic: TopicEntity, name: string): boolean {
@@ -305,6 +296,10 @@ export class Registry {
       const carries = this.#picture.groupLabelLive(topic.label, group.label, group) ? 1 : 0 // its label's series stays: its retries with it
       this.#capacity.roomToRemove(entryLength(10) + (carries === 1 ? entryLength(6, group.label) : 0)) // its Retired entry and its retries' carry, amounts below 2^62
       const epoch = nextEpoch(this.memory) // as removeTopic()
+      // Marked before the removal is published: a remover stopped in between leaves a mark and no
+      // removal (the retries series go for LEFT_MS), never a removal no scrape can tell. One whose
+      // label's series stays (carries) is not a group leaving that series.
+      if (carries === 0) this.#sharedF64(topic.slot)[(topic.slot % SLOTS_PER_CHUNK) + T_GROUP_LEFT] = leftClock.now()
       this.#append(Entry.RemoveGroup, [...wide(group.id), ...wide(epoch), carries])
       advanceEpoch(this.memory, epoch)
       this.reclaim()

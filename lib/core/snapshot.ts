@@ -103,6 +103,11 @@ export interface TopicSnapshot {
    * `surface.snapshot()` (each raw name's own numbers); /stats shows it in the collisions view.
    */
   carried?: Carried
+  /**
+   * A group left this topic by removeGroup() within the last 5 minutes (lib/core/left.ts): /metrics
+   * shows its groups without their retries series. Never in `surface.snapshot()` nor /stats.
+   */
+  groupLeft?: boolean
 }
 
 /** What removed names left in their label's series (reader.ts: retired and retiring, summed). */
@@ -175,18 +180,6 @@ export interface Snapshot {
   topics: TopicSnapshot[]
   /** The structure's identity and what is known of it (set by the reader; absent: unknown). */
   layout?: Layout
-  /**
-   * Groups removed lately (lib/core/departures.ts), whose series /metrics still shows at lag 0 and
-   * in_flight 0 unless a live group of the topic has their label. Absent: none. Not part of
-   * `surface.snapshot()`, /stats or the conservation check: the groups are gone.
-   */
-  departed?: readonly DepartedSeries[]
-}
-
-/** A removed group's series, by topic label and group label (docs/metrics.md, "A group that left"). */
-export interface DepartedSeries {
-  readonly topic: string
-  readonly group: string
 }
 
 /** What `surface.snapshot()` returns: a Snapshot whose topics also list their partitions as objects. */
@@ -227,8 +220,8 @@ export function withPartitions(snapshot: Snapshot): SnapshotWithPartitions {
       partitions,
     }
   }
-  // The layout and the departed groups are the library's own bookkeeping, not part of what a caller is shown.
-  const { layout: _layout, departed: _departed, ...rest } = snapshot
+  // The layout is the library's own bookkeeping, not part of what a caller is shown.
+  const { layout: _layout, ...rest } = snapshot
   return { ...rest, topics: out }
 }
 

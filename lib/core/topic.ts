@@ -449,8 +449,9 @@ export class Topic {
   }
 
   /**
-   * Removes the group (from any thread): its series show lag 0 and in_flight 0 for 5 minutes, then
-   * leave (docs/metrics.md, "A group that left"), its delivered, dropped and dlq stay in the topic's counters, its handles throw RemovedGroupError (GROUP_REMOVED),
+   * Removes the group (from any thread): its series leave the next scrape (and for 5 minutes the
+   * topic's groups show no retries series: docs/metrics.md, "A group that left"), its delivered,
+   * dropped and dlq stay in the topic's counters, its handles throw RemovedGroupError (GROUP_REMOVED),
    * and a group created again under the name starts from zero. false: no such group.
    */
   removeGroup(name: string): boolean {

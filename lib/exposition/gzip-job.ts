@@ -32,7 +32,7 @@ export interface Chunk {
   readonly fragments: PackedFragments | undefined
 }
 
-/** Every number the lines of topics [from, to) show, in a fixed order; NaN for a bigint, or a retries line left out. */
+/** Every number the lines of topics [from, to) show, in a fixed order; NaN for a bigint; −1 for a retries line left out. */
 function valuesOf(topics: readonly TopicSeries[], from: number, to: number): Int32Array | Float64Array {
   let count = 0
   for (let t = from; t < to; t++) count += 5 + 2 * topics[t].partitionNumbers.length + 3 * topics[t].groups.length
@@ -46,12 +46,13 @@ function valuesOf(topics: readonly TopicSeries[], from: number, to: number): Int
     values[i++] = numeric(topic.dlq)
     values[i++] = numeric(topic.bytes)
     const { lastSeq, depth, groups } = topic
+    const left = topic.groupLeft === true
     for (let p = 0; p < lastSeq.length; p++) values[i++] = numeric(lastSeq[p])
     for (let p = 0; p < depth.length; p++) values[i++] = numeric(depth[p])
     for (let g = 0; g < groups.length; g++) {
       values[i++] = numeric(groups[g].lag)
       values[i++] = numeric(groups[g].inFlight)
-      values[i++] = groups[g].noRetries === true ? NaN : numeric(groups[g].retries) // no line: never the same as one
+      values[i++] = left ? -1 : numeric(groups[g].retries) // no line: never a count
     }
   }
   for (let k = 0; k < values.length; k++) if ((values[k] | 0) !== values[k] || Object.is(values[k], -0)) return values
@@ -76,11 +77,12 @@ function isCurrent(chunk: Chunk, topics: readonly TopicSeries[], texts: readonly
       values[i + 3] !== topic.dlq || values[i + 4] !== topic.bytes) return false
     i += 5
     const { lastSeq, depth, groups } = topic
+    const left = topic.groupLeft === true
     for (let p = 0; p < lastSeq.length; p++) if (values[i++] !== lastSeq[p]) return false
     for (let p = 0; p < depth.length; p++) if (values[i++] !== depth[p]) return false
     for (let g = 0; g < groups.length; g++) {
       const group = groups[g]
-      if (values[i] !== group.lag || values[i + 1] !== group.inFlight || values[i + 2] !== (group.noRetries === true ? NaN : group.retries)) return false
+      if (values[i] !== group.lag || values[i + 1] !== group.inFlight || values[i + 2] !== (left ? -1 : group.retries)) return false
       i += 3
     }
   }

@@ -3,7 +3,7 @@
 // names of the label left in it (TopicSnapshot.carried). A snapshot without
 // collisions already has this shape and is used as it is; only colliding topics and groups get
 // merged copies.
-import { Count, DepartedSeries, TopicSnapshot, addCount, isCollisionFree } from '../core/snapshot'
+import { Count, TopicSnapshot, addCount, isCollisionFree } from '../core/snapshot'
 
 export interface GroupSeries {
   readonly label: string
@@ -11,15 +11,7 @@ export interface GroupSeries {
   readonly lag: number
   readonly inFlight: Count
   readonly retries: Count
-  /**
-   * No retries line: a group removed lately (lib/core/departures.ts; lag and in_flight 0), or a
-   * live one whose label such a group had (merge.ts withDeparted).
-   */
-  readonly noRetries?: true
 }
-
-/** The key of every departed group's series (texts are cached by label, not by key). */
-const DEPARTED_KEY = Object.freeze({})
 
 export interface TopicSeries {
   readonly label: string
@@ -34,6 +26,8 @@ export interface TopicSeries {
   readonly lastSeq: readonly number[]
   readonly depth: readonly Count[]
   readonly groups: readonly GroupSeries[]
+  /** A group left the topic lately (lib/core/left.ts): its groups' retries lines are left out. */
+  readonly groupLeft?: boolean
 }
 
 /**
@@ -126,40 +120,8 @@ function mergeTopics(run: readonly TopicSnapshot[]): TopicSeries {
     lastSeq: partitionNumbers.map((partition) => partitions.get(partition)!.lastSeq),
     depth: partitionNumbers.map((partition) => partitions.get(partition)!.depth),
     groups: [...groups.values()].sort((a, b) => compareStrings(a.label, b.label)),
+    groupLeft: run.some((topic) => topic.groupLeft === true),
   }
-}
-
-/**
- * `topics` with each departed group's series added to its topic's (lag 0, in_flight 0, in label
- * order) — or, where a live group of the topic has its label (registered again, or another raw
- * name of the label), that group's series shown without its retries line: one series per label,
- * never two, and a label a group left lately never has a retries series (the conservation rule
- * tells the gap from it). A departed group of a topic label not in `topics` is left out. The
- * topics it changes are copies.
- */
-export function withDeparted(topics: readonly TopicSeries[], departed: readonly DepartedSeries[]): readonly TopicSeries[] {
-  const byTopic = new Map<string, Set<string>>()
-  for (const { topic, group } of departed) {
-    const labels = byTopic.get(topic)
-    if (labels === undefined) byTopic.set(topic, new Set([group]))
-    else labels.add(group)
-  }
-  let out: TopicSeries[] | undefined
-  for (let t = 0; t < topics.length; t++) {
-    const topic = topics[t]
-    const labels = byTopic.get(topic.label)
-    if (labels === undefined) continue
-    const groups: GroupSeries[] = []
-    for (const group of topic.groups) {
-      if (!labels.has(group.label)) groups.push(group)
-      else groups.push({ ...group, noRetries: true }), labels.delete(group.label)
-    }
-    for (const label of labels) groups.push({ label, key: DEPARTED_KEY, lag: 0, inFlight: 0, retries: 0, noRetries: true })
-    groups.sort((a, b) => compareStrings(a.label, b.label))
-    out ??= topics.slice()
-    out[t] = { ...topic, groups }
-  }
-  return out ?? topics
 }
 
 export function compareStrings(a: string, b: string): number {

@@ -9,7 +9,7 @@
 // over several event-loop turns is still exactly the body of that one snapshot.
 import { escapeLabelValue } from '../core/labels'
 import { Layout, Snapshot } from '../core/snapshot'
-import { GroupSeries, TopicSeries, mergeCollisions, withDeparted } from './merge'
+import { GroupSeries, TopicSeries, mergeCollisions } from './merge'
 import { GZIP_LEVEL } from './gzip'
 import { ChunkCache, GzipJob } from './gzip-job'
 import {
@@ -133,12 +133,6 @@ export class Renderer {
    */
   #structure(snapshot: Snapshot): Structure {
     const layout = snapshot.layout
-    if (snapshot.departed !== undefined) {
-      // Groups removed lately are series this layout does not have (lib/core/departures.ts).
-      const topics = withDeparted(layout?.collisionFree === true ? snapshot.topics : mergeCollisions(snapshot.topics), snapshot.departed)
-      this.#lastLayout = undefined
-      return { topics, texts: this.#textsOf(topics) }
-    }
     if (layout === undefined || !layout.collisionFree) {
       const topics = mergeCollisions(snapshot.topics)
       this.#lastLayout = undefined

@@ -166,12 +166,13 @@ export function writeTopics(w: Writer, stage: number, topics: readonly TopicSeri
     for (let t = from; t < to; t++) w.partitionLines(PARTITION_LAST_SEQ.nameBytes, texts[t].depthPrefix, LABELS_AT, topics[t].partitionNumbers, topics[t].lastSeq)
   } else {
     const [name, valueOf] = GROUP_FAMILIES[stage - Stage.GroupFamilies]
-    // A label a group left lately has no retries line (merge.ts withDeparted).
+    // A topic a group left lately shows its groups without retries lines (lib/core/left.ts).
     const retries = stage === Stage.GroupFamilies + 2
     for (let t = from; t < to; t++) {
+      if (retries && topics[t].groupLeft === true) continue
       const text = texts[t]
       const groups = topics[t].groups
-      for (let g = 0; g < groups.length; g++) if (!(retries && groups[g].noRetries === true)) w.line(name, text, text.groups[g].suffix, valueOf(groups[g]))
+      for (let g = 0; g < groups.length; g++) w.line(name, text, text.groups[g].suffix, valueOf(groups[g]))
     }
   }
 }
