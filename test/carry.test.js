@@ -176,6 +176,8 @@ for (const backend of backends()) {
     const key = 'mq_group_retries_total{topic="t",group="g_1"}'
     t.equal(samples(surface.render()).get(key), 5)
     t.equal(topic.removeGroup('g.1'), true)
+    t.notOk(samples(surface.render()).has(key), 'a group left: no retries line for a while (docs/metrics.md, "A group that left")')
+    now += LEFT_MS
     t.equal(samples(surface.render()).get(key), 5, 'retries do not go down')
     g2.redelivered(2)
     t.equal(samples(surface.render()).get(key), 7, 'and grow from there')
@@ -280,6 +282,11 @@ for (const backend of backends()) {
     t.same(keys.map((k) => before.get(k)), [2, 210, 20, 4])
     worker.postMessage('remove')
     await next()
+    t.notOk(samples(surface.render()).has(keys[3]), 'the removal marks the topic: no retries line for a while (docs/metrics.md)')
+    // This thread's clock moved on past the mark (made with the worker's clock).
+    const clock = leftClock.now
+    leftClock.now = () => clock() + LEFT_MS
+    t.teardown(() => (leftClock.now = clock))
     const afterGroup = samples(surface.render())
     t.same(keys.map((k) => afterGroup.get(k)), [2, 210, 20, 4], 'the worker removed a group whose label another group has: nothing goes down')
     t.equal(surface.removeTopic('a.b'), true)

@@ -298,8 +298,8 @@ export class Registry {
       const epoch = nextEpoch(this.memory) // as removeTopic()
       // Marked before the removal is published: a remover stopped in between leaves a mark and no
       // removal (the retries series go for LEFT_MS), never a removal no scrape can tell. One whose
-      // label's series stays (carries) is not a group leaving that series.
-      if (carries === 0) this.#sharedF64(topic.slot)[(topic.slot % SLOTS_PER_CHUNK) + T_GROUP_LEFT] = leftClock.now()
+      // label's series stays (carries) too: what it delivered stays in the topic's counters all the same.
+      this.#sharedF64(topic.slot)[(topic.slot % SLOTS_PER_CHUNK) + T_GROUP_LEFT] = leftClock.now()
       this.#append(Entry.RemoveGroup, [...wide(group.id), ...wide(epoch), carries])
       advanceEpoch(this.memory, epoch)
       this.reclaim()
