@@ -159,7 +159,9 @@ for (const backend of backends()) {
       Atomics.notify(hs, 1)
     }
     const { results, faults } = await result
-    const retries = (body) => body.split('\n').filter((line) => line.startsWith('mq_group_retries_total{topic="b"'))
+    const ofB = (family) => (body) => body.split('\n').filter((line) => line.startsWith(`${family}{topic="b"`))
+    const retries = ofB('mq_group_retries_total')
+    const inFlight = ofB('mq_group_in_flight')
     t.same(retries(results[0].body), [
       'mq_group_retries_total{topic="b",group="g1"} 0',
       'mq_group_retries_total{topic="b",group="g2"} 50',
@@ -168,7 +170,6 @@ for (const backend of backends()) {
     ])
     // g2 left: for 5 minutes topic b shows no retries lines (docs/metrics.md, "A group that left").
     t.same(retries(results[1].body), [], 'a group left topic b: its retries lines are left out')
-    const inFlight = (body) => body.split('\n').filter((line) => line.startsWith('mq_group_in_flight{topic="b"'))
     t.same(inFlight(results[1].body), [
       'mq_group_in_flight{topic="b",group="g1"} 0',
       'mq_group_in_flight{topic="b",group="g3"} 0',
