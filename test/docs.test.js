@@ -5,10 +5,11 @@
 // TypeScript (types stripped, nothing checked); a block with `import` runs as an ES module, so
 // top-level await works. Each document's blocks run in a temporary project in which
 // `mq-metrics` is this repository, and must exit 0 without writing an error. A line that prints
-// with `console.log(…) // what it prints` must run and print that: the comment is the output as
-// console.log writes it (or as util.inspect shows each value: 'native'), whole or followed by
-// ', ', ': ', ' (', '…' or ' —' and words about it. A comment starting `e.g.` is not checked (an
-// output that depends on the machine).
+// with `console.log(…) // what it prints`, or with that comment alone on the next line, must run
+// and print that: the comment is the output as console.log writes it (or as util.inspect shows
+// each value: 'native'; runs of white space, line breaks included, compare as one space), whole or
+// followed by ', ', ': ', ' (', '…' or ' —' and words about it. A comment starting `e.g.` is not
+// checked (an output that depends on the machine).
 const t = require('tap')
 const { promtoolFor, withoutBackendWarning } = require('./helpers') // children spawned here start without tap's hooks (see helpers.js)
 const fs = require('node:fs')
@@ -47,8 +48,9 @@ globalThis.__docLog = (line, ...args) => {
 /** The block with each checked console.log line calling __docLog(its line, …) instead; and what each must print. */
 function instrument(code) {
   const expected = []
-  const lines = code.split('\n').map((text, i) => {
-    const m = /^(\s*)console\.log\((.*\))\s+\/\/ (.+)$/.exec(text)
+  const source = code.split('\n')
+  const lines = source.map((text, i) => {
+    const m = /^(\s*)console\.log\((.*\))\s+\/\/ (.+)$/.exec(text) ?? commentBelow(text, source[i + 1])
     if (!m || m[3].startsWith('e.g.')) return text
     expected.push({ line: i + 1, comment: m[3].trim() })
     return `${m[1]}__docLog(${i + 1}, ${m[2]}`
@@ -56,9 +58,17 @@ function instrument(code) {
   return { code: lines.join('\n'), expected }
 }
 
+/** A console.log line whose output is the comment alone on the next line (too long for one): [, indent, arguments, comment]. */
+function commentBelow(text, next = '') {
+  const log = /^(\s*)console\.log\((.*\))\s*$/.exec(text)
+  const comment = /^\s*\/\/ (.+)$/.exec(next)
+  return log && comment ? [log[0], log[1], log[2], comment[1]] : undefined
+}
+
 /** Whether `comment` says what the call printed: whole, or followed by words about it. */
 function says(comment, printed) {
-  return [printed.format, printed.inspect].some((out) => comment === out || (comment.startsWith(out) && /^(, |: | \(|…| —)/.test(comment.slice(out.length))))
+  const flat = (text) => text.replace(/\s+/g, ' ')
+  return [printed.format, printed.inspect].map(flat).some((out) => comment === out || (comment.startsWith(out) && /^(, |: | \(|…| —)/.test(comment.slice(out.length))))
 }
 
 function blocks(text) {

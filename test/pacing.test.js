@@ -102,8 +102,9 @@ t.test('createSurface() options: defaults, errors naming the key, frozen', async
     [{ maxConnections: 0 }, 'maxConnections', /from 1 to 65535, got 0/],
     [{ maxConnections: 1.5 }, 'maxConnections', /from 1 to 65535/],
     [{ maxConnections: 65536 }, 'maxConnections', /from 1 to 65535/],
-    [{ maxScrapeBytes: 65535 }, 'maxScrapeBytes', /at least 65536/],
-    [{ maxScrapeBytes: '1mb' }, 'maxScrapeBytes', /at least 65536 \(bytes\), got the string "1mb"/],
+    [{ maxScrapeBytes: 65535 }, 'maxScrapeBytes', /from 65536 to 9007199254740991 \(bytes\), got 65535/],
+    [{ maxScrapeBytes: 2 ** 53 }, 'maxScrapeBytes', /from 65536 to 9007199254740991 \(bytes\), got 9007199254740992/],
+    [{ maxScrapeBytes: '1mb' }, 'maxScrapeBytes', /from 65536 to 9007199254740991 \(bytes\), got the string "1mb"/],
     // null is not "the default", as in the configuration: leave the key out for that.
     [{ scrapeShare: null }, 'scrapeShare', /got null$/],
     [{ scrapeBurstMs: null }, 'scrapeBurstMs', /got null$/],

@@ -61,7 +61,7 @@ export function resolveSurfaceOptions(input: unknown): ResolvedSurfaceOptions {
   }
   const maxScrapeBytes = own('maxScrapeBytes', DEFAULT_MAX_SCRAPE_BYTES)
   if (typeof maxScrapeBytes !== 'number' || !Number.isSafeInteger(maxScrapeBytes) || maxScrapeBytes < 2 ** 16) {
-    throw new ConfigError('maxScrapeBytes', `must be an integer of at least 65536 (bytes), got ${describe(maxScrapeBytes)}`)
+    throw new ConfigError('maxScrapeBytes', `must be an integer from 65536 to ${Number.MAX_SAFE_INTEGER} (bytes), got ${describe(maxScrapeBytes)}`)
   }
   const scrapeThread = own('scrapeThread', true)
   if (typeof scrapeThread !== 'boolean') throw new ConfigError('scrapeThread', `must be true or false, got ${describe(scrapeThread)}`)
