@@ -4,7 +4,7 @@
 const t = require('tap')
 const { lib, backends, surfaceOn, faultsOf, topicNumbers, played } = require('./helpers')
 const { announce } = require('../dist/core/reclamation')
-const { LOG_CHUNK_INTS } = require('../dist/core/layout')
+const { C_SLOT_CHUNKS, LOG_CHUNK_INTS } = require('../dist/core/layout')
 
 for (const backend of backends()) {
   t.test(`${backend}: surface.backend says which backend is live`, async (t) => {
@@ -323,6 +323,69 @@ for (const backend of backends()) {
     let again = 0
     for (let k = 0; k < n - 1; k++) try { main.handles.topic(name(n + 100 + k)) && again++ } catch (error) { if (error.limit !== 'registration_log') throw error }
     t.ok(again >= 0.95 * (n - 1), `and nearly as many topics as were removed (${again} of ${n - 1}: the partitions filled the rest)`)
+  })
+
+  t.test(`${backend}: a full counter memory refuses each kind of registration whole, and takes them again in the room removals free`, async (t) => {
+    const { main, worker, read } = played(backend)
+    const kept = main.handles.topic('kept')
+    kept.produced(0, 1, 10)
+    const g = kept.group('g') // no settlement window yet: windows come from chunks of their own
+    const many = main.handles.topic('many') // removed below: blocks of each kind to reuse
+    for (let p = 0; p < 3; p++) many.produced(p, 1, 1)
+    const floors = [0, 1, 2, 3].map((i) => many.group(`f${i}`)).flatMap((group) => [0, 1, 2].map((p) => () => group.ackFloor(p, 1)))
+    const control = main.memory.control
+    // No chunk more (every thread's registry applies the limit): what fits in the chunks open still registers.
+    for (const side of [main, worker]) side.registry.slotChunkLimit = control[C_SLOT_CHUNKS]
+    const name = (i) => `topic-${i}`
+    let n = 0
+    let refused
+    for (; n < 10_000 && refused === undefined; n++) {
+      try { main.handles.topic(name(n)).produced(0, 1, 1) } catch (error) { refused = error }
+    }
+    t.ok(refused instanceof lib.MqMetricsError, 'an MqMetricsError')
+    t.match(refused, { name: 'LimitError', code: 'LIMIT_REACHED', limit: 'counter_memory', message: /the counter memory is full \(\d+ chunks of 64 KiB, .*\); nothing was registered\. Remove topics or groups/ })
+    t.ok(n > 100, `${n - 1} topics with a partition each filled the chunk open`)
+    // What is left of it (less than a topic or a partition: 3 slots) takes ack floors (1 slot) until none fits.
+    let taken = 0
+    for (const floor of floors) {
+      try { floor() } catch (error) { t.equal(error.limit, 'counter_memory', `full after ${taken} floors`); break }
+      taken++
+    }
+    t.ok(taken < 3, `${taken} floors took what was left`)
+    const slots = main.registry.slotsInUse()
+    const usage = main.registry.arenaUsage()
+    const numbers = () => read().map((x) => [x.name, x.produced, [...x.partitionNumbers], [...x.lastSeq], x.groups.map((y) => [y.name, y.inFlight, y.delivered, y.dropped])])
+    const before = numbers()
+    const refuses = (what, call) => t.throws(call, { name: 'LimitError', limit: 'counter_memory' }, what)
+    refuses('a new topic', () => main.handles.topic('new'))
+    refuses('a new partition', () => kept.produced(1, 1, 5))
+    refuses('a new group', () => kept.group('h', { from: 'latest' }))
+    refuses('a group\'s settlement window', () => g.send(0, 1))
+    refuses('from a worker too', () => worker.handles.topic('kept').group('g').settle(0, 1, 'delivered'))
+    refuses('a group\'s ack floor', () => g.ackFloor(0, 1))
+    t.equal(main.registry.slotsInUse(), slots, 'refused registrations hold no slots')
+    // (The worker's first call mapped its own row's chunks: `chunks` grew by those, no slot did.)
+    const registered = ({ chunks, ...rest }) => rest
+    t.same(registered(main.registry.arenaUsage()), registered(usage), 'nor any slot or log room')
+    t.same(numbers(), before, 'and change no number')
+    t.same(read(worker).map((x) => x.name).sort(), before.map(([x]) => x).sort(), 'the worker sees what the main thread does')
+    // No window was registered: the group still keeps floors (a window would refuse dispatch()).
+    t.equal(g.dispatch(1), true)
+    g.delivered(1)
+    // Removed topics' blocks are reused once they retired: topics, partitions and groups register again.
+    main.registry.removeTopic('many')
+    refuses('a freed block waits for its retirement', () => main.handles.topic('new'))
+    read(worker)
+    announce(worker.memory)
+    announce(main.memory)
+    t.ok(main.handles.topic('new'), 'a topic in a freed block')
+    t.equal(kept.produced(1, 1, 5), true, 'a partition in a freed block')
+    t.ok(kept.group('h', { from: 'latest' }), 'a group in a freed block')
+    refuses('a window needs a chunk of windows', () => g.send(0, 1))
+    main.registry.slotChunkLimit += 3 // a chunk of ack floors (group h took the freed ones), one of windows, one of their headers
+    t.equal(g.send(0, 1), true, 'with room, the window registers')
+    t.equal(g.settle(0, 1, 'delivered'), true)
+    t.same(numbers().find(([x]) => x === 'kept')[4], [['g', 0, 2, 0], ['h', 0, 0, 0]], 'and counts')
   })
 
   t.test(`${backend}: removals while a thread holds their retirements back stop before the log's end, and go on once it is back between tasks`, async (t) => {

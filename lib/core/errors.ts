@@ -93,11 +93,11 @@ export class ClosedError extends MqMetricsError {
   }
 }
 
-/** A cardinality cap of the configuration (max_topics, max_partitions_per_topic, max_groups_per_topic) would be passed: nothing is registered. */
+/** A cardinality cap of the configuration (max_topics, max_partitions_per_topic, max_groups_per_topic) would be passed, or the memory registrations take is full: nothing is registered. */
 export class LimitError extends MqMetricsError {
   declare readonly code: 'LIMIT_REACHED'
-  /** The configuration key whose cap was reached, or `registration_log`: the log every registration is written to is full. */
-  readonly limit: 'max_topics' | 'max_partitions_per_topic' | 'max_groups_per_topic' | 'registration_log'
+  /** The configuration key whose cap was reached; `registration_log`: the log every registration is written to is full; `counter_memory`: the memory that holds every registration's cells is. */
+  readonly limit: 'max_topics' | 'max_partitions_per_topic' | 'max_groups_per_topic' | 'registration_log' | 'counter_memory'
   constructor(limit: LimitError['limit'], message: string) {
     super('LIMIT_REACHED', message)
     this.name = 'LimitError'

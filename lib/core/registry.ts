@@ -118,6 +118,15 @@ export class Registry {
     this.#capacity.logCapacityInts = ints
   }
 
+  /** How many slot chunks registrations may open (blocks.ts MAX_SLOT_CHUNKS); tests lower it to fill the counter memory. */
+  get slotChunkLimit(): number {
+    return this.#blocks.maxChunks
+  }
+
+  set slotChunkLimit(chunks: number) {
+    this.#blocks.maxChunks = chunks
+  }
+
   /** The log length (Int32 units) below which it is never compacted (log-capacity.ts); tests lower it to compact often. */
   get compactMinInts(): number {
     return this.#capacity.compactMinInts
@@ -230,6 +239,7 @@ export class Registry {
         throw new LimitError('max_topics', `cannot register topic ${JSON.stringify(name)}: max_topics (${this.config.max_topics}) reached; raise max_topics in the configuration, or remove a topic no longer in use (surface.removeTopic())`)
       }
       this.#capacity.room([entryLength(3, name)], () => `topic ${JSON.stringify(name)}`)
+      this.#slotRoom([KEY_TOPIC], () => `topic ${JSON.stringify(name)}`)
       const id = this.#nextId()
       const slot = this.#blocks.allocate(KEY_TOPIC)
       // The liveness tag must be set before the entry is published (handles compare it to the id).
@@ -351,6 +361,7 @@ export class Registry {
         throw new LimitError('max_partitions_per_topic', `cannot register partition ${partition} of topic ${JSON.stringify(topic.name)}: max_partitions_per_topic (${this.config.max_partitions_per_topic}) reached; raise max_partitions_per_topic in the configuration`)
       }
       this.#capacity.room([entryLength(4)], () => `partition ${partition} of topic ${JSON.stringify(topic.name)}`)
+      this.#slotRoom([KEY_PARTITION], () => `partition ${partition} of topic ${JSON.stringify(topic.name)}`)
       const slot = this.#blocks.allocate(KEY_PARTITION)
       this.#storeShared(topic.slot + T_PARTITIONS, topic.partitionNumbers.length + 1) // entities.ts: before the entry
       this.#appendCounted(Entry.Partition, [...wide(topic.id), partition, slot])
@@ -377,6 +388,7 @@ export class Registry {
       }
       const floors = this.#startFloors(topic, name, start)
       this.#capacity.room([entryLength(7, name), ...floors.map(() => entryLength(4))], () => `group ${JSON.stringify(name)} on topic ${JSON.stringify(topic.name)}`)
+      this.#slotRoom([KEY_GROUP, ...floors.map(() => KEY_FLOOR)], () => `group ${JSON.stringify(name)} on topic ${JSON.stringify(topic.name)}`)
       const id = this.#nextId()
       const slot = this.#blocks.allocate(KEY_GROUP)
       const entries: [Entry, number[], string?][] = [[Entry.Group, [...wide(topic.id), ...wide(id), slot, maxInFlight, window], name]]
@@ -479,6 +491,18 @@ export class Registry {
     }
   }
 
+  /**
+   * Refuses a registration whose blocks (`keys`) the counter memory has no room for: LimitError
+   * `counter_memory`, nothing registered (Blocks.fit; a block freed by a removal is reused once it
+   * has retired). Caller locks.
+   */
+  #slotRoom(keys: readonly number[], what: () => string): void {
+    if (this.#blocks.fit(keys)) return
+    const chunks = this.#blocks.maxChunks
+    const mib = (chunks * SLOTS_PER_CHUNK * 8) / 2 ** 20
+    throw new LimitError('counter_memory', `${what()}: the counter memory is full (${chunks} chunks of 64 KiB, ${mib >= 1024 ? `${mib / 1024} GiB` : `${mib} MiB`}, for the cells of every live topic, partition, group, ack floor and settlement window; a window of W seqs takes W/4 bytes); nothing was registered. Remove topics or groups no longer in use (their room is reused once they have retired), or give groups a smaller settle_window (docs/operations.md)`)
+  }
+
   /** An Int32 count in the shared row at `slot` (entities.ts T_PARTITIONS, G_WINDOWED). Caller locks. */
   #storeShared(slot: number, value: number): void {
     Atomics.store(this.memory.sharedI32(Math.floor(slot / SLOTS_PER_CHUNK)), (slot % SLOTS_PER_CHUNK) * 2, value)
@@ -493,6 +517,7 @@ export class Registry {
       const again = group.windowSlot(partition)
       if (again !== undefined) return again
       this.#capacity.room([entryLength(5)], () => `the settlement window of group ${JSON.stringify(group.name)} on partition ${partition}`)
+      this.#slotRoom([windowKey(group.window), KEY_HEADER], () => `the settlement window of group ${JSON.stringify(group.name)} on partition ${partition}`)
       const slot = this.#blocks.allocate(windowKey(group.window))
       const header = this.#blocks.allocate(KEY_HEADER)
       this.#appendCounted(Entry.Window, [...wide(group.id), partition, slot, header])
@@ -509,6 +534,7 @@ export class Registry {
       const again = group.floorSlot(partition)
       if (again !== undefined) return again
       this.#capacity.room([entryLength(4)], () => `the ack floor of group ${JSON.stringify(group.name)} on partition ${partition}`)
+      this.#slotRoom([KEY_FLOOR], () => `the ack floor of group ${JSON.stringify(group.name)} on partition ${partition}`)
       const slot = this.#blocks.allocate(KEY_FLOOR)
       this.#append(Entry.Floor, [...wide(group.id), partition, slot])
       return group.floorSlot(partition)!
