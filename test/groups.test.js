@@ -3,7 +3,7 @@
 // delivered, dropped and dead-lettered stays in the topic's counters, depth is recomputed from the
 // groups that remain, and its handles throw GROUP_REMOVED, in every thread.
 const t = require('tap')
-const { backends, surfaceOn, faultsOf, scriptedWorker } = require('./helpers')
+const { backends, surfaceOn, faultsOf, scriptedWorker, prng } = require('./helpers')
 const { leftClock, LEFT_MS } = require('../dist/core/left.js')
 
 const series = (body, name) => body.split('\n').filter((line) => line.startsWith(name))
@@ -113,4 +113,37 @@ for (const backend of backends()) {
     t.throws(() => group.delivered(), { code: 'GROUP_REMOVED' })
     t.same(surface.stats('groups').groups, [])
   })
+
+  t.test(`${backend}: thousands of groups on one topic come and go: every thread lists the live ones in order and resolves each name`, async (t) => {
+    // A topic's groups are kept sorted, built when read after groups came or went (entities.ts
+    // TopicEntity.groups): registrations in bursts, removals between them, labels shared by
+    // names that differ only where the label replaces characters.
+    const surface = surfaceOn(t, backend, { max_groups_per_topic: 10_000 })
+    const faults = faultsOf(surface)
+    const topic = surface.topic('fanout')
+    topic.append(0, 10)
+    const worker = await scriptedWorker(surface)
+    t.teardown(() => worker.close())
+    const random = prng(7)
+    const names = Array.from({ length: 3000 }, (_, i) => `c${Math.floor(random() * 1e6)}${i % 3 === 0 ? '.x' : i % 3 === 1 ? '_x' : ''}-${i}`)
+    const live = new Set()
+    const byLabelThenName = (a, b) => (a.label !== b.label ? (a.label < b.label ? -1 : 1) : a.group < b.group ? -1 : a.group > b.group ? 1 : 0)
+    const check = async (what) => {
+      const listed = surface.stats('groups', { topic: 'fanout' }).groups.map(({ group, label }) => ({ group, label }))
+      t.same(listed.map((g) => g.group).sort(), [...live].sort(), `${what}: the live groups`)
+      t.same(listed, [...listed].sort(byLabelThenName), `${what}: in order of label, then name`)
+      const lines = surface.render().split('\n').filter((line) => line.startsWith('mq_group_in_flight{topic="fanout"')).map((line) => line.match(/group="([^"]*)"/)[1])
+      t.same(lines, [...new Set(listed.map((g) => g.label))], `${what}: /metrics shows one line per label, in order`)
+      for (const name of [...live].slice(0, 50)) t.equal(await worker.call('fanout', name, 'floor', 0), 0, `${what}: the worker resolves ${name}`)
+    }
+    for (const name of names.slice(0, 2000)) (topic.group(name), live.add(name))
+    await check('2,000 registered')
+    for (const name of names.slice(0, 2000)) if (random() < 0.4) (topic.removeGroup(name), live.delete(name))
+    await check('some removed')
+    for (const name of names.slice(0, 2500)) if (!live.has(name) && random() < 0.5) (topic.group(name), live.add(name))
+    for (const name of names.slice(2500)) (t.equal(await worker.call('fanout', name, 'floor', 0), 0), live.add(name)) // registered by the worker
+    await check('registered again, by both threads')
+    t.equal(topic.group(names[2999]).floor(0), 0, 'the main thread resolves a name the worker registered')
+    t.same(faults, [])
+})
 }

@@ -160,8 +160,21 @@ export class TopicEntity {
   /** Ascending partition numbers and the slot of each one's last_seq (parallel). Replaced, never mutated. */
   partitionNumbers: readonly number[] = NONE
   partitionSlots: readonly number[] = NONE
-  /** Ascending by label, then by raw name (JS string order). Replaced, never mutated. */
-  groups: readonly GroupEntity[] = []
+  /**
+   * The live groups, ascending by label, then by raw name (JS string order). Replaced, never
+   * mutated: a reader that holds it across registrations reads the groups of its moment. Built
+   * when read after groups came or went (addGroup, dropGroup), so that a burst of registrations
+   * on one topic (a broker's clients resubscribing after a restart) sorts once, not once each.
+   */
+  get groups(): readonly GroupEntity[] {
+    if (this.#added.length !== 0 || this.#gone !== undefined) this.#build()
+    return this.#groups
+  }
+  #groups: readonly GroupEntity[] = []
+  /** Registered since `groups` was built, in registration order. */
+  #added: GroupEntity[] = []
+  /** Removed since `groups` was built (from it, or from #added). */
+  #gone: Set<GroupEntity> | undefined
   /**
    * Removed groups whose counts still add to the topic's delivered, dropped and dlq until they
    * retire (a call under way when the group was removed may still land in their cells).
@@ -179,10 +192,64 @@ export class TopicEntity {
     return at < 0 ? undefined : this.partitionSlots[at]
   }
 
-  /** The group registered under this raw name (linear: a handful per topic, looked up on registration only). */
+  /** The live groups by raw name: the same groups as `groups`, but for #twins. */
+  readonly groupsByName = new Map<string, GroupEntity>()
+  /**
+   * Live groups whose name a group registered before them has too, oldest first: a checkpoint
+   * replayed by a thread that never saw a removal registers the newer group before the older one
+   * is forgotten, in either order. The name is the oldest's until it goes, as in `groups`.
+   */
+  #twins: GroupEntity[] = []
+  /** The live groups, and how many of them have each group label. */
+  readonly #live = new Set<GroupEntity>()
+  readonly #labels = new Map<string, number>()
+
+  /** The group registered under this raw name. */
   group(name: string): GroupEntity | undefined {
-    for (let g = 0; g < this.groups.length; g++) if (this.groups[g].name === name) return this.groups[g]
-    return undefined
+    return this.groupsByName.get(name)
+  }
+
+  /** A group registered (picture.ts): live from now on. */
+  addGroup(group: GroupEntity): void {
+    this.#live.add(group)
+    this.#labels.set(group.label, (this.#labels.get(group.label) ?? 0) + 1)
+    this.#added.push(group)
+    if (this.groupsByName.has(group.name)) this.#twins.push(group)
+    else this.groupsByName.set(group.name, group)
+  }
+
+  /** A group removed or forgotten (picture.ts): no longer live. Its name goes to a twin, if it has one. */
+  dropGroup(group: GroupEntity): void {
+    if (!this.#live.delete(group)) return // removed, then forgotten: gone once
+    const left = this.#labels.get(group.label)! - 1
+    if (left === 0) this.#labels.delete(group.label)
+    else this.#labels.set(group.label, left)
+    ;(this.#gone ??= new Set()).add(group)
+    if (this.#twins.length !== 0) this.#twins = this.#twins.filter((twin) => twin !== group)
+    if (this.groupsByName.get(group.name) !== group) return
+    this.groupsByName.delete(group.name)
+    const twin = this.#twins.findIndex((other) => other.name === group.name)
+    if (twin < 0) return
+    this.groupsByName.set(group.name, this.#twins[twin])
+    this.#twins.splice(twin, 1)
+  }
+
+  /** Whether a live group of this topic (but `except`) has the group label `label`. */
+  hasGroupLabel(label: string, except?: GroupEntity): boolean {
+    const count = this.#labels.get(label) ?? 0
+    return count > (except !== undefined && except.label === label && this.#live.has(except) ? 1 : 0)
+  }
+
+  /** `groups` anew: what stays of it, merged with what came since, sorted. */
+  #build(): void {
+    const gone = this.#gone
+    const kept = gone === undefined ? this.#groups : this.#groups.filter((group) => !gone.has(group))
+    const added = (gone === undefined ? this.#added : this.#added.filter((group) => !gone.has(group))).sort(byLabelThenName)
+    const out: GroupEntity[] = new Array(kept.length + added.length) // sized exactly
+    for (let i = 0, j = 0, o = 0; o < out.length; o++) out[o] = j === added.length || (i < kept.length && byLabelThenName(kept[i], added[j]) <= 0) ? kept[i++] : added[j++]
+    this.#groups = out
+    this.#added = []
+    this.#gone = undefined
   }
 
   /** As GroupEntity's: JSON.stringify(snapshot) leaves a snapshot's `key` out. */
@@ -228,17 +295,6 @@ export function sameNumbers(a: readonly number[], b: readonly number[]): boolean
   if (a.length !== b.length) return false
   for (let i = 0; i < a.length; i++) if (a[i] !== b[i]) return false
   return true
-}
-
-/** A copy of `groups` with `group` in its place (ascending by label, then raw name), sized exactly. */
-export function withGroup(groups: readonly GroupEntity[], group: GroupEntity): GroupEntity[] {
-  const out: GroupEntity[] = new Array(groups.length + 1)
-  let at = groups.length
-  while (at > 0 && byLabelThenName(groups[at - 1], group) > 0) at--
-  for (let g = 0; g < at; g++) out[g] = groups[g]
-  out[at] = group
-  for (let g = at; g < groups.length; g++) out[g + 1] = groups[g]
-  return out
 }
 
 export function byLabelThenName(a: GroupEntity, b: GroupEntity): number {

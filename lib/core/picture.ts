@@ -7,7 +7,7 @@
 // clears its liveness tags in the shared row, whichever thread replays it first: that is what
 // makes the removal (docs/reclamation.md, "Removal"). Caller locks throughout.
 import { LabelCarry } from './carry'
-import { GroupEntity, TopicEntity, inserted, sameNumbers, withGroup } from './entities'
+import { GroupEntity, TopicEntity, inserted, sameNumbers } from './entities'
 import { Blocks, KEY_FLOOR, KEY_GROUP, KEY_HEADER, KEY_PARTITION, KEY_TOPIC, blockSize, windowKey } from './blocks'
 import { sanitizeLabelValue } from './labels'
 import { LogCapacity, heldInts } from './log-capacity'
@@ -94,7 +94,7 @@ export class Picture {
 
   /** Whether a live group (but `except`) of a live topic with label `label` has the group label `groupLabel`. */
   groupLabelLive(label: string, groupLabel: string, except?: GroupEntity): boolean {
-    for (const topic of this.liveWithLabel(label)) for (const group of topic.groups) if (group.label === groupLabel && group !== except) return true
+    for (const topic of this.liveWithLabel(label)) if (topic.hasGroupLabel(groupLabel, except)) return true
     return false
   }
 
@@ -220,7 +220,7 @@ export class Picture {
     const wasLive = group.alive
     group.alive = false
     const topic = group.topic
-    topic.groups = topic.groups.filter((g) => g !== group)
+    topic.dropGroup(group)
     topic.retiring = topic.retiring.filter((g) => g !== group)
     this.#retiring = this.#retiring.filter((g) => g !== group)
     this.#groupsById.delete(group.id)
@@ -319,7 +319,7 @@ export class Picture {
         const name = this.#textAt(texts, position, log, f + 7)
         this.#take(KEY_GROUP, log[f + 4])
         const group = new GroupEntity(topic, id, name, sanitizeLabelValue(name), log[f + 4], log[f + 5], log[f + 6])
-        topic.groups = withGroup(topic.groups, group)
+        topic.addGroup(group)
         this.#groupsById.set(group.id, group)
         break
       }
@@ -332,7 +332,7 @@ export class Picture {
         this.#clearTag(group.slot, group.id) // as RemoveTopic
         if (group.retireEpoch > this.owedEpoch) this.owedEpoch = group.retireEpoch
         const topic = group.topic
-        topic.groups = topic.groups.filter((g) => g !== group)
+        topic.dropGroup(group)
         topic.retiring = [...topic.retiring, group]
         this.#retiring.push(group)
         // No live group has its label any more: the label's series of it is gone, and so is what it carried.

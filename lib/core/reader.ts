@@ -214,9 +214,9 @@ export class SnapshotReader {
    * worker terminated inside the call) is taken over: the floor move it may have left half done
    * is finished (window.ts) and the lock freed, so the topic is checked again from the next read.
    */
-  #locksHeld(topic: TopicEntity, pending: readonly GroupEntity[] | undefined): boolean {
+  #locksHeld(topic: TopicEntity, pending: readonly GroupEntity[] | undefined, only: GroupEntity | undefined): boolean {
     let held = false
-    const groups = topic.groups
+    const groups = only === undefined ? topic.groups : [only] // a group judged as it leaves: its own lock
     for (let g = 0; g < groups.length; g++) {
       const slot = groups[g].slot
       const c = slot >>> Chunk.Shift
@@ -467,7 +467,7 @@ export class SnapshotReader {
     const bytes = this.#count(topic.slot + 1)
     // Both, always: the locks are looked at (a dead holder's taken over, a pending move finished)
     // whatever a producer's marker says.
-    const held = this.#locksHeld(topic, pending)
+    const held = this.#locksHeld(topic, pending, only)
     const writing = this.#sum(topic.slot + 2) !== 0 || held
     const left = (this.#shared[topic.slot >>> Chunk.Shift] ?? this.#sharedOf(topic.slot >>> Chunk.Shift))[(topic.slot & Chunk.Mask) + T_GROUP_LEFT]
     return topicSnapshot(topic, produced, bytes, delivered, dropped, dlq, lastSeq, depth, groups, writing, leftLately(left, this.#now))

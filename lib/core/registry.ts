@@ -383,7 +383,7 @@ export class Registry {
       this.#assertAlive(topic)
       const again = topic.group(name)
       if (again) return again
-      if (topic.groups.length >= this.config.max_groups_per_topic) {
+      if (topic.groupsByName.size >= this.config.max_groups_per_topic) {
         throw new LimitError('max_groups_per_topic', `cannot register group ${JSON.stringify(name)} on topic ${JSON.stringify(topic.name)}: max_groups_per_topic (${this.config.max_groups_per_topic}) reached; raise max_groups_per_topic in the configuration, or remove a group no longer in use (topic.removeGroup())`)
       }
       const floors = this.#startFloors(topic, name, start)
