@@ -68,6 +68,7 @@ function commentBelow(text, next = '') {
 /** Whether `comment` says what the call printed: whole, or followed by words about it. */
 function says(comment, printed) {
   const flat = (text) => text.replace(/\s+/g, ' ')
+  comment = flat(comment)
   return [printed.format, printed.inspect].map(flat).some((out) => comment === out || (comment.startsWith(out) && /^(, |: | \(|…| —)/.test(comment.slice(out.length))))
 }
 

@@ -216,6 +216,7 @@ export class TopicEntity {
     this.#added.push(group)
     if (this.groupsByName.has(group.name)) this.#twins.push(group)
     else this.groupsByName.set(group.name, group)
+    this.#bounded()
   }
 
   /** A group removed or forgotten (picture.ts): no longer live. Its name goes to a twin, if it has one. */
@@ -225,6 +226,7 @@ export class TopicEntity {
     if (left === 0) this.#labels.delete(group.label)
     else this.#labels.set(group.label, left)
     ;(this.#gone ??= new Set()).add(group)
+    this.#bounded()
     if (this.#twins.length !== 0) this.#twins = this.#twins.filter((twin) => twin !== group)
     if (this.groupsByName.get(group.name) !== group) return
     this.groupsByName.delete(group.name)
@@ -238,6 +240,15 @@ export class TopicEntity {
   hasGroupLabel(label: string, except?: GroupEntity): boolean {
     const count = this.#labels.get(label) ?? 0
     return count > (except !== undefined && except.label === label && this.#live.has(except) ? 1 : 0)
+  }
+
+  /**
+   * Built once what came and went since outnumbers the list (and 1,024): a thread that never reads
+   * `groups` (a recording worker between compactions) holds removed groups no longer than that,
+   * and each build still covers as many calls as it copies groups.
+   */
+  #bounded(): void {
+    if (this.#added.length + (this.#gone?.size ?? 0) > this.#groups.length + 1024) this.#build()
   }
 
   /** `groups` anew: what stays of it, merged with what came since, sorted. */
