@@ -226,14 +226,13 @@ export class TopicEntity {
     if (left === 0) this.#labels.delete(group.label)
     else this.#labels.set(group.label, left)
     ;(this.#gone ??= new Set()).add(group)
-    this.#bounded()
     if (this.#twins.length !== 0) this.#twins = this.#twins.filter((twin) => twin !== group)
-    if (this.groupsByName.get(group.name) !== group) return
-    this.groupsByName.delete(group.name)
-    const twin = this.#twins.findIndex((other) => other.name === group.name)
-    if (twin < 0) return
-    this.groupsByName.set(group.name, this.#twins[twin])
-    this.#twins.splice(twin, 1)
+    if (this.groupsByName.get(group.name) === group) {
+      this.groupsByName.delete(group.name)
+      const twin = this.#twins.findIndex((other) => other.name === group.name)
+      if (twin >= 0) this.groupsByName.set(group.name, this.#twins.splice(twin, 1)[0])
+    }
+    this.#bounded()
   }
 
   /** Whether a live group of this topic (but `except`) has the group label `label`. */

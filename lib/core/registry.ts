@@ -238,8 +238,7 @@ export class Registry {
       if (this.topics.size >= this.config.max_topics) {
         throw new LimitError('max_topics', `cannot register topic ${JSON.stringify(name)}: max_topics (${this.config.max_topics}) reached; raise max_topics in the configuration, or remove a topic no longer in use (surface.removeTopic())`)
       }
-      this.#capacity.room([entryLength(3, name)], () => `topic ${JSON.stringify(name)}`)
-      this.#slotRoom([KEY_TOPIC], () => `topic ${JSON.stringify(name)}`)
+      this.#room([entryLength(3, name)], [KEY_TOPIC], () => `topic ${JSON.stringify(name)}`)
       const id = this.#nextId()
       const slot = this.#blocks.allocate(KEY_TOPIC)
       // The liveness tag must be set before the entry is published (handles compare it to the id).
@@ -360,8 +359,7 @@ export class Registry {
       if (topic.partitionNumbers.length >= this.config.max_partitions_per_topic) {
         throw new LimitError('max_partitions_per_topic', `cannot register partition ${partition} of topic ${JSON.stringify(topic.name)}: max_partitions_per_topic (${this.config.max_partitions_per_topic}) reached; raise max_partitions_per_topic in the configuration`)
       }
-      this.#capacity.room([entryLength(4)], () => `partition ${partition} of topic ${JSON.stringify(topic.name)}`)
-      this.#slotRoom([KEY_PARTITION], () => `partition ${partition} of topic ${JSON.stringify(topic.name)}`)
+      this.#room([entryLength(4)], [KEY_PARTITION], () => `partition ${partition} of topic ${JSON.stringify(topic.name)}`)
       const slot = this.#blocks.allocate(KEY_PARTITION)
       this.#storeShared(topic.slot + T_PARTITIONS, topic.partitionNumbers.length + 1) // entities.ts: before the entry
       this.#appendCounted(Entry.Partition, [...wide(topic.id), partition, slot])
@@ -387,8 +385,7 @@ export class Registry {
         throw new LimitError('max_groups_per_topic', `cannot register group ${JSON.stringify(name)} on topic ${JSON.stringify(topic.name)}: max_groups_per_topic (${this.config.max_groups_per_topic}) reached; raise max_groups_per_topic in the configuration, or remove a group no longer in use (topic.removeGroup())`)
       }
       const floors = this.#startFloors(topic, name, start)
-      this.#capacity.room([entryLength(7, name), ...floors.map(() => entryLength(4))], () => `group ${JSON.stringify(name)} on topic ${JSON.stringify(topic.name)}`)
-      this.#slotRoom([KEY_GROUP, ...floors.map(() => KEY_FLOOR)], () => `group ${JSON.stringify(name)} on topic ${JSON.stringify(topic.name)}`)
+      this.#room([entryLength(7, name), ...floors.map(() => entryLength(4))], [KEY_GROUP, ...floors.map(() => KEY_FLOOR)], () => `group ${JSON.stringify(name)} on topic ${JSON.stringify(topic.name)}`)
       const id = this.#nextId()
       const slot = this.#blocks.allocate(KEY_GROUP)
       const entries: [Entry, number[], string?][] = [[Entry.Group, [...wide(topic.id), ...wide(id), slot, maxInFlight, window], name]]
@@ -492,11 +489,13 @@ export class Registry {
   }
 
   /**
-   * Refuses a registration whose blocks (`keys`) the counter memory has no room for: LimitError
-   * `counter_memory`, nothing registered (Blocks.fit; a block freed by a removal is reused once it
-   * has retired). Caller locks.
+   * Refuses a registration whose log entries (`lengths`) the registration log, or whose blocks
+   * (`keys`) the counter memory, has no room for: LimitError `registration_log` (log-capacity.ts
+   * room, which writes the retirements due first) or `counter_memory` (Blocks.fit; a block freed
+   * by a removal is reused once it has retired), nothing registered. Caller locks.
    */
-  #slotRoom(keys: readonly number[], what: () => string): void {
+  #room(lengths: number[], keys: readonly number[], what: () => string): void {
+    this.#capacity.room(lengths, what)
     if (this.#blocks.fit(keys)) return
     const chunks = this.#blocks.maxChunks
     const mib = (chunks * SLOTS_PER_CHUNK * 8) / 2 ** 20
@@ -516,8 +515,7 @@ export class Registry {
       this.#assertGroupAlive(group)
       const again = group.windowSlot(partition)
       if (again !== undefined) return again
-      this.#capacity.room([entryLength(5)], () => `the settlement window of group ${JSON.stringify(group.name)} on partition ${partition}`)
-      this.#slotRoom([windowKey(group.window), KEY_HEADER], () => `the settlement window of group ${JSON.stringify(group.name)} on partition ${partition}`)
+      this.#room([entryLength(5)], [windowKey(group.window), KEY_HEADER], () => `the settlement window of group ${JSON.stringify(group.name)} on partition ${partition}`)
       const slot = this.#blocks.allocate(windowKey(group.window))
       const header = this.#blocks.allocate(KEY_HEADER)
       this.#appendCounted(Entry.Window, [...wide(group.id), partition, slot, header])
@@ -533,8 +531,7 @@ export class Registry {
       this.#assertGroupAlive(group)
       const again = group.floorSlot(partition)
       if (again !== undefined) return again
-      this.#capacity.room([entryLength(4)], () => `the ack floor of group ${JSON.stringify(group.name)} on partition ${partition}`)
-      this.#slotRoom([KEY_FLOOR], () => `the ack floor of group ${JSON.stringify(group.name)} on partition ${partition}`)
+      this.#room([entryLength(4)], [KEY_FLOOR], () => `the ack floor of group ${JSON.stringify(group.name)} on partition ${partition}`)
       const slot = this.#blocks.allocate(KEY_FLOOR)
       this.#append(Entry.Floor, [...wide(group.id), partition, slot])
       return group.floorSlot(partition)!
