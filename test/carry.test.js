@@ -299,3 +299,24 @@ for (const backend of backends()) {
     t.end()
   })
 }
+
+for (const backend of backends()) {
+  t.test(`${backend}: a removed group whose label a live group of its topic has is a group collision, not a topic one`, (t) => {
+    const surface = surfaceOn(t, backend)
+    const pay = surface.topic('pay')
+    pay.append(0, 1)
+    const dotted = pay.group('g.1')
+    pay.group('g_1')
+    dotted.send(0, 1)
+    dotted.redeliver(0, 1)
+    t.equal(pay.removeGroup('g.1'), true)
+    t.same(JSON.parse(JSON.stringify(surface.stats('collisions'))), {
+      filter: 'collisions',
+      topics: [],
+      groups: [{ topic_label: 'pay', label: 'g_1', names: [{ topic: 'pay', group: 'g_1' }], removed_retries: 1 }],
+    }, 'the topic has one name and no removed one: its label collides with nothing')
+    t.equal(pay.removeGroup('g_1'), true)
+    t.same(JSON.parse(JSON.stringify(surface.stats('collisions'))), { filter: 'collisions', topics: [], groups: [] }, 'and nothing is left once the last group with the label leaves')
+    t.end()
+  })
+}

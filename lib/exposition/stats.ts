@@ -404,7 +404,9 @@ function collisionsView(snapshot: Snapshot, narrow: Narrow): CollisionsView {
   for (const t of snapshot.topics) {
     const entry = topicNames.get(t.label) ?? { names: [] }
     entry.names.push(t.name)
-    if (t.carried !== undefined) entry.carried = t.carried
+    // Only a removed topic's share makes a one-name label a collision: retries carried for a
+    // removed group whose name collided with a live one's are the group's (removed_retries below).
+    if (t.carried !== undefined && topicShare(t.carried)) entry.carried = t.carried
     topicNames.set(t.label, entry)
     for (const g of t.groups) {
       const id = JSON.stringify([t.label, g.label])
@@ -413,9 +415,9 @@ function collisionsView(snapshot: Snapshot, narrow: Narrow): CollisionsView {
       groupNames.set(id, group)
     }
   }
-  for (const [label, { carried }] of topicNames) {
-    for (const [groupLabel, retries] of carried?.retries ?? []) {
-      const group = groupNames.get(JSON.stringify([label, groupLabel]))
+  for (const t of snapshot.topics) {
+    for (const [groupLabel, retries] of t.carried?.retries ?? []) {
+      const group = groupNames.get(JSON.stringify([t.label, groupLabel]))
       if (group !== undefined) group.removed_retries = retries
     }
   }
@@ -433,6 +435,11 @@ function collisionsView(snapshot: Snapshot, narrow: Narrow): CollisionsView {
     .map((e) => ({ ...e, names: [...e.names].sort((a, b) => byLabel(a.topic, b.topic) || byLabel(a.group, b.group)) }))
     .sort((a, b) => byLabel(a.topic_label, b.topic_label) || byLabel(a.label, b.label))
   return { filter: 'collisions', topics, groups }
+}
+
+/** Whether removed topics of a label still add counts or a last_seq to its series. */
+function topicShare(c: Carried): boolean {
+  return c.lastSeq.size > 0 || [c.produced, c.bytes, c.delivered, c.dropped, c.dlq].some((n) => n !== 0 && n !== 0n)
 }
 
 function removedShare(carried: Carried): RemovedShare {
