@@ -10,8 +10,10 @@ import { Memory } from './core/memory'
 import { keepAnnouncing } from './core/reclamation'
 import { Handles } from './core/handles'
 import { Observer } from './core/observer'
+import { Quorum, WriteAnswer } from './core/quorum'
 import { Recorder } from './core/recording'
 import { Registry } from './core/registry'
+import type { QuorumState } from './core/snapshot'
 import type { Topic } from './core/topic'
 import { WorkerFaultChannel } from './core/worker-faults'
 
@@ -59,6 +61,7 @@ export class WorkerRecorder {
   readonly latency: Pick<LatencyEstimator, 'record'>
   readonly #recorder: Recorder
   readonly #handles: Handles
+  readonly #quorum: Quorum
 
   constructor(shared: SharedSurface) {
     checkShared(shared)
@@ -67,6 +70,7 @@ export class WorkerRecorder {
     const memory = new Memory(arena, false)
     // Closed before this worker attached (the native backend throws ClosedError in Memory itself).
     if (memory.control[C_CLOSED] === 1) throw new ClosedError('this mq-metrics surface')
+    this.#quorum = new Quorum(memory.control)
     const row = memory.claimRow()
     const registry = new Registry(memory, shared.config)
     const faults = new WorkerFaultChannel(memory)
@@ -91,6 +95,20 @@ export class WorkerRecorder {
   topic(name: string): Topic {
     if (this.#recorder.registry.closed) throw new ClosedError('this mq-metrics surface')
     return this.#handles.topic(name)
+  }
+
+  /**
+   * What a producer in this thread is told, as the main thread's surface.admitWrite(): both read
+   * the tier's one shared cell, so a worker sees read_only the moment replicationRound() sets it.
+   */
+  admitWrite(): WriteAnswer {
+    if (this.#recorder.registry.closed) throw new ClosedError('this mq-metrics surface')
+    return this.#quorum.admitWrite()
+  }
+
+  /** The quorum tier, 0 healthy, 1 soft, 2 read_only (as surface.quorumState). */
+  get quorumState(): QuorumState {
+    return this.#quorum.state
   }
 }
 

@@ -77,6 +77,36 @@ for (const backend of backends()) {
   })
 }
 
+for (const backend of backends()) {
+  t.test(`${backend}: a worker asks admitWrite() and sees the tier the main thread sets, at once`, async (t) => {
+    const surface = surfaceOn(t, backend)
+    const faults = faultsOf(surface)
+    const worker = new Worker(`
+      const { workerData, parentPort } = require('node:worker_threads')
+      const { attachSurface } = require(${JSON.stringify(path.join(__dirname, '..', 'dist'))})
+      const recorder = attachSurface(workerData)
+      const orders = recorder.topic('orders')
+      parentPort.on('message', () => {
+        const answer = recorder.admitWrite()
+        const seq = answer.ok ? orders.append(0, 10) : 0 // the documented protocol: no append when refused
+        parentPort.postMessage({ answer, state: recorder.quorumState, seq })
+      })
+    `, { eval: true, workerData: surface.share(), execArgv: [] })
+    t.teardown(() => worker.terminate())
+    const ask = () => new Promise((resolve) => { worker.once('message', resolve); worker.postMessage('go') })
+    t.same(await ask(), { answer: { ok: true, durability: 'quorum' }, state: 0, seq: 1 }, 'healthy: admitted, appended')
+    surface.replicationRound({ replicas: 3, inSync: 2 })
+    t.same(await ask(), { answer: { ok: true, durability: 'quorum', code: 0x6004, name: 'FOLLOWER_LAG' }, state: 1, seq: 2 }, 'soft: admitted with FOLLOWER_LAG, as the main thread answers')
+    surface.replicationRound({ replicas: 3, inSync: 1 })
+    t.same(await ask(), { answer: { ok: false, code: 0x6002, name: 'READ_ONLY_DEGRADED' }, state: 2, seq: 0 }, 'read_only: refused before any append')
+    t.same(surface.admitWrite(), { ok: false, code: 0x6002, name: 'READ_ONLY_DEGRADED' }, 'the same answer as the main thread\'s')
+    t.equal(surface.topic('orders').lastSeq(0), 2, 'nothing appended in read_only')
+    t.same(faults.map((f) => f.code), [], 'a worker that asks first raises no WRITE_WHILE_READ_ONLY')
+    surface.replicationRound({ replicas: 3, inSync: 3 })
+    t.same((await ask()).seq, 3, 'healthy again: appended')
+  })
+}
+
 t.test('attachSurface refuses anything but a share() result', async (t) => {
   const { lib } = require('./helpers')
   t.throws(() => lib.attachSurface({}), TypeError)
