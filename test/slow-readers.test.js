@@ -21,10 +21,10 @@ function bigSurface(t, backend, options) {
   return surface
 }
 
-/** A client that sends GET /metrics, reads the status line, and then never reads again. */
-function stalledClient(port) {
+/** A client that sends GET `path` (`times` requests, pipelined), reads the status line, and then never reads again. */
+function stalledClient(port, path = '/metrics', times = 1) {
   return new Promise((resolve, reject) => {
-    const socket = net.connect(port, '127.0.0.1', () => socket.write('GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n'))
+    const socket = net.connect(port, '127.0.0.1', () => socket.write(`GET ${path} HTTP/1.1\r\nHost: x\r\n\r\n`.repeat(times)))
     socket.once('data', (chunk) => {
       socket.pause() // the kernel buffers fill, then the server's
       resolve({ socket, status: Number(/^HTTP\/1\.1 (\d+)/.exec(chunk.toString('latin1'))[1]), head: chunk.toString('latin1', 0, 300) })
@@ -62,6 +62,37 @@ for (const backend of backends()) {
     first.resume()
     await new Promise((resolve) => first.once('close', resolve))
     t.ok(received < size, `the oldest stalled client was cut (${(received / 1e6).toFixed(1)} of ${(size / 1e6).toFixed(1)} MB)`)
+  })
+}
+
+// /stats answers are bounded as /metrics bodies are (a budget of their own, as large): a client
+// that pipelined requests and never read made the broker build and hold one whole answer per
+// request (30 of 33.5 MB: +1.8 GB), and clients that never read one each as much.
+for (const backend of backends()) {
+  t.test(`${backend}: /stats answers that clients do not read are bounded too; /healthz is always answered`, async (t) => {
+    const surface = bigSurface(t, backend, { maxScrapeBytes: 12 * 2 ** 20 })
+    const server = await surface.listen({ port: 0 })
+    const path = '/stats?filter=partitions'
+    const size = (await get(server.port, path)).bytes
+    t.ok(size > 7e6 && size < 12e6, `the answer is ${(size / 1e6).toFixed(1)} MB: one fits 12 MiB, two do not`)
+    const hog = await stalledClient(server.port, path, 20)
+    t.teardown(() => hog.socket.destroy())
+    t.equal(hog.status, 200, 'the first of 20 pipelined requests is answered')
+    const refused = await stalledClient(server.port, path)
+    t.teardown(() => refused.socket.destroy())
+    t.equal(refused.status, 503, 'another, while the first answer is young and unread: no room')
+    t.match(refused.head, /retry-after: 1/i)
+    t.match(refused.head, /ANSWERS_IN_FLIGHT/)
+    t.equal((await get(server.port, '/healthz')).status, 200, '/healthz is answered whatever /stats holds')
+    await new Promise((resolve) => setTimeout(resolve, 2100)) // the hog has taken nothing for 2 s (STALLED_MS)
+    const normal = await get(server.port, path)
+    t.equal(normal.status, 200, 'a reading client is served: room is made by cutting the stalled one')
+    t.ok(Math.abs(normal.bytes - size) < 100, 'the whole answer')
+    let received = 0
+    hog.socket.on('data', (chunk) => (received += chunk.length))
+    hog.socket.resume()
+    await new Promise((resolve) => hog.socket.once('close', resolve))
+    t.ok(received < 2 * size, `the pipelining client was cut, not sent its 20 answers (${(received / 1e6).toFixed(1)} MB read)`)
   })
 }
 

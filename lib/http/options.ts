@@ -15,7 +15,8 @@ export interface SurfaceOptions {
   /**
    * Bytes of /metrics bodies that responses still being written may hold, together; past it the
    * responses of clients that stopped reading are cut, oldest first, or a scrape gets 503
-   * SCRAPES_IN_FLIGHT. Default 64 MiB.
+   * SCRAPES_IN_FLIGHT. /stats answers have a budget of their own, as large (503
+   * ANSWERS_IN_FLIGHT). Default 64 MiB.
    */
   maxScrapeBytes?: number
   /**

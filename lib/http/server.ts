@@ -201,6 +201,9 @@ export function createHandler(host: HttpHost): (req: IncomingMessage, res: Serve
   if (!host.enabled) return () => false
   const isAuthorized = authorizer(host.authToken)
   const budget = new ScrapeBudget((host.limits ?? DEFAULT_LIMITS).maxScrapeBytes)
+  // /stats answers have a budget of their own, as large: without it a client that never reads
+  // (or pipelines requests) made the broker hold one whole answer per request (docs/http.md).
+  const answers = new ScrapeBudget((host.limits ?? DEFAULT_LIMITS).maxScrapeBytes)
   return (req, res) => {
     const raw = req.url ?? ''
     const target = originForm(raw)
@@ -216,7 +219,7 @@ export function createHandler(host: HttpHost): (req: IncomingMessage, res: Serve
     } else if (!isAuthorized(req.headers.authorization)) {
       sendError(req, res, 401, 'UNAUTHORIZED', 'a valid "Authorization: Bearer <token>" header is required', { 'WWW-Authenticate': 'Bearer' })
     } else {
-      serve(host, budget, path as Route, query < 0 ? '' : target.slice(query + 1), req, res)
+      serve(host, budget, answers, path as Route, query < 0 ? '' : target.slice(query + 1), req, res)
     }
     return true
   }
@@ -351,7 +354,7 @@ function closer(server: Server): () => Promise<void> {
 
 // --- endpoints ----------------------------------------------------------------------------------
 
-function serve(host: HttpHost, budget: ScrapeBudget, route: Route, query: string, req: IncomingMessage, res: ServerResponse): void {
+function serve(host: HttpHost, budget: ScrapeBudget, answers: ScrapeBudget, route: Route, query: string, req: IncomingMessage, res: ServerResponse): void {
   try {
     if (route === '/metrics') {
       const encoding = acceptsGzip(req.headers['accept-encoding']) ? 'gzip' : 'plain'
@@ -395,17 +398,33 @@ function serve(host: HttpHost, budget: ScrapeBudget, route: Route, query: string
     }
     // A /stats view's lists are built and written in slices, the event loop free between them;
     // another answer (an error, /healthz) is written at once.
+    // A /stats answer is built only with room for it beside those still being sent (a stalled
+    // client's is cut, as for /metrics); /healthz, small and what probes restart brokers by, always.
+    const budgeted = route === '/stats'
+    if (budgeted && !answers.admit(res, 'plain')) {
+      sendError(req, res, 503, 'ANSWERS_IN_FLIGHT', 'too many /stats answers are still being sent; try again shortly', { 'Retry-After': String(RETRY_AFTER_SECONDS) })
+      return
+    }
+    const written = (statusCode: number, body: Buffer): void => {
+      if (budgeted && req.method !== 'HEAD') answers.hold(res, 'plain', body.length)
+      else if (budgeted) answers.release(res)
+      respond(host, req, res, statusCode, JSON_CONTENT_TYPE, body)
+    }
     const json = (answer: { statusCode: number; body: unknown }): Promise<void> | void => {
       // A client gone meanwhile: the rest is not built (nobody to answer).
       const body = toJSONSliced(answer.body, SLICE_HOLD_MS, { ...IMMEDIATE_SLICES, gone: () => res.destroyed === true })
-      if (Buffer.isBuffer(body)) return respond(host, req, res, answer.statusCode, JSON_CONTENT_TYPE, body)
-      return body.then((written) => { if (written !== undefined) respond(host, req, res, answer.statusCode, JSON_CONTENT_TYPE, written) })
+      if (Buffer.isBuffer(body)) return written(answer.statusCode, body)
+      return body.then((built) => { if (built !== undefined) written(answer.statusCode, built); else answers.release(res) })
     }
-    const fail = (error: unknown): void => failed(host, req, res, error)
+    const fail = (error: unknown): void => {
+      answers.release(res)
+      failed(host, req, res, error)
+    }
     const answer = route === '/healthz' ? host.healthz() : host.stats(new URLSearchParams(query))
     if ('then' in answer) answer.then(json).catch(fail)
     else json(answer)?.catch(fail)
   } catch (error) {
+    answers.release(res)
     failed(host, req, res, error)
   }
 }
