@@ -580,3 +580,24 @@ t.test('--urls-from reads at most 4 MiB: a huge or endless file is a usage error
   t.equal(endless.code, 64, '/dev/zero: exit 64')
   t.match(endless.stderr, message, '/dev/zero: one line saying why')
 })
+
+t.test("a broker's error message cannot move the cursor or clear the screen: stderr is escaped as the table is", async (t) => {
+  const hostile = await broker(t, { override: { '/healthz': [503, JSON.stringify({ error: { code: 'X\u001b[2J', message: 'not now\u001b[H\u0007' } })] } })
+  const r = await run(['--url', hostile.url])
+  t.equal(r.code, 3)
+  t.notMatch(r.stderr, /[\u0000-\u0008\u000b-\u001f\u007f]/, 'no control character reaches stderr')
+  t.match(r.stderr, /X\\u001b\[2J: not now\\u001b\[H\\u0007/, 'shown escaped')
+})
+
+t.test('an output that cannot be written (a full disk) exits 74 with one line, not a stack trace read as a quorum state', { skip: !require('node:fs').existsSync('/dev/full') && 'no /dev/full' }, async (t) => {
+  const healthy = await broker(t)
+  const fs = require('node:fs')
+  const full = fs.openSync('/dev/full', 'w')
+  t.teardown(() => fs.closeSync(full))
+  const child = spawn(process.execPath, [CLI, '--url', healthy.url], { stdio: ['ignore', full, 'pipe'] })
+  let stderr = ''
+  child.stderr.on('data', (chunk) => (stderr += chunk))
+  const code = await new Promise((resolve) => child.once('exit', resolve))
+  t.equal(code, 74)
+  t.match(stderr, /^mq-stats: cannot write its output: ENOSPC[^\n]*\n$/)
+})

@@ -33,7 +33,7 @@ Reads /healthz and /stats from one or more mq-metrics brokers and prints a table
 
 Exit status: the worst quorum_state of the brokers read (with --watch, in the last frame) (0 healthy, 1 soft, 2 read_only); 3 when a broker is
 unreachable or answers with an error; 64 for a usage error; 130 when interrupted before the first frame;
-70 for an internal error (a bug; its message is on stderr).
+74 when its output cannot be written (a full disk); 70 for an internal error (a bug; its message is on stderr).
 Colour only when stdout is a terminal and NO_COLOR is not set.
 `
 
@@ -91,7 +91,7 @@ export async function main(argv: readonly string[], env: NodeJS.ProcessEnv = pro
       if (error instanceof Interrupted) return status ?? EXIT_INTERRUPTED
       throw error
     }
-    for (const line of frame.errors) io.stderr.write(`mq-stats: ${line}\n`)
+    for (const line of frame.errors) io.stderr.write(`mq-stats: ${terminalSafe(line)}\n`) // a broker's words: no escape sequences
     const text = options.json ? toJSON(frame.json, options.watchSeconds === undefined ? 2 : 0) + '\n' : renderFrame(options, frame, colour)
     if (options.watchSeconds !== undefined && !options.json) {
       // On a terminal each frame replaces the last (home, clear); in a pipe frames follow each other.
@@ -752,7 +752,9 @@ if (require.main === module) {
   // exit 0, as for any tool whose output is cut short on purpose, not a stack trace.
   process.stdout.on('error', (error: NodeJS.ErrnoException) => {
     if (error.code === 'EPIPE') process.exit(0)
-    throw error
+    // Any other write error (a full disk: ENOSPC) is no quorum state: 74, as sysexits' EX_IOERR.
+    process.stderr.write(`mq-stats: cannot write its output: ${oneLine(error.message)}\n`)
+    process.exit(74)
   })
   main(process.argv.slice(2), process.env, { stdout: process.stdout, stderr: process.stderr, signal: interrupt.signal }).then(
     (code) => {
