@@ -601,3 +601,27 @@ t.test('an output that cannot be written (a full disk) exits 74 with one line, n
   t.equal(code, 74)
   t.match(stderr, /^mq-stats: cannot write its output: ENOSPC[^\n]*\n$/)
 })
+
+t.test('a long list of brokers is read a bounded number at a time: no EMFILE calls a live broker unreachable', async (t) => {
+  const BROKERS_AT_ONCE = require('../dist/cli/mq-stats.js').BROKERS_AT_ONCE ?? 64 // (the bound's value, so that an unbounded CLI fails on the count)
+  const good = await broker(t)
+  let open = 0
+  let most = 0
+  // A proxy in front of the fake broker that answers each request after 20 ms, counting the requests open at once.
+  const slow = http.createServer((req, res) => {
+    open++
+    most = Math.max(most, open)
+    setTimeout(() => http.get(good.url + req.url.replace(/^\/b\d+/, ''), (answer) => {
+      res.writeHead(answer.statusCode, answer.headers)
+      answer.pipe(res).on('finish', () => open--)
+    }), 20)
+  })
+  await new Promise((resolve) => slow.listen(0, '127.0.0.1', resolve))
+  t.teardown(() => new Promise((resolve) => { slow.closeAllConnections(); slow.close(resolve) }))
+  const url = `http://127.0.0.1:${slow.address().port}`
+  const urls = Array.from({ length: 4 * BROKERS_AT_ONCE }, (_, i) => `${url}/b${i}`) // each a broker of its own (a path prefix)
+  const r = await run(urls.flatMap((u) => ['--url', u]))
+  t.equal(r.code, 0, `${urls.length} brokers, all read`)
+  t.ok(most <= 3 * BROKERS_AT_ONCE, `at most ${3 * BROKERS_AT_ONCE} requests open at once (saw ${most}; reading every broker at once opened ${3 * urls.length})`)
+  t.ok(most > BROKERS_AT_ONCE, `and brokers are read side by side (saw ${most})`)
+})

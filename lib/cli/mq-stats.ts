@@ -281,7 +281,7 @@ interface Frame {
 
 async function collect(options: Options, signal: AbortSignal | undefined): Promise<Frame> {
   const views: StatsView[] = options.view === undefined ? ['quorum', 'topics'] : [options.view]
-  const brokers = await Promise.all(options.urls.map((url) => readBroker(url, views, options.token, signal)))
+  const brokers = await readAll(options.urls, views, options.token, signal)
   const errors: string[] = []
   let status = 0
   for (const b of brokers) {
@@ -297,6 +297,27 @@ async function collect(options: Options, signal: AbortSignal | undefined): Promi
     return options.view === undefined ? summaryRow(b) : { url: b.url, quorum_state: b.quorumState, status: b.status, leader: leaderOf(b), view: b.views[options.view] }
   })
   return { brokers, json, errors, status }
+}
+
+/**
+ * Brokers read at once, each over at most 3 connections: a long --urls-from list (endpoints.md
+ * allows ~100,000) stays far within the process's file descriptors, where reading every broker at
+ * once ran out of them (EMFILE) at a few hundred and called live brokers unreachable.
+ */
+export const BROKERS_AT_ONCE = 64
+
+/** Every broker read, in the order given, at most BROKERS_AT_ONCE at a time (each request's timeout starts when it is sent). */
+async function readAll(urls: readonly string[], views: StatsView[], token: string | undefined, signal: AbortSignal | undefined): Promise<BrokerRead[]> {
+  const reads: BrokerRead[] = new Array(urls.length)
+  let next = 0
+  const lane = async (): Promise<void> => {
+    while (next < urls.length) {
+      const at = next++
+      reads[at] = await readBroker(urls[at], views, token, signal)
+    }
+  }
+  await Promise.all(Array.from({ length: Math.min(BROKERS_AT_ONCE, urls.length) }, lane))
+  return reads
 }
 
 async function readBroker(url: string, views: StatsView[], token: string | undefined, signal: AbortSignal | undefined): Promise<BrokerRead> {
