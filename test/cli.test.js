@@ -4,9 +4,11 @@
 // `npx tsc -p tsconfig.json` first: this runs dist/cli/mq-stats.js.
 const t = require('tap')
 require('./helpers') // children spawned here start without tap's hooks (see helpers.js)
+const fs = require('node:fs')
 const http = require('node:http')
+const os = require('node:os')
 const path = require('node:path')
-const { execFile, spawn } = require('node:child_process')
+const { execFile, execFileSync, spawn } = require('node:child_process')
 const { main, parseExactJSON, formatUptime } = require('../dist/cli/mq-stats.js')
 
 const CLI = path.join(__dirname, '..', 'dist', 'cli', 'mq-stats.js')
@@ -322,6 +324,37 @@ t.test('--watch redraws until SIGINT, then exits with the last status', async (t
   t.equal(code, 1, 'with the last frame\'s status (soft)')
   t.equal((stdout.match(/ 1 soft /g) || []).length, 3, 'three frames were drawn')
   t.notMatch(stdout, /\x1b/, 'no screen control codes in a pipe')
+})
+
+// A --urls-from FIFO that nobody writes to: the list is read synchronously, so a SIGINT listener
+// could never run and Ctrl-C did nothing (found by an attack). The test opens the FIFO's write end
+// once mq-stats has opened its read end (a non-blocking open for writing succeeds only then) and
+// writes nothing, so mq-stats is held in its read when the signal comes.
+t.test('Ctrl-C ends mq-stats while it waits on a --urls-from FIFO', { skip: process.platform === 'win32' && 'no mkfifo' }, async (t) => {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'mq-stats-fifo-'))
+  t.teardown(() => fs.rmSync(dir, { recursive: true, force: true }))
+  const fifo = path.join(dir, 'brokers')
+  execFileSync('mkfifo', [fifo])
+  // Through env(1), without NODE_OPTIONS: tap's process hook puts it back into every child it
+  // spawns, and the hook listens for SIGINT in JavaScript, which a blocked read never lets run.
+  const child = spawn('env', ['-u', 'NODE_OPTIONS', process.execPath, CLI, '--urls-from', fifo], { stdio: ['ignore', 'pipe', 'pipe'] })
+  const killer = setTimeout(() => child.kill('SIGKILL'), 15_000)
+  const exited = new Promise((resolve) => child.on('exit', (c, s) => resolve([c, s])))
+  let writer
+  for (let i = 0; i < 1000 && writer === undefined; i++) {
+    try {
+      writer = fs.openSync(fifo, fs.constants.O_WRONLY | fs.constants.O_NONBLOCK)
+    } catch (error) {
+      if (error.code !== 'ENXIO') throw error
+      await new Promise((resolve) => setTimeout(resolve, 10))
+    }
+  }
+  t.ok(writer !== undefined, 'mq-stats opened the FIFO to read it')
+  child.kill('SIGINT')
+  const [code, signal] = await exited
+  clearTimeout(killer)
+  if (writer !== undefined) fs.closeSync(writer)
+  t.same([code, signal], [null, 'SIGINT'], 'ended by the SIGINT itself (a shell shows 130), not killed 15 s later')
 })
 
 t.test('a reader that goes away (mq-stats --watch 1 | head -2): a quiet exit 0', async (t) => {

@@ -42,6 +42,12 @@ export interface CliIO {
   stderr: { write(text: string): unknown }
   /** Aborted on Ctrl-C: ends --watch (and any request in progress). */
   signal?: AbortSignal
+  /**
+   * Called once the arguments are read, to start listening for Ctrl-C (then `signal`). Until then
+   * the process keeps the default SIGINT action, which ends it even in a read that blocks: a
+   * --urls-from FIFO nobody writes to is read synchronously, and a listener would never run.
+   */
+  listen?: () => void
 }
 
 interface Options {
@@ -81,6 +87,7 @@ export async function main(argv: readonly string[], env: NodeJS.ProcessEnv = pro
     io.stdout.write(USAGE)
     return 0
   }
+  io.listen?.()
   const colour = io.stdout.isTTY === true && !env.NO_COLOR // no-color.org: set and non-empty
   let status: number | undefined
   for (;;) {
@@ -768,7 +775,7 @@ export function formatUptime(seconds: number): string {
 
 if (require.main === module) {
   const interrupt = new AbortController()
-  process.once('SIGINT', () => interrupt.abort())
+  const listen = () => process.once('SIGINT', () => interrupt.abort())
   // The reader went away (`mq-stats --watch 1 | head -2`): nothing more can be shown; a quiet
   // exit 0, as for any tool whose output is cut short on purpose, not a stack trace.
   process.stdout.on('error', (error: NodeJS.ErrnoException) => {
@@ -777,7 +784,7 @@ if (require.main === module) {
     process.stderr.write(`mq-stats: cannot write its output: ${oneLine(error.message)}\n`)
     process.exit(74)
   })
-  main(process.argv.slice(2), process.env, { stdout: process.stdout, stderr: process.stderr, signal: interrupt.signal }).then(
+  main(process.argv.slice(2), process.env, { stdout: process.stdout, stderr: process.stderr, signal: interrupt.signal, listen }).then(
     (code) => {
       process.exitCode = code
     },
