@@ -335,9 +335,9 @@ t.test('Ctrl-C ends mq-stats while it waits on a --urls-from FIFO', { skip: proc
   t.teardown(() => fs.rmSync(dir, { recursive: true, force: true }))
   const fifo = path.join(dir, 'brokers')
   execFileSync('mkfifo', [fifo])
-  // Through env(1), without NODE_OPTIONS: tap's process hook puts it back into every child it
-  // spawns, and the hook listens for SIGINT in JavaScript, which a blocked read never lets run.
-  const child = spawn('env', ['-u', 'NODE_OPTIONS', process.execPath, CLI, '--urls-from', fifo], { stdio: ['ignore', 'pipe', 'pipe'] })
+  // Without tap's process hook (helpers.js takes it out), which would listen for SIGINT in
+  // JavaScript, as mq-stats did, and a blocked read never lets such a listener run.
+  const child = spawn(process.execPath, [CLI, '--urls-from', fifo], { stdio: ['ignore', 'pipe', 'pipe'] })
   const killer = setTimeout(() => child.kill('SIGKILL'), 15_000)
   const exited = new Promise((resolve) => child.on('exit', (c, s) => resolve([c, s])))
   let writer

@@ -6,11 +6,21 @@ const path = require('node:path')
 // tap puts its process-tracking hook (@tapjs/processinfo, for coverage, which is off here) into
 // NODE_OPTIONS, so every node process a test spawns (the demo, mq-stats, the docs' examples) would
 // load it too: ~240 ms of CPU per child on this machine. The children do without it.
+// The hook also puts itself back into each child's environment, from a listener on every spawn
+// (the package process-on-spawn, which keeps its listeners on a global): a listener added after
+// it takes the hook out again.
+const withoutHook = (value) => value.replace(/(^|\s)"?--(import|loader|require)[= ]?[^\s"]*@tapjs\/processinfo[^\s"]*"?/g, '').trim()
 if (process.env.NODE_OPTIONS) {
-  const kept = process.env.NODE_OPTIONS.split(/\s+/).filter((option) => option !== '' && !option.includes('@tapjs/processinfo'))
-  if (kept.length) process.env.NODE_OPTIONS = kept.join(' ')
+  const kept = withoutHook(process.env.NODE_OPTIONS)
+  if (kept) process.env.NODE_OPTIONS = kept
   else delete process.env.NODE_OPTIONS
 }
+global[Symbol.for('process-on-spawn@*:singletonId')]?.listeners.push((spawned) => {
+  if (spawned.env.NODE_OPTIONS === undefined) return
+  const env = { ...spawned.env, NODE_OPTIONS: withoutHook(spawned.env.NODE_OPTIONS) }
+  if (!env.NODE_OPTIONS) delete env.NODE_OPTIONS
+  spawned.env = env
+})
 
 const dist = path.join(__dirname, '..', 'dist')
 const lib = require(dist)
