@@ -565,6 +565,49 @@ t.test('names that reorder or hide text are shown escaped; wide and combining ch
   t.ok(ends.every((e) => e === ends[0]), `the produced column ends at one terminal column on every row (${ends})`)
 })
 
+// Widths written out as Unicode has terminals draw them (East Asian Width, emoji presentation),
+// not computed by the function under test.
+t.test('emoji take two columns, as a terminal draws them, and keep the columns aligned', async (t) => {
+  const { displayWidth } = require('../dist/cli/mq-stats.js')
+  const cases = [['a', 1], ['日本', 4], ['cafe\u0301', 4], ['😀', 2], ['✅ ok', 5], ['\u2764\ufe0f', 2], ['\u2764', 1], ['👍🏽', 2], ['🇩🇪', 2], ['🇩🇪🇫🇷', 4], ['⚡x', 3], ['©', 1]]
+  for (const [text, columns] of cases) t.equal(displayWidth(text), columns, `${JSON.stringify(text)} takes ${columns}`)
+  const topics = [
+    { topic: 'plain', produced: 1 },
+    { topic: 'deploys ✅', produced: 22 },
+    { topic: 'hot 🔥🔥', produced: 333 },
+    { topic: 'de 🇩🇪', produced: 4 },
+    { topic: 'love \u2764\ufe0f', produced: 5 },
+  ]
+  const named = await broker(t, { override: { topics: [200, JSON.stringify({ filter: 'topics', topics })] } })
+  const r = await run(['--url', named.url, 'topics'])
+  t.equal(r.code, 0, r.stderr)
+  const rows = r.stdout.split('\n').filter((l) => /plain|deploys|hot|de |love/.test(l))
+  t.equal(rows.length, 5)
+  // Each row's produced column ends where plain's does: its name's columns (known above) plus
+  // the padding the tool put after it are the same on every row.
+  const widths = { plain: 5, 'deploys ✅': 10, 'hot 🔥🔥': 8, 'de 🇩🇪': 5, 'love \u2764\ufe0f': 7 }
+  const ends = rows.map((l) => {
+    const name = topics.find((x) => l.includes(x.topic)).topic
+    const rest = l.slice(l.indexOf(name) + name.length)
+    return l.indexOf(name) + widths[name] + rest.trimEnd().length
+  })
+  t.ok(ends.every((e) => e === ends[0]), `the produced column ends at one terminal column on every row (${ends})`)
+})
+
+t.test('a password in a broker URL is used, and shown as *** (table, --json, stderr, usage errors)', async (t) => {
+  const b = await broker(t)
+  const port = new URL(b.url).port
+  const withSecret = `http://ops:s3cret@127.0.0.1:${port}`
+  const gone = `http://ops:s3cret@127.0.0.1:${await closedPort()}`
+  const cases = { 'default view': ['--url', withSecret, '--url', gone], '--json': ['--url', withSecret, '--url', gone, '--json'], topics: ['--url', withSecret, '--url', gone, 'topics'], 'usage error': ['--url', 'ftp://ops:s3cret@127.0.0.1'] }
+  for (const [label, args] of Object.entries(cases)) {
+    const r = await run(args)
+    t.notMatch(r.stdout + r.stderr, /s3cret/, `${label}: the password is shown nowhere`)
+    t.match(r.stdout + r.stderr, /ops:\*\*\*@127\.0\.0\.1/, 'the URL is shown with *** in its place')
+  }
+  t.ok(b.requests.length > 0 && b.requests.every((x) => x.authorization === `Basic ${Buffer.from('ops:s3cret').toString('base64')}`), 'the broker got the credentials')
+})
+
 t.test('--urls-from FILE: one URL per line, or Prometheus file_sd JSON', async (t) => {
   const a = await broker(t, { epoch: 2, leader: true })
   const b = await broker(t, { epoch: 2 })

@@ -21,7 +21,8 @@ Reads /healthz and /stats from one or more mq-metrics brokers and prints a table
 
   VIEW             one of: ${STATS_VIEWS.join(', ')}
                    (default: one summary row per broker)
-  --url URL        broker base URL; repeat for several brokers (default ${DEFAULT_URL})
+  --url URL        broker base URL; repeat for several brokers (default ${DEFAULT_URL}); a password
+                   in it (http://user:password@host, for a proxy) is sent, and shown as ***
   --urls-from FILE more brokers: one URL (or host:port) per line, # comments, or a Prometheus file_sd JSON
                    file ([{"targets": ["host:port", ...]}]), at most 4 MiB; with several brokers
                    the summary ends with a cluster line: worst tier, the leader, whether epochs agree
@@ -254,12 +255,21 @@ function checkUrl(written: string, source = '--url', bareTarget = false): string
   try {
     url = new URL(value)
   } catch {
-    throw new UsageError(`${source} needs an absolute http(s) URL such as ${DEFAULT_URL}, got ${JSON.stringify(written)}`)
+    throw new UsageError(`${source} needs an absolute http(s) URL such as ${DEFAULT_URL}, got ${JSON.stringify(withoutPassword(written))}`)
   }
   if (url.protocol !== 'http:' && url.protocol !== 'https:') {
-    throw new UsageError(`${source} needs an http or https URL, got ${JSON.stringify(written)}`)
+    throw new UsageError(`${source} needs an http or https URL, got ${JSON.stringify(withoutPassword(written))}`)
   }
   return value.replace(/\/+$/, '')
+}
+
+/**
+ * A broker's URL as shown (table, --json, stderr): a password in it (`http://user:secret@host`,
+ * for a proxy in front of the broker) is written `***`, as a terminal, a log or a CI transcript
+ * may be read by others. The request itself uses the URL as given.
+ */
+function withoutPassword(url: string): string {
+  return url.replace(/^([a-z][a-z0-9+.-]*:\/\/[^/?#@:]*):[^/?#@]*@/i, '$1:***@')
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -328,7 +338,7 @@ async function readAll(urls: readonly string[], views: StatsView[], token: strin
 }
 
 async function readBroker(url: string, views: StatsView[], token: string | undefined, signal: AbortSignal | undefined): Promise<BrokerRead> {
-  const read: BrokerRead = { url, views: {} }
+  const read: BrokerRead = { url: withoutPassword(url), views: {} }
   try {
     const [healthz, ...bodies] = await Promise.all([
       // design §7: /healthz answers 503 in read_only; that is a reading, not an error.
@@ -726,14 +736,30 @@ function terminalSafe(value: string): string {
 
 /**
  * Columns a string takes in a terminal, near enough for table alignment: combining marks take none,
- * East Asian wide and fullwidth characters (and emoji) two, the rest one.
+ * East Asian wide and fullwidth characters and emoji two, the rest one. An emoji is a character
+ * shown as one by default (😀, ✅), or a text symbol asked to be one by U+FE0F (❤️); a skin-tone
+ * modifier joins the emoji before it, and two regional indicators make one flag (🇩🇪).
  */
 export function displayWidth(text: string): number {
   let width = 0
+  let previous = ''
+  let flagOpen = false
   for (const c of text) {
     const code = c.codePointAt(0)!
-    if (/\p{M}/u.test(c)) continue
-    width += isWide(code) ? 2 : 1
+    if (c === '\uFE0F') {
+      if (previous !== '' && displayWidth(previous) === 1 && /\p{Emoji}/u.test(previous)) width += 1
+    } else if (/\p{M}/u.test(c)) {
+      // takes no column of its own
+    } else if (/\p{Emoji_Modifier}/u.test(c) && /\p{Emoji}/u.test(previous)) {
+      // a skin tone of the emoji before it
+    } else if (/\p{Regional_Indicator}/u.test(c)) {
+      width += flagOpen ? 0 : 2
+      flagOpen = !flagOpen
+    } else {
+      width += isWide(code) || /\p{Emoji_Presentation}/u.test(c) ? 2 : 1
+    }
+    if (!/\p{Regional_Indicator}/u.test(c)) flagOpen = false
+    previous = c
   }
   return width
 }
