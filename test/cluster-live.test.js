@@ -19,12 +19,13 @@ const JOB = 'mq'
 const { sleep, waitFor } = require('./helpers')
 const targetsOf = (d) => d.panels.flatMap((p) => p.targets.map((x) => ({ panel: p.title, expr: x.expr })))
 /** What Grafana puts in place of the variables, for a query through Prometheus' API. */
-const substitute = (expr) => expr.replaceAll('$__rate_interval', '1m').replaceAll('$max_in_flight', '10000').replaceAll('$instance', '.*').replaceAll('$job', JOB)
+const substitute = (expr) => expr.replaceAll('$__rate_interval', '1m').replaceAll('$max_in_flight', '10000').replaceAll('$instance', '.*').replaceAll('$job', JOB).replaceAll('$cluster', '').replaceAll('$namespace', '') // no such labels: Grafana's None is ''
 
 t.test('the dashboard imports as is: an input datasource, variables that resolve, a query and a datasource on every panel', async (t) => {
   t.match(dashboard.__inputs, [{ name: 'DS_PROMETHEUS', type: 'datasource', pluginId: 'prometheus' }])
   const variables = dashboard.templating.list.map((v) => v.name)
-  t.same(variables, ['job', 'instance', 'max_in_flight'])
+  t.same(variables, ['cluster', 'namespace', 'job', 'instance', 'max_in_flight'])
+  for (const p of dashboard.panels) for (const x of p.targets) t.match(x.expr, /cluster="\$cluster", namespace="\$namespace", job="\$job"/, `${p.title}: one cluster, by the labels that name it`)
   const ids = new Set()
   for (const p of dashboard.panels) {
     t.ok(!ids.has(p.id), `panel ids are unique (${p.id})`)
@@ -125,8 +126,12 @@ async function live(t) {
     const result = await query(substitute(expr)).catch((error) => ({ error: error.message }))
     t.ok(Array.isArray(result) && result.length > 0, `panel "${panel}": ${substitute(expr)} returns data`, { result })
   }
-  const jobs = (await get(`${api}/label/job/values?${new URLSearchParams({ 'match[]': 'mq_quorum_state' })}`)).data
-  t.same(jobs, [JOB], 'variable job resolves: label_values(mq_quorum_state, job)')
+  for (const label of ['cluster', 'namespace']) {
+    const values = (await get(`${api}/label/${label}/values?${new URLSearchParams({ 'match[]': 'mq_quorum_state' })}`)).data
+    t.same(values, [], `variable ${label} has no value (Grafana's None, matching series without the label)`)
+  }
+  const jobs = (await get(`${api}/label/job/values?${new URLSearchParams({ 'match[]': 'mq_quorum_state{cluster="", namespace=""}' })}`)).data
+  t.same(jobs, [JOB], 'variable job resolves: label_values(mq_quorum_state{cluster="", namespace=""}, job)')
   const instances = (await get(`${api}/label/instance/values?${new URLSearchParams({ 'match[]': `mq_quorum_state{job="${JOB}"}` })}`)).data
   t.same(instances.sort(), [...targets].sort(), 'variable instance resolves to the three nodes')
 }
