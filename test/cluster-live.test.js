@@ -127,11 +127,13 @@ async function live(t) {
     t.ok(Array.isArray(result) && result.length > 0, `panel "${panel}": ${substitute(expr)} returns data`, { result })
   }
   for (const label of ['cluster', 'namespace']) {
-    const values = (await get(`${api}/label/${label}/values?${new URLSearchParams({ 'match[]': 'mq_quorum_state' })}`)).data
+    const values = (await get(`${api}/label/${label}/values?${new URLSearchParams({ 'match[]': 'job:mq_quorum_state:max' })}`)).data
     t.same(values, [], `variable ${label} has no value (Grafana's None, matching series without the label)`)
   }
-  const jobs = (await get(`${api}/label/job/values?${new URLSearchParams({ 'match[]': 'mq_quorum_state{cluster="", namespace=""}' })}`)).data
-  t.same(jobs, [JOB], 'variable job resolves: label_values(mq_quorum_state{cluster="", namespace=""}, job)')
+  const jobs = (await get(`${api}/label/job/values?${new URLSearchParams({ 'match[]': 'job:mq_quorum_state:max{cluster="", namespace=""}' })}`)).data
+  t.same(jobs, [JOB], 'variable job resolves: label_values(job:mq_quorum_state:max{cluster="", namespace=""}, job)')
+  const queries = dashboard.templating.list.filter((v) => v.type === 'query').map((v) => v.query.query)
+  t.same(queries.slice(0, 3), ['label_values(job:mq_quorum_state:max, cluster)', 'label_values(job:mq_quorum_state:max{cluster="$cluster"}, namespace)', 'label_values(job:mq_quorum_state:max{cluster="$cluster", namespace="$namespace"}, job)'], 'the variables checked above are the dashboard\'s')
   const instances = (await get(`${api}/label/instance/values?${new URLSearchParams({ 'match[]': `mq_quorum_state{job="${JOB}"}` })}`)).data
   t.same(instances.sort(), [...targets].sort(), 'variable instance resolves to the three nodes')
 }
