@@ -25,7 +25,7 @@ t.test('the dashboard imports as is: an input datasource, variables that resolve
   t.match(dashboard.__inputs, [{ name: 'DS_PROMETHEUS', type: 'datasource', pluginId: 'prometheus' }])
   const variables = dashboard.templating.list.map((v) => v.name)
   t.same(variables, ['cluster', 'namespace', 'job', 'instance', 'max_in_flight'])
-  for (const p of dashboard.panels) for (const x of p.targets) t.match(x.expr, /cluster="\$cluster", namespace="\$namespace", job="\$job"/, `${p.title}: one cluster, by the labels that name it`)
+  for (const p of dashboard.panels) for (const x of p.targets) t.match(x.expr, /cluster=~"\$cluster", namespace=~"\$namespace", job="\$job"/, `${p.title}: one cluster, by the labels that name it`)
   const ids = new Set()
   for (const p of dashboard.panels) {
     t.ok(!ids.has(p.id), `panel ids are unique (${p.id})`)
@@ -133,7 +133,7 @@ async function live(t) {
   const jobs = (await get(`${api}/label/job/values?${new URLSearchParams({ 'match[]': 'job:mq_quorum_state:max{cluster="", namespace=""}' })}`)).data
   t.same(jobs, [JOB], 'variable job resolves: label_values(job:mq_quorum_state:max{cluster="", namespace=""}, job)')
   const queries = dashboard.templating.list.filter((v) => v.type === 'query').map((v) => v.query.query)
-  t.same(queries.slice(0, 3), ['label_values(job:mq_quorum_state:max, cluster)', 'label_values(job:mq_quorum_state:max{cluster="$cluster"}, namespace)', 'label_values(job:mq_quorum_state:max{cluster="$cluster", namespace="$namespace"}, job)'], 'the variables checked above are the dashboard\'s')
+  t.same(queries.slice(0, 3), ['label_values(job:mq_quorum_state:max, cluster)', 'label_values(job:mq_quorum_state:max{cluster=~"$cluster"}, namespace)', 'label_values(job:mq_quorum_state:max{cluster=~"$cluster", namespace=~"$namespace"}, job)'], 'the variables checked above are the dashboard\'s')
   const instances = (await get(`${api}/label/instance/values?${new URLSearchParams({ 'match[]': `mq_quorum_state{job="${JOB}"}` })}`)).data
   t.same(instances.sort(), [...targets].sort(), 'variable instance resolves to the three nodes')
 }

@@ -57,12 +57,21 @@ tests:
         values: '1 1 0x8'
       - series: 'mq_quorum_state{job="mq", instance="old:1"}'
         values: '0 0'
+      # two clusters whose pods share a name: eu's mq-0 never came up, us' did
+      - series: 'up{job="mq", namespace="eu", instance="mq-0"}'
+        values: '0x10'
+      - series: 'up{job="mq", namespace="us", instance="mq-0"}'
+        values: '1x10'
+      - series: 'mq_quorum_state{job="mq", namespace="us", instance="mq-0"}'
+        values: '0x10'
     alert_rule_test:
       - eval_time: 3m
         alertname: MqTargetNeverUp
       - eval_time: 8m
         alertname: MqTargetNeverUp
         exp_alerts:
+          - exp_labels: { severity: warning, job: mq, namespace: eu, instance: 'mq-0' }
+            exp_annotations: { summary: 'mq-0 has not served /metrics since it was added' }
           - exp_labels: { severity: warning, job: mq, instance: 'new:1' }
             exp_annotations: { summary: 'new:1 has not served /metrics since it was added' }
 `)
