@@ -558,7 +558,7 @@ t.test('names that reorder or hide text are shown escaped; wide and combining ch
   t.notMatch(r.stdout, /[\u202e\u200b]/, 'no right-to-left override or zero-width space reaches the terminal')
   t.match(r.stdout, /abc\\u202edef/)
   t.match(r.stdout, /zero\\u200bwidth/)
-  const { displayWidth } = require('../dist/cli/mq-stats.js')
+  const { displayWidth } = require('../dist/cli/terminal.js')
   const rows = r.stdout.split('\n').filter((l) => /plain|日本語|cafe|abc|zero/.test(l))
   t.equal(rows.length, 5)
   const ends = rows.map((l) => displayWidth(l.slice(0, l.search(/\d+\s*$/)) + l.match(/\d+\s*$/)[0].trimEnd()))
@@ -568,7 +568,7 @@ t.test('names that reorder or hide text are shown escaped; wide and combining ch
 // Widths written out as Unicode has terminals draw them (East Asian Width, emoji presentation),
 // not computed by the function under test.
 t.test('emoji take two columns, as a terminal draws them, and keep the columns aligned', async (t) => {
-  const { displayWidth } = require('../dist/cli/mq-stats.js')
+  const { displayWidth } = require('../dist/cli/terminal.js')
   const cases = [['a', 1], ['日本', 4], ['cafe\u0301', 4], ['😀', 2], ['✅ ok', 5], ['\u2764\ufe0f', 2], ['\u2764', 1], ['👍🏽', 2], ['🇩🇪', 2], ['🇩🇪🇫🇷', 4], ['⚡x', 3], ['©', 1]]
   for (const [text, columns] of cases) t.equal(displayWidth(text), columns, `${JSON.stringify(text)} takes ${columns}`)
   const topics = [
