@@ -327,7 +327,7 @@ t.test('--watch redraws until SIGINT, then exits with the last status', async (t
 })
 
 // A --urls-from FIFO that nobody writes to: the list is read synchronously, so a SIGINT listener
-// could never run and Ctrl-C did nothing (found by an attack). The test opens the FIFO's write end
+// could never run and Ctrl-C did nothing. The test opens the FIFO's write end
 // once mq-stats has opened its read end (a non-blocking open for writing succeeds only then) and
 // writes nothing, so mq-stats is held in its read when the signal comes.
 t.test('Ctrl-C ends mq-stats while it waits on a --urls-from FIFO', { skip: process.platform === 'win32' && 'no mkfifo' }, async (t) => {
@@ -606,6 +606,30 @@ t.test('a password in a broker URL is used, and shown as *** (table, --json, std
     t.match(r.stdout + r.stderr, /ops:\*\*\*@127\.0\.0\.1/, 'the URL is shown with *** in its place')
   }
   t.ok(b.requests.length > 0 && b.requests.every((x) => x.authorization === `Basic ${Buffer.from('ops:s3cret').toString('base64')}`), 'the broker got the credentials')
+
+  // Credentials end at the authority's last @, as the URL parser reads them.
+  const at = await run(['--url', `http://ops:p@ss@127.0.0.1:${port}`, '--json'])
+  t.equal(at.code, 0, at.stderr)
+  t.equal(JSON.parse(at.stdout)[0].url, `http://ops:***@127.0.0.1:${port}`, 'a password with an @ is masked whole')
+  // A user name alone may be a token: masked too, and sent.
+  const requestsBefore = b.requests.length
+  const alone = await run(['--url', `http://tok3n@127.0.0.1:${port}`, '--json'])
+  t.equal(JSON.parse(alone.stdout)[0].url, `http://***@127.0.0.1:${port}`)
+  t.equal(b.requests[requestsBefore].authorization, `Basic ${Buffer.from('tok3n:').toString('base64')}`)
+  // Text that is no URL is masked up to its last @: a bare target, a line with more on it, a
+  // file_sd file that does not parse (the parser's own message would quote the file).
+  const dir = t.testdir({ 'list.txt': 'ops:s3cret@10.0.0.1:9464 extra\n', 'sd.json': '[{"targets": ["ops:s3cret@10.0.0.1:9464"] ' })
+  for (const args of [['--url', 'ops:s3cret@127.0.0.1:9464'], ['--urls-from', path.join(dir, 'list.txt')], ['--urls-from', path.join(dir, 'sd.json')]]) {
+    const r = await run(args)
+    t.equal(r.code, 64, `${args.join(' ')}: a usage error`)
+    t.notMatch(r.stderr, /s3cret/, 'which does not show the password')
+    t.equal(r.stderr.split('\n').length, 2, 'on one line')
+  }
+  // A token and URL credentials would be one Authorization header: node:http sends the token only.
+  const both = await run(['--token', 'abc', '--url', withSecret])
+  t.equal(both.code, 64, 'a token and credentials in a URL: a usage error')
+  t.match(both.stderr, /--token and the credentials in "http:\/\/ops:\*\*\*@127\.0\.0\.1:\d+" cannot both be sent/)
+  t.equal((await run(['--url', withSecret], { MQ_STATS_TOKEN: 'abc' })).code, 64, 'MQ_STATS_TOKEN too')
 })
 
 t.test('--urls-from FILE: one URL per line, or Prometheus file_sd JSON', async (t) => {

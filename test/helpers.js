@@ -10,12 +10,17 @@ const path = require('node:path')
 // (the package process-on-spawn, which keeps its listeners on a global): a listener added after
 // it takes the hook out again.
 const withoutHook = (value) => value.replace(/(^|\s)"?--(import|loader|require)[= ]?[^\s"]*@tapjs\/processinfo[^\s"]*"?/g, '').trim()
+const hooked = process.env.NODE_OPTIONS?.includes('@tapjs/processinfo') === true
 if (process.env.NODE_OPTIONS) {
   const kept = withoutHook(process.env.NODE_OPTIONS)
   if (kept) process.env.NODE_OPTIONS = kept
   else delete process.env.NODE_OPTIONS
 }
-global[Symbol.for('process-on-spawn@*:singletonId')]?.listeners.push((spawned) => {
+const onSpawn = global[Symbol.for('process-on-spawn@*:singletonId')]
+// A tap that no longer keeps its listeners there would leave the hook in every child, where it
+// listens for SIGINT in JavaScript (test/cli.test.js's FIFO test would blame mq-stats): say so.
+if (hooked && !Array.isArray(onSpawn?.listeners)) throw new Error("test/helpers.js: tap's process hook is on, but process-on-spawn's listeners are not where they were: update how helpers.js keeps the hook out of children")
+onSpawn?.listeners.push((spawned) => {
   if (spawned.env.NODE_OPTIONS === undefined) return
   const env = { ...spawned.env, NODE_OPTIONS: withoutHook(spawned.env.NODE_OPTIONS) }
   if (!env.NODE_OPTIONS) delete env.NODE_OPTIONS

@@ -22,8 +22,9 @@ Reads /healthz and /stats from one or more mq-metrics brokers and prints a table
 
   VIEW             one of: ${STATS_VIEWS.join(', ')}
                    (default: one summary row per broker)
-  --url URL        broker base URL; repeat for several brokers (default ${DEFAULT_URL}); a password
-                   in it (http://user:password@host, for a proxy) is sent, and shown as ***
+  --url URL        broker base URL; repeat for several brokers (default ${DEFAULT_URL}); credentials
+                   in it (http://user:password@host, for a proxy) are sent, not with a token (both
+                   are the Authorization header), and shown as user:*** (*** for a user alone)
   --urls-from FILE more brokers: one URL (or host:port) per line, # comments, or a Prometheus file_sd JSON
                    file ([{"targets": ["host:port", ...]}]), at most 4 MiB; with several brokers
                    the summary ends with a cluster line: worst tier, the leader, whether epochs agree
@@ -174,6 +175,11 @@ function parseArgs(argv: readonly string[], env: NodeJS.ProcessEnv): Options {
   options.urls = [...new Set(options.urls)]
   options.token = token ?? (env.MQ_STATS_TOKEN || undefined)
   if (options.token !== undefined) checkToken(options.token, token !== undefined ? '--token' : 'MQ_STATS_TOKEN')
+  // Both would be the one Authorization header, and node:http sends only the token then.
+  const withCredentials = options.token === undefined ? undefined : options.urls.find((url) => new URL(url).username !== '')
+  if (withCredentials !== undefined) {
+    throw new UsageError(`${token !== undefined ? '--token' : 'MQ_STATS_TOKEN'} and the credentials in ${JSON.stringify(shownUrl(withCredentials))} cannot both be sent: each is the Authorization header`)
+  }
   return options
 }
 
@@ -210,7 +216,9 @@ function urlsFrom(file: string): string[] {
     try {
       groups = JSON.parse(content)
     } catch (error) {
-      throw new UsageError(`--urls-from ${JSON.stringify(file)} looks like file_sd JSON but does not parse: ${(error as Error).message}`)
+      // Not the parser's message: a newer Node's quotes the file, and a line may hold a password.
+      const at = /position (\d+)/.exec((error as Error).message)?.[1]
+      throw new UsageError(`--urls-from ${JSON.stringify(file)} looks like file_sd JSON but does not parse${at === undefined ? '' : ` (at character ${at})`}`)
     }
     const targets = Array.isArray(groups) ? groups.flatMap((g) => (isObject(g) && Array.isArray(g.targets) ? g.targets : [undefined])) : [undefined]
     if (targets.some((x) => typeof x !== 'string')) {
@@ -256,21 +264,37 @@ function checkUrl(written: string, source = '--url', bareTarget = false): string
   try {
     url = new URL(value)
   } catch {
-    throw new UsageError(`${source} needs an absolute http(s) URL such as ${DEFAULT_URL}, got ${JSON.stringify(withoutPassword(written))}`)
+    throw new UsageError(`${source} needs an absolute http(s) URL such as ${DEFAULT_URL}, got ${JSON.stringify(shownUrl(written))}`)
   }
   if (url.protocol !== 'http:' && url.protocol !== 'https:') {
-    throw new UsageError(`${source} needs an http or https URL, got ${JSON.stringify(withoutPassword(written))}`)
+    throw new UsageError(`${source} needs an http or https URL, got ${JSON.stringify(shownUrl(written))}`)
   }
   return value.replace(/\/+$/, '')
 }
 
 /**
- * A broker's URL as shown (table, --json, stderr): a password in it (`http://user:secret@host`,
- * for a proxy in front of the broker) is written `***`, as a terminal, a log or a CI transcript
- * may be read by others. The request itself uses the URL as given.
+ * A broker's URL as shown (table, --json, stderr): credentials in it (`http://user:secret@host`,
+ * for a proxy in front of the broker) are written `user:***`, or `***` for a user name alone
+ * (which may be a token), as a terminal, a log or a CI transcript may be read by others. The
+ * request itself uses the URL as given. Credentials end at the authority's last `@`, as the URL
+ * parser reads them; text that is no URL (a usage error) is masked up to its last `@`.
  */
-function withoutPassword(url: string): string {
-  return url.replace(/^([a-z][a-z0-9+.-]*:\/\/[^/?#@:]*):[^/?#@]*@/i, '$1:***@')
+function shownUrl(text: string): string {
+  const scheme = /^[a-z][a-z0-9+.-]*:\/\//i.exec(text)?.[0] ?? ''
+  const rest = text.slice(scheme.length)
+  let url: URL | undefined
+  try {
+    url = new URL(scheme === '' ? `http://${rest}` : text)
+  } catch {
+    // not a URL: mask below
+  }
+  const end = rest.search(/[/?#]/)
+  const authority = url === undefined || end === -1 ? rest : rest.slice(0, end)
+  const at = authority.lastIndexOf('@')
+  if (at === -1) return text
+  const colon = authority.indexOf(':')
+  const shown = colon === -1 || colon > at ? '***' : `${authority.slice(0, colon)}:***`
+  return scheme + shown + rest.slice(at)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -339,7 +363,7 @@ async function readAll(urls: readonly string[], views: StatsView[], token: strin
 }
 
 async function readBroker(url: string, views: StatsView[], token: string | undefined, signal: AbortSignal | undefined): Promise<BrokerRead> {
-  const read: BrokerRead = { url: withoutPassword(url), views: {} }
+  const read: BrokerRead = { url: shownUrl(url), views: {} }
   try {
     const [healthz, ...bodies] = await Promise.all([
       // design §7: /healthz answers 503 in read_only; that is a reading, not an error.
