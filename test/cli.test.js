@@ -646,6 +646,8 @@ t.test('--urls-from FILE: one URL per line, or Prometheus file_sd JSON', async (
     'hosts.txt': `${new URL(a.url).host}\n${new URL(b.url).host}\n`, // host:port, as Prometheus writes targets
     'ftp.txt': 'ftp://127.0.0.1:21\n',
     'junk.txt': 'not a url\n',
+    'typo.txt': 'htp:/oops\n', // a mistyped scheme, not a host named htp
+    'v6.txt': '[::1]:1\n', // a line list whose first line starts with [, not JSON
   })
   for (const file of ['nodes.txt', 'sd.json', 'bom.json', 'hosts.txt']) {
     const r = await run(['--urls-from', path.join(dir, file)])
@@ -655,11 +657,46 @@ t.test('--urls-from FILE: one URL per line, or Prometheus file_sd JSON', async (
   const twice = await run(['--url', a.url, '--urls-from', path.join(dir, 'nodes.txt')])
   t.equal(twice.stdout.split(a.url).length - 1, 2, 'a broker named twice is one row (and the cluster line names it as leader once)')
   t.notMatch(twice.stdout, /2 leaders/)
-  for (const [file, message] of [['missing.txt', /cannot read --urls-from "\S+missing\.txt": ENOENT/], ['empty.txt', /lists no URL/], ['bad.json', /file_sd JSON must be/], ['none.json', /lists no target/], ['sd.yml', /looks like file_sd YAML, which mq-stats does not read: give it the JSON form/], ['ftp.txt', /^mq-stats: --urls-from "\S+ftp\.txt" needs an http or https URL, got "ftp:\/\/127\.0\.0\.1:21"/], ['junk.txt', /^mq-stats: --urls-from "\S+junk\.txt" needs an absolute http\(s\) URL such as \S+, got "not a url"/]]) {
+  for (const [file, message] of [['missing.txt', /cannot read --urls-from "\S+missing\.txt": ENOENT/], ['empty.txt', /lists no URL/], ['bad.json', /file_sd JSON must be/], ['none.json', /lists no target/], ['sd.yml', /looks like file_sd YAML, which mq-stats does not read: give it the JSON form/], ['ftp.txt', /^mq-stats: --urls-from "\S+ftp\.txt" needs an http or https URL, got "ftp:\/\/127\.0\.0\.1:21"/], ['junk.txt', /^mq-stats: --urls-from "\S+junk\.txt" needs a URL \(http:\/\/host:port\) or host:port, got "not a url"/], ['typo.txt', /^mq-stats: --urls-from "\S+typo\.txt" needs a URL \(http:\/\/host:port\) or host:port, got "htp:\/oops"/]]) {
     const r = await run(['--urls-from', path.join(dir, file)])
     t.equal(r.code, 64, `${file}: a usage error`)
     t.match(r.stderr, message)
   }
+  const v6 = await run(['--urls-from', path.join(dir, 'v6.txt')])
+  t.equal(v6.code, 3, 'a line [::1]:1: read as a broker (unreachable), not as JSON that does not parse')
+  t.match(v6.stderr, /^mq-stats: http:\/\/\[::1\]:1: unreachable/)
+  // FILE -: the list from stdin.
+  const child = spawn(process.execPath, [CLI, '--urls-from', '-'], { stdio: ['pipe', 'pipe', 'pipe'] })
+  let stdout = ''
+  child.stdout.on('data', (d) => (stdout += d))
+  setTimeout(() => child.stdin.end(`${a.url}\n${b.url}\n`), 200) // nothing to read at first: it waits
+  const [code] = await new Promise((resolve) => child.on('exit', (c, sig) => resolve([c, sig])))
+  t.equal(code, 0, '--urls-from - reads the list from stdin', { stdout })
+  t.match(stdout, new RegExp(`${a.url} .*\\n${b.url} `))
+  // A stdin left non-blocking (a file description shared with a program that set O_NONBLOCK on
+  // it): reads answer EAGAIN until the list arrives, and mq-stats waits for it.
+  const script = `import fcntl, os, subprocess, sys, time
+r, w = os.pipe()
+fcntl.fcntl(r, fcntl.F_SETFL, fcntl.fcntl(r, fcntl.F_GETFL) | os.O_NONBLOCK)
+p = subprocess.Popen(sys.argv[1:], stdin=r, stdout=subprocess.PIPE)
+os.close(r)
+time.sleep(0.3)
+os.write(w, sys.stdin.buffer.read())
+os.close(w)
+out = p.communicate()[0]
+sys.stdout.buffer.write(out)
+sys.exit(p.returncode)`
+  const nonBlocking = await new Promise((resolve) => {
+    const py = spawn('python3', ['-c', script, process.execPath, CLI, '--urls-from', '-'], { stdio: ['pipe', 'pipe', 'pipe'] })
+    let out = ''
+    let err = ''
+    py.stdout.on('data', (d) => (out += d))
+    py.stderr.on('data', (d) => (err += d))
+    py.stdin.end(`${a.url}\n${b.url}\n`)
+    py.on('exit', (c) => resolve({ code: c, out, err }))
+  })
+  t.equal(nonBlocking.code, 0, 'a non-blocking stdin is waited for', nonBlocking)
+  t.match(nonBlocking.out, new RegExp(`${a.url} .*\\n${b.url} `))
 })
 
 t.test('--urls-from reads at most 4 MiB: a huge or endless file is a usage error, not a crash', async (t) => {

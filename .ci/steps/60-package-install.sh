@@ -5,6 +5,8 @@
 #   b. the prebuilt binary removed, compiler present → built from source, backend native
 #   c. neither → the TypeScript backend, one warning line, everything works
 #   d. then docs/install.md's fix, `npm rebuild mq-metrics` with a compiler → native
+#   e. install scripts skipped (`--ignore-scripts`, as npm 12 does for a package not approved) and
+#      no compiler → the prebuilt binary, backend native: it needs no script
 # Writes TAP to $CI_TAP_OUT.
 set -u
 cd "$(dirname "$0")/../.."
@@ -91,11 +93,11 @@ w.on("exit", (code) => {
   s.close()
 })'
 
-scenario () { # scenario NAME TARBALL PATH EXPECTED-BACKEND WARNINGS
-  local name=$1 tgz=$2 path=$3 backend=$4 warnings=$5 dir="$work/$1"
+scenario () { # scenario NAME TARBALL PATH EXPECTED-BACKEND WARNINGS [NPM-FLAG]
+  local name=$1 tgz=$2 path=$3 backend=$4 warnings=$5 flag=${6:---foreground-scripts} dir="$work/$1"
   mkdir -p "$dir"
   echo '{ "name": "user-project", "version": "1.0.0", "private": true }' > "$dir/package.json"
-  if ! (cd "$dir" && PATH="$path" npm install --no-audit --no-fund --foreground-scripts "$tgz" > install.log 2>&1); then
+  if ! (cd "$dir" && PATH="$path" npm install --no-audit --no-fund "$flag" "$tgz" > install.log 2>&1); then
     point fail "$name: npm install of the tarball" "$dir/install.log"; return
   fi
   point ok "$name: npm install of the tarball"
@@ -157,6 +159,8 @@ else
   cat "$dir/rebuild.log" "$dir/rebuilt.err" "$dir/rebuilt.out" > "$dir/rebuild-diag.log" 2> /dev/null
   point fail "d. the troubleshooting command (npm rebuild mq-metrics, a compiler present) gives the native backend" "$dir/rebuild-diag.log"
 fi
+
+scenario "e. install scripts skipped" "$tarball" "$nocc" native 0 --ignore-scripts
 
 echo "1..$n" >> "$out"
 ! grep -q '^not ok' "$out"

@@ -25,7 +25,7 @@ Reads /healthz and /stats from one or more mq-metrics brokers and prints a table
   --url URL        broker base URL; repeat for several brokers (default ${DEFAULT_URL}); credentials
                    in it (http://user:password@host, for a proxy) are sent, not with a token (both
                    are the Authorization header), and shown as user:*** (*** for a user alone)
-  --urls-from FILE more brokers: one URL (or host:port) per line, # comments, or a Prometheus file_sd JSON
+  --urls-from FILE more brokers (FILE - reads stdin): one URL (or host:port) per line, # comments, or a Prometheus file_sd JSON
                    file ([{"targets": ["host:port", ...]}]), at most 4 MiB; with several brokers
                    the summary ends with a cluster line: worst tier, the leader, whether epochs agree
   --token TOKEN    bearer token for brokers with metrics_auth_token
@@ -211,7 +211,7 @@ function urlsFrom(file: string): string[] {
     if (error instanceof UsageError) throw error
     throw new UsageError(`cannot read --urls-from ${JSON.stringify(file)}: ${(error as NodeJS.ErrnoException).code ?? (error as Error).message}`)
   }
-  if (/^\s*\[/.test(content)) {
+  if (/^\s*\[\s*[{\]]/.test(content)) { // [{"targets": …}] or [], not a line [::1]:9464
     let groups: unknown
     try {
       groups = JSON.parse(content)
@@ -237,21 +237,33 @@ function urlsFrom(file: string): string[] {
 
 /** The file as UTF-8, read up to `max` bytes: past them, a UsageError (nothing more is read). */
 function readBounded(file: string, max: number): string {
-  const fd = fs.openSync(file, 'r')
+  const stdin = file === '-'
+  const fd = stdin ? 0 : fs.openSync(file, 'r')
   try {
     const buffer = Buffer.alloc(max + 1)
     let length = 0
     for (;;) {
-      const read = fs.readSync(fd, buffer, length, buffer.length - length, null)
+      let read: number
+      try {
+        read = fs.readSync(fd, buffer, length, buffer.length - length, null)
+      } catch (error) {
+        // stdin left non-blocking by whoever holds its other end: wait for it, as a shell's pipe would
+        if ((error as NodeJS.ErrnoException).code !== 'EAGAIN') throw error
+        Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 10)
+        continue
+      }
       if (read === 0) break
       length += read
       if (length > max) throw new UsageError(`--urls-from ${JSON.stringify(file)} is larger than ${max / 2 ** 20} MiB: not a list of brokers`)
     }
     return buffer.toString('utf8', 0, length)
   } finally {
-    fs.closeSync(fd)
+    if (!stdin) fs.closeSync(fd)
   }
 }
+
+/** host:port as Prometheus writes a target: a name or IPv4 address, or an IPv6 one in brackets. */
+const BARE_TARGET = /^(\[[0-9a-f:.]+\]|[^/?#@\s:[\]]+)(:\d{1,5})?$/i
 
 /**
  * `written` as a broker's base URL; `source` names where it came from in the error. With
@@ -259,7 +271,12 @@ function readBounded(file: string, max: number): string {
  * http; an error still quotes the value as written.
  */
 function checkUrl(written: string, source = '--url', bareTarget = false): string {
-  const value = bareTarget && !/^[a-z][a-z0-9+.-]*:\/\//i.test(written) ? `http://${written}` : written
+  const hasScheme = /^[a-z][a-z0-9+.-]*:\/\//i.test(written)
+  // A bare target is a host and a port, nothing more: `htp:/oops` is a mistyped URL, not host htp.
+  if (bareTarget && !hasScheme && !BARE_TARGET.test(written)) {
+    throw new UsageError(`${source} needs a URL (http://host:port) or host:port, got ${JSON.stringify(shownUrl(written))}`)
+  }
+  const value = bareTarget && !hasScheme ? `http://${written}` : written
   let url: URL
   try {
     url = new URL(value)
