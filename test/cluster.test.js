@@ -7,7 +7,7 @@
 // (phase 'manual'): what each check looks at cannot change under it on a slow machine.
 const t = require('tap')
 const path = require('node:path')
-const { execFile } = require('node:child_process')
+const { execFile, spawn } = require('node:child_process')
 const { runCluster } = require('../dist/demo/cluster')
 
 const { sleep, waitFor } = require('./helpers')
@@ -88,4 +88,20 @@ t.test('mq-demo --nodes: usage errors exit 64; --nodes 1 is the single-node demo
   const single = await run(['--nodes', '1', '--port', '0', '--duration', '0.5'])
   t.equal(single.code, 0, single.stderr)
   t.match(single.stdout, /mq-demo: simulated broker/)
+})
+
+t.test('mq-demo --nodes 3: Ctrl-C says what it stops and exits 0', async (t) => {
+  const demo = path.join(__dirname, '..', 'dist', 'demo', 'demo.js')
+  const child = spawn(process.execPath, [demo, '--nodes', '3', '--port', '0'], { stdio: ['ignore', 'pipe', 'pipe'] })
+  t.teardown(() => { if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL') })
+  let stdout = ''
+  let stderr = ''
+  child.stdout.setEncoding('utf8').on('data', (d) => (stdout += d))
+  child.stderr.setEncoding('utf8').on('data', (d) => (stderr += d))
+  const exited = new Promise((resolve) => child.on('exit', (code, signal) => resolve({ code, signal })))
+  await until('the prompt', () => stdout.includes('press Ctrl-C to stop\n'), 15_000)
+  child.kill('SIGINT')
+  const end = await Promise.race([exited, sleep(15_000).then(() => ({ code: 'hung' }))])
+  t.same(end, { code: 0, signal: null }, stderr)
+  t.match(stdout, /\nstopping \(SIGINT\): closing 3 nodes\.\.\.\nstopped: 3 nodes closed in \d+ ms\n$/, 'the last lines say it stopped')
 })

@@ -371,14 +371,18 @@ export async function clusterCli(argv: readonly string[]): Promise<number> {
     process.stderr.write(`mq-demo: ${(error as Error).message}\n`)
     return 1
   }
-  await new Promise<void>((resolve) => {
-    const timer = duration === undefined ? undefined : setTimeout(() => (undo(), resolve()), duration * 1000)
-    const undo = onStop(() => {
+  process.stdout.write(duration === undefined ? 'press Ctrl-C to stop\n' : `stopping after ${duration} s (Ctrl-C stops earlier)\n`)
+  const reason = await new Promise<string>((resolve) => {
+    const timer = duration === undefined ? undefined : setTimeout(() => (undo(), resolve('duration')), duration * 1000)
+    const undo = onStop((signal) => {
       undo()
       clearTimeout(timer)
-      resolve()
+      resolve(signal)
     })
   })
+  process.stdout.write(`stopping (${reason}): closing ${options.nodes} nodes...\n`)
+  const started = Date.now()
   await cluster.stop()
+  process.stdout.write(`stopped: ${options.nodes} nodes closed in ${Date.now() - started} ms\n`)
   return 0
 }
