@@ -119,13 +119,17 @@ t.test('default view: one row per broker, exact cells', async (t) => {
 })
 
 t.test('exit status is the worst quorum_state over all brokers', async (t) => {
-  const by = [await broker(t, { state: 0 }), await broker(t, { state: 1 }), await broker(t, { state: 2 })]
+  // One cluster: the first broker named leads, the others follow, at one epoch.
+  const servers = new Map()
+  const at = async (state, leader) => servers.get(`${state} ${leader}`) ?? servers.set(`${state} ${leader}`, await broker(t, { state, leader })).get(`${state} ${leader}`)
+  const by = await Promise.all([0, 1, 2].map((s) => at(s, true)))
+  const urls = async (states) => (await Promise.all(states.map((s, i) => at(s, i === 0)))).flatMap((b) => ['--url', b.url])
   const cases = [
     [[0], 0], [[1], 1], [[2], 2],
     [[0, 1], 1], [[1, 0], 1], [[0, 2], 2], [[2, 1], 2],
   ]
   for (const [states, expected] of cases) {
-    const r = await run(states.flatMap((s) => ['--url', by[s].url]))
+    const r = await run(await urls(states))
     t.equal(r.code, expected, `brokers in states ${states.join(', ')} → exit ${expected}`)
     t.equal(r.stdout.trim().split('\n').filter((line) => line !== '' && !line.startsWith('cluster  ')).length, 1 + states.length, `${states}: one row per broker (and a cluster line for several)`)
   }
@@ -134,13 +138,39 @@ t.test('exit status is the worst quorum_state over all brokers', async (t) => {
   t.equal(r.stderr, '')
   // The bin itself, as a shell sees it: the same status, the same table.
   for (const [states, expected] of [[[0], 0], [[0, 2], 2]]) {
-    const real = await bin(states.flatMap((s) => ['--url', by[s].url]))
+    const real = await bin(await urls(states))
     t.equal(real.code, expected, `the bin: brokers in states ${states.join(', ')} → exit ${expected}`)
-    t.equal(real.stdout, (await run(states.flatMap((s) => ['--url', by[s].url]))).stdout, 'the bin prints what main() does')
+    t.equal(real.stdout, (await run(await urls(states))).stdout, 'the bin prints what main() does')
   }
   const unreachable = await bin(['--url', `http://127.0.0.1:${await closedPort()}`])
   t.equal(unreachable.code, 3, 'the bin: an unreachable broker → exit 3')
   t.equal((await bin(['--bogus'])).code, 64, 'the bin: a usage error → exit 64')
+})
+
+t.test('exit status 4: several brokers that do not agree on one leader, whatever their tiers', async (t) => {
+  const list = (...brokers) => brokers.flatMap((b) => ['--url', typeof b === 'string' ? b : b.url])
+  const leader = await broker(t, { epoch: 5, leader: true })
+  const follower = await broker(t, { epoch: 5 })
+  const dead = `http://127.0.0.1:${await closedPort()}`
+  t.equal((await run(list(leader, follower))).code, 0, 'one leader, epochs agree: the tier (0)')
+  t.equal((await run(list(follower))).code, 0, 'one follower alone is no cluster: its tier')
+  const twin = await broker(t, { epoch: 5, leader: true })
+  t.equal((await run(list(leader, follower, twin))).code, 4, 'two leaders at one epoch (split brain)')
+  const stale = await broker(t, { state: 2, epoch: 4, leader: true })
+  const r = await run(list(leader, follower, stale))
+  t.equal(r.code, 4, 'a leader at a lower epoch (cut off, read_only): 4, not its tier 2')
+  t.match(r.stdout, /stale leader/)
+  const behind = await broker(t, { epoch: 4 })
+  t.equal((await run(list(leader, behind))).code, 4, 'a follower told another epoch')
+  t.equal((await run(list(follower, await broker(t, { epoch: 5, state: 1 })))).code, 4, 'every node read, told an epoch, none leading')
+  t.equal((await run(list(follower, dead))).code, 3, 'none leading among those read, one not read (perhaps the leader): 3, unreachable')
+  t.equal((await run(list(leader, twin, dead))).code, 4, 'two leaders read, one node not read: 4 wins over 3')
+  const fresh = await broker(t, { epoch: 0 })
+  t.equal((await run(list(fresh, await broker(t, { epoch: 0 })))).code, 0, 'nodes not told an epoch yet (0) disagree with no one')
+  t.equal((await run(list(leader, fresh))).code, 0, 'a node not told the epoch yet beside a leader')
+  t.equal((await run([...list(leader, twin), 'topics'])).code, 4, 'with a VIEW too')
+  t.equal((await run([...list(leader, twin), '--json'])).code, 4, 'and with --json')
+  t.equal((await bin(list(leader, twin))).code, 4, 'the bin')
 })
 
 t.test('--json: exact integers, one entry per broker', async (t) => {
@@ -165,7 +195,7 @@ t.test('--json: exact integers, one entry per broker', async (t) => {
 })
 
 t.test('a /stats view as a table', async (t) => {
-  const a = await broker(t)
+  const a = await broker(t, { leader: true })
   const groups = await run(['--url', a.url, 'groups'])
   t.equal(groups.code, 0)
   t.equal(groups.stdout, [
@@ -373,7 +403,7 @@ t.test('a reader that goes away (mq-stats --watch 1 | head -2): a quiet exit 0',
 
 // In-process: colour and redraw need a TTY, which a child's pipe is not.
 t.test('colour only on a TTY without NO_COLOR', async (t) => {
-  const by = [await broker(t, { state: 0 }), await broker(t, { state: 1 }), await broker(t, { state: 2 })]
+  const by = [await broker(t, { state: 0, leader: true }), await broker(t, { state: 1 }), await broker(t, { state: 2 })]
   const capture = (isTTY) => {
     const out = { text: '', isTTY, write: (s) => { out.text += s } }
     return out
@@ -437,7 +467,7 @@ t.test('several brokers read as one cluster: worst tier, the leader, a stale lea
   const b = await broker(t, { state: 1, epoch: 4 })
   const c = await broker(t, { state: 2, epoch: 3, leader: true }) // cut off: it still thinks it leads
   const r = await run(['--url', a.url, '--url', b.url, '--url', c.url])
-  t.equal(r.code, 2, 'the exit status is the cluster\'s worst tier')
+  t.equal(r.code, 4, 'the exit status says the nodes do not agree on one leader (not the worst tier, 2)')
   t.match(r.stdout, new RegExp(`\\ncluster  worst 2 read_only \\(${c.url}\\)  leader ${a.url} \\(epoch 4\\)  stale leader ${c.url} \\(epoch 3\\)  epochs disagree: 4 on 2, 3 on 1\\n$`))
 
   const healthy = [await broker(t, { epoch: 5, leader: true }), await broker(t, { epoch: 5 })]
@@ -741,7 +771,7 @@ t.test('an output that cannot be written (a full disk) exits 74 with one line, n
 
 t.test('a long list of brokers is read a bounded number at a time: no EMFILE calls a live broker unreachable', async (t) => {
   const BROKERS_AT_ONCE = require('../dist/cli/mq-stats.js').BROKERS_AT_ONCE ?? 64 // (the bound's value, so that an unbounded CLI fails on the count)
-  const good = await broker(t)
+  const good = await broker(t, { epoch: 0 }) // 256 times the same node: not told an epoch, so no two leaders (exit 4)
   let open = 0
   let most = 0
   // A proxy in front of the fake broker that answers each request after 20 ms, counting the requests open at once.

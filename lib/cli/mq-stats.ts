@@ -12,6 +12,8 @@ export const DEFAULT_URL = 'http://127.0.0.1:9464'
 /** Per request, connection to last body byte. */
 export const REQUEST_TIMEOUT_MS = 5000
 export const EXIT_UNREACHABLE = 3
+/** Several brokers read that do not agree on one leader (see disagree()). */
+export const EXIT_LEADERS_DISAGREE = 4
 /** BSD sysexits EX_USAGE. */
 export const EXIT_USAGE = 64
 const EXIT_INTERRUPTED = 130
@@ -35,7 +37,8 @@ Reads /healthz and /stats from one or more mq-metrics brokers and prints a table
   --help, -h       show this help
 
 Exit status: the worst quorum_state of the brokers read (with --watch, in the last frame) (0 healthy, 1 soft, 2 read_only); 3 when a broker is
-unreachable or answers with an error; 64 for a usage error; 130 when interrupted before the first frame;
+unreachable or answers with an error; 4 when several brokers do not agree on one leader (two leaders, a leader at a
+lower epoch, epochs that disagree, or none leading: every broker read and an epoch told), whatever else; 64 for a usage error; 130 when interrupted before the first frame;
 74 when its output cannot be written (a full disk); 70 for an internal error (a bug; its message is on stderr).
 Colour only when stdout is a terminal and NO_COLOR is not set.
 `
@@ -351,6 +354,7 @@ async function collect(options: Options, signal: AbortSignal | undefined): Promi
       status = Math.max(status, b.quorumState!)
     }
   }
+  if (brokers.length > 1 && disagree(leadership(brokers))) status = EXIT_LEADERS_DISAGREE
   const json = brokers.map((b) => {
     if (b.error !== undefined) return { url: b.url, error: b.error }
     return options.view === undefined ? summaryRow(b) : { url: b.url, quorum_state: b.quorumState, status: b.status, leader: leaderOf(b), view: b.views[options.view] }
@@ -658,6 +662,49 @@ function renderFrame(options: Options, frame: Frame, colour: boolean): string {
   return parts.join('\n')
 }
 
+/** Who leads among the brokers read: what the cluster line shows and the exit status 4 judges. */
+interface Leadership {
+  epoch(b: BrokerRead): number
+  /** The highest leader_epoch read (-1: none read). */
+  top: number
+  /** The nodes that say they lead at the top epoch, and those that lead at a lower one. */
+  leaders: BrokerRead[]
+  stale: BrokerRead[]
+  /** The nodes told an epoch (not 0), and their epochs, highest first. */
+  told: BrokerRead[]
+  epochs: number[]
+  /** Every broker was read. */
+  complete: boolean
+}
+
+function leadership(brokers: readonly BrokerRead[]): Leadership {
+  const read = brokers.filter((b) => b.error === undefined)
+  const epoch = (b: BrokerRead) => (typeof b.healthz?.leader_epoch === 'number' ? b.healthz.leader_epoch : -1)
+  const top = Math.max(-1, ...read.map(epoch))
+  const leading = read.filter((b) => b.healthz?.leader === true)
+  // Epoch 0: a node that has just started and not been told the epoch yet. It disagrees with no
+  // one, as in the cluster rules (mq-cluster.rules.yml job:mq_leader_epoch:min).
+  const told = read.filter((b) => epoch(b) !== 0)
+  return {
+    epoch,
+    top,
+    leaders: leading.filter((b) => epoch(b) === top),
+    stale: leading.filter((b) => epoch(b) !== top),
+    told,
+    epochs: [...new Set(told.map(epoch))].sort((a, b) => b - a),
+    complete: read.length === brokers.length,
+  }
+}
+
+/**
+ * Several brokers that do not agree on one leader (docs/cluster.md): two leaders at one epoch, a
+ * leader at a lower epoch, nodes told different epochs, or, every node read and some told an
+ * epoch, none leading. A node not read may be the leader: its absence alone is exit status 3.
+ */
+function disagree(l: Leadership): boolean {
+  return l.leaders.length > 1 || l.stale.length > 0 || l.epochs.length > 1 || (l.leaders.length === 0 && l.epochs.length > 0 && l.complete)
+}
+
 /**
  * Several brokers read as one cluster (docs/cluster.md): the worst tier and where, the leader (a
  * node whose /healthz says it leads, at the highest epoch; one that leads at a lower epoch is
@@ -672,17 +719,9 @@ function clusterLine(brokers: BrokerRead[], colour: boolean): string {
   const worstAt = read.filter((b) => b.quorumState === worst).map(u)
   const tier = read.length === 0 ? 'worst unknown (no broker read)' : `worst ${worst} ${TIER_WORDS[worst]}${read.length > 1 && worst > 0 ? ` (${worstAt.join(', ')})` : ''}`
   parts.push(colour ? `${COLOURS[worst]}${tier}${RESET}` : tier)
-  const epoch = (b: BrokerRead) => (typeof b.healthz?.leader_epoch === 'number' ? b.healthz.leader_epoch : -1)
-  const top = Math.max(-1, ...read.map(epoch))
-  const leading = read.filter((b) => b.healthz?.leader === true)
-  const leaders = leading.filter((b) => epoch(b) === top)
-  const stale = leading.filter((b) => epoch(b) !== top)
+  const { epoch, top, leaders, stale, told, epochs } = leadership(brokers)
   parts.push(leaders.length === 0 ? 'leader: none' : leaders.length === 1 ? `leader ${u(leaders[0])} (epoch ${top})` : `${leaders.length} leaders at epoch ${top}: ${leaders.map(u).join(', ')}`)
   if (stale.length > 0) parts.push(`stale leader ${stale.map((b) => `${u(b)} (epoch ${epoch(b)})`).join(', ')}`)
-  // Epoch 0: a node that has just started and not been told the epoch yet. It disagrees with no
-  // one, as in the cluster rules (mq-cluster.rules.yml job:mq_leader_epoch:min).
-  const told = read.filter((b) => epoch(b) !== 0)
-  const epochs = [...new Set(told.map(epoch))].sort((a, b) => b - a)
   if (read.length === 0) parts.push('epochs unknown')
   else if (epochs.length === 0) parts.push('epochs not told yet (0)')
   else parts.push(epochs.length === 1 ? `epochs agree (${epochs[0]})` : `epochs disagree: ${epochs.map((e) => `${e} on ${told.filter((b) => epoch(b) === e).length}`).join(', ')}`)
