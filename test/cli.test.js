@@ -684,6 +684,28 @@ t.test('--urls-from FILE: one URL per line, or Prometheus file_sd JSON', async (
     t.equal(r.code, 0, `${file}: ${r.stderr}`)
     t.match(r.stdout, new RegExp(`${a.url} .*\\n${b.url} [^]*cluster  worst 0 healthy  leader ${a.url} \\(epoch 2\\)`), `${file}: both brokers, then the cluster line`)
   }
+  // A file of two clusters (file_sd labels cluster, namespace): a cluster line and a judgement each.
+  const c = await broker(t, { epoch: 9, leader: true })
+  const d = await broker(t, { epoch: 9, state: 1 })
+  const host = (x) => new URL(x.url).host
+  const two = path.join(dir, 'two.json')
+  fs.writeFileSync(two, JSON.stringify([
+    { targets: [host(a)], labels: { cluster: 'eu-1', zone: 'a' } }, { targets: [host(c), host(d)], labels: { cluster: 'us-1', job: 'mq' } },
+    { targets: [host(b)], labels: { cluster: 'eu-1', zone: 'b' } }, // one cluster over two zones
+  ]))
+  const both = await run(['--urls-from', two])
+  t.equal(both.code, 1, 'each cluster has one leader at one epoch (2 and 9): no disagreement, the worst tier', { stdout: both.stdout })
+  t.match(both.stdout, new RegExp(`\\ncluster \\{cluster="eu-1"\\}  worst 0 healthy  leader ${a.url} \\(epoch 2\\)  epochs agree \\(2\\)\\ncluster \\{cluster="us-1"\\}  worst 1 soft \\(${d.url}\\)  leader ${c.url} \\(epoch 9\\)  epochs agree \\(9\\)\\n$`), 'one line per cluster, in the order named')
+  fs.writeFileSync(two, JSON.stringify([{ targets: [host(a), host(b)], labels: { cluster: 'eu-1' } }, { targets: [host(c), host(d)], labels: { cluster: 'eu-1', namespace: 'prod' } }]))
+  const split = await run(['--urls-from', two])
+  t.match(split.stdout, /\ncluster \{cluster="eu-1"\}  [^\n]*\ncluster \{cluster="eu-1", namespace="prod"\}  /, 'namespace tells clusters apart too')
+  t.equal(split.code, 1)
+  fs.writeFileSync(two, JSON.stringify([{ targets: [host(a), host(b), host(c)], labels: { cluster: 'eu-1' } }]))
+  t.equal((await run(['--urls-from', two])).code, 4, 'in one cluster, leaders at epochs 2 and 9 disagree')
+  fs.writeFileSync(two, JSON.stringify([{ targets: [host(a)], labels: { cluster: 7 } }]))
+  const bad = await run(['--urls-from', two])
+  t.equal(bad.code, 64, 'a label value that is not a string: a usage error')
+  t.match(bad.stderr, /file_sd JSON must be \[\{"targets": \["host:port", \.\.\.\], "labels": \{"name": "value", \.\.\.\}\}, \.\.\.\]/)
   const twice = await run(['--url', a.url, '--urls-from', path.join(dir, 'nodes.txt')])
   t.equal(twice.stdout.split(a.url).length - 1, 2, 'a broker named twice is one row (and the cluster line names it as leader once)')
   t.notMatch(twice.stdout, /2 leaders/)

@@ -30,6 +30,7 @@ Reads /healthz and /stats from one or more mq-metrics brokers and prints a table
   --urls-from FILE more brokers (FILE - reads stdin): one URL (or host:port) per line, # comments, or a Prometheus file_sd JSON
                    file ([{"targets": ["host:port", ...]}]), at most 4 MiB; with several brokers
                    the summary ends with a cluster line: worst tier, the leader, whether epochs agree
+                   (one per cluster where file_sd labels cluster or namespace tell clusters apart)
   --token TOKEN    bearer token for brokers with metrics_auth_token
                    (default: the MQ_STATS_TOKEN environment variable, which ps cannot show)
   --watch SECONDS  redraw every SECONDS until Ctrl-C, then exit with the last status
@@ -58,6 +59,12 @@ export interface CliIO {
 
 interface Options {
   urls: string[]
+  /**
+   * The cluster of each URL from a file_sd file whose target groups carry a `cluster` or
+   * `namespace` label (as the cluster rules tell clusters apart: docs/cluster.md, "Labels"), shown
+   * as `{cluster="eu-1"}`; '' for every other URL.
+   */
+  clusters: Map<string, string>
   token: string | undefined
   view: StatsView | undefined
   watchSeconds: number | undefined
@@ -120,7 +127,7 @@ export async function main(argv: readonly string[], env: NodeJS.ProcessEnv = pro
 }
 
 function parseArgs(argv: readonly string[], env: NodeJS.ProcessEnv): Options {
-  const options: Options = { urls: [], token: undefined, view: undefined, watchSeconds: undefined, json: false, help: false }
+  const options: Options = { urls: [], clusters: new Map(), token: undefined, view: undefined, watchSeconds: undefined, json: false, help: false }
   let token: string | undefined
   let optionsEnded = false
   for (let i = 0; i < argv.length; i++) {
@@ -150,7 +157,10 @@ function parseArgs(argv: readonly string[], env: NodeJS.ProcessEnv): Options {
         options.urls.push(checkUrl(value!))
         break
       case '--urls-from':
-        options.urls.push(...urlsFrom(value!))
+        for (const { url, cluster } of urlsFrom(value!)) {
+          options.urls.push(url)
+          if (!options.clusters.has(url)) options.clusters.set(url, cluster) // a URL listed twice is one broker, in the first cluster that lists it
+        }
         break
       case '--token':
         if (value === '') throw new UsageError('--token must not be empty')
@@ -205,8 +215,17 @@ function checkToken(token: string, source: string): void {
  */
 export const MAX_URLS_FILE_BYTES = 4 * 2 ** 20
 
-/** --urls-from FILE: one URL per line, or a Prometheus file_sd JSON file (its targets, over http). */
-function urlsFrom(file: string): string[] {
+/**
+ * The labels of a file_sd target group that name its cluster, as the cluster rules aggregate by
+ * them (with `job`, which a file seldom sets: the scrape config's name is its default, unknown here).
+ */
+const CLUSTER_LABELS = ['cluster', 'namespace']
+
+/**
+ * --urls-from FILE: one URL per line, or a Prometheus file_sd JSON file (its targets, over http,
+ * each with its group's cluster: Options.clusters).
+ */
+function urlsFrom(file: string): { url: string; cluster: string }[] {
   let content: string
   try {
     content = readBounded(file, MAX_URLS_FILE_BYTES).replace(/^\uFEFF/, '') // a byte order mark, as some editors write
@@ -223,19 +242,26 @@ function urlsFrom(file: string): string[] {
       const at = /position (\d+)/.exec((error as Error).message)?.[1]
       throw new UsageError(`--urls-from ${JSON.stringify(file)} looks like file_sd JSON but does not parse${at === undefined ? '' : ` (at character ${at})`}`)
     }
-    const targets = Array.isArray(groups) ? groups.flatMap((g) => (isObject(g) && Array.isArray(g.targets) ? g.targets : [undefined])) : [undefined]
-    if (targets.some((x) => typeof x !== 'string')) {
-      throw new UsageError(`--urls-from ${JSON.stringify(file)}: file_sd JSON must be [{"targets": ["host:port", ...]}, ...]`)
+    const shape = `--urls-from ${JSON.stringify(file)}: file_sd JSON must be [{"targets": ["host:port", ...], "labels": {"name": "value", ...}}, ...]`
+    if (!Array.isArray(groups)) throw new UsageError(shape)
+    const out: { url: string; cluster: string }[] = []
+    for (const g of groups) {
+      if (!isObject(g) || !Array.isArray(g.targets) || g.targets.some((x) => typeof x !== 'string')) throw new UsageError(shape)
+      if (g.labels !== undefined && (!isObject(g.labels) || Object.values(g.labels).some((v) => typeof v !== 'string'))) throw new UsageError(shape)
+      const labels = (g.labels ?? {}) as Record<string, string>
+      const named = CLUSTER_LABELS.filter((name) => labels[name] !== undefined && labels[name] !== '')
+      const cluster = named.length === 0 ? '' : `{${named.map((name) => `${name}=${JSON.stringify(labels[name])}`).join(', ')}}`
+      for (const target of g.targets as string[]) out.push({ url: checkUrl(target, `--urls-from ${JSON.stringify(file)}`, true), cluster })
     }
-    if (targets.length === 0) throw new UsageError(`--urls-from ${JSON.stringify(file)} lists no target`)
-    return (targets as string[]).map((target) => checkUrl(target, `--urls-from ${JSON.stringify(file)}`, true))
+    if (out.length === 0) throw new UsageError(`--urls-from ${JSON.stringify(file)} lists no target`)
+    return out
   }
   if (/^\s*-?\s*targets\s*:/m.test(content)) {
     throw new UsageError(`--urls-from ${JSON.stringify(file)} looks like file_sd YAML, which mq-stats does not read: give it the JSON form ([{"targets": ["host:port", ...]}]) or one URL per line`)
   }
   const urls = content.split('\n').map((line) => line.replace(/#.*/, '').trim()).filter((line) => line !== '')
   if (urls.length === 0) throw new UsageError(`--urls-from ${JSON.stringify(file)} lists no URL`)
-  return urls.map((line) => checkUrl(line, `--urls-from ${JSON.stringify(file)}`, true))
+  return urls.map((line) => ({ url: checkUrl(line, `--urls-from ${JSON.stringify(file)}`, true), cluster: '' }))
 }
 
 /** The file as UTF-8, read up to `max` bytes: past them, a UsageError (nothing more is read). */
@@ -354,7 +380,7 @@ async function collect(options: Options, signal: AbortSignal | undefined): Promi
       status = Math.max(status, b.quorumState!)
     }
   }
-  if (brokers.length > 1 && disagree(leadership(brokers))) status = EXIT_LEADERS_DISAGREE
+  for (const [, nodes] of clustersOf(options, brokers)) if (nodes.length > 1 && disagree(leadership(nodes))) status = EXIT_LEADERS_DISAGREE
   const json = brokers.map((b) => {
     if (b.error !== undefined) return { url: b.url, error: b.error }
     return options.view === undefined ? summaryRow(b) : { url: b.url, quorum_state: b.quorumState, status: b.status, leader: leaderOf(b), view: b.views[options.view] }
@@ -651,7 +677,9 @@ function renderFrame(options: Options, frame: Frame, colour: boolean): string {
         cell(row.faults),
       ]
     })
-    return table(header, rows, colour) + (frame.brokers.length > 1 ? clusterLine(frame.brokers, colour) : '')
+    const clusters = clustersOf(options, frame.brokers)
+    if (frame.brokers.length === 1) return table(header, rows, colour)
+    return `${table(header, rows, colour)}\n${clusters.map(([name, nodes]) => clusterLine(name, nodes, colour)).join('')}`
   }
   const many = frame.brokers.length > 1
   const parts = frame.brokers.map((b) => {
@@ -660,6 +688,19 @@ function renderFrame(options: Options, frame: Frame, colour: boolean): string {
     return heading + renderView(b.views[options.view!], colour)
   })
   return parts.join('\n')
+}
+
+/**
+ * The brokers by cluster, in the order each cluster is first named: one cluster of them all unless
+ * a file_sd file named several (Options.clusters).
+ */
+function clustersOf(options: Options, brokers: BrokerRead[]): [string, BrokerRead[]][] {
+  const out = new Map<string, BrokerRead[]>()
+  for (const [i, b] of brokers.entries()) {
+    const name = options.clusters.get(options.urls[i]) ?? '' // brokers are read in the order of options.urls (b.url is masked)
+    ;(out.get(name) ?? out.set(name, []).get(name)!).push(b)
+  }
+  return [...out]
 }
 
 /** Who leads among the brokers read: what the cluster line shows and the exit status 4 judges. */
@@ -710,7 +751,7 @@ function disagree(l: Leadership): boolean {
  * node whose /healthz says it leads, at the highest epoch; one that leads at a lower epoch is
  * stale: cut off, or not told yet), and whether the nodes agree on the epoch.
  */
-function clusterLine(brokers: BrokerRead[], colour: boolean): string {
+function clusterLine(name: string, brokers: BrokerRead[], colour: boolean): string {
   const read = brokers.filter((b) => b.error === undefined)
   const u = (b: BrokerRead) => terminalSafe(b.url)
   const parts: string[] = []
@@ -727,7 +768,7 @@ function clusterLine(brokers: BrokerRead[], colour: boolean): string {
   else parts.push(epochs.length === 1 ? `epochs agree (${epochs[0]})` : `epochs disagree: ${epochs.map((e) => `${e} on ${told.filter((b) => epoch(b) === e).length}`).join(', ')}`)
   if (told.length < read.length && told.length > 0) parts.push(`${read.length - told.length} not told the epoch yet (0)`)
   if (read.length < brokers.length) parts.push(`${brokers.length - read.length} of ${brokers.length} unreachable`)
-  return `\ncluster  ${parts.join('  ')}\n`
+  return `cluster${name === '' ? '' : ` ${terminalSafe(name)}`}  ${parts.join('  ')}\n`
 }
 
 /** A /stats body: scalars as key/value rows, each array of objects and each object as a table. */
