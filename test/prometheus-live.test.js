@@ -50,14 +50,14 @@ const FAMILIES = [
 /** The alerts shipped in prometheus/mq-alerts.yml. */
 const ALERTS = [
   'MqQuorumReadOnly', 'MqQuorumSoftTooLong', 'MqLeaderEpochDecreased', 'MqPartitionLastSeqDecreased',
-  'MqDlqAboveDropped', 'MqGroupPinnedAtMaxInFlight', 'MqLatencyQuantilesOutOfOrder', 'MqConservationBroken',
-  'MqBrokerDown', 'MqBrokersAllDown', 'MqBrokerFlapping',
+  'MqDlqAboveDropped', 'MqGroupPinnedAtMaxInFlight', 'MqGroupNotAcknowledging', 'MqLatencyQuantilesOutOfOrder',
+  'MqConservationBroken', 'MqBrokerDown', 'MqBrokersAllDown', 'MqBrokerFlapping',
 ]
 /**
  * Alerts that mean a bug, never expected on the demo's honest traffic. (MqConservationBroken
  * compares with `offset 5m` and has `for: 2m`, so it cannot become active within this run: that
- * check only proves the rule evaluates without error. MqQuorumSoftTooLong and
- * MqGroupPinnedAtMaxInFlight need 10 and 15 minutes and are not judged here.)
+ * check only proves the rule evaluates without error. MqQuorumSoftTooLong, MqGroupPinnedAtMaxInFlight
+ * and MqGroupNotAcknowledging need 10, 15 and 20 minutes and are not judged here.)
  */
 const NEVER = ['MqDlqAboveDropped', 'MqPartitionLastSeqDecreased', 'MqLeaderEpochDecreased', 'MqConservationBroken', 'MqLatencyQuantilesOutOfOrder', 'MqBrokerDown', 'MqBrokersAllDown']
 
@@ -296,12 +296,12 @@ async function main(t) {
   t.equal(targets[0] && targets[0].lastError, '', 'the target has no scrape error (else the exposition was rejected or timed out)')
 
   // ---- 7. all 15 families ingested, and nothing else ----
-  // (ALERTS, ALERTS_FOR_STATE and the rules' instance:mq_target:known carry the target's
-  // job/instance labels too; they are Prometheus's.)
+  // (ALERTS, ALERTS_FOR_STATE and the rules' instance:* series carry the target's job/instance
+  // labels too; they are Prometheus's.)
   const names = await query(`count by (__name__) ({job="${JOB}",__name__=~"mq_.+"})`, now)
   const ingested = names.result.map((r) => r.metric.__name__).sort()
   t.same(ingested, [...FAMILIES].sort(), 'Prometheus stored all 15 allowlisted families (a missing name means a family without samples, or samples Prometheus rejected)')
-  const others = await query(`count by (__name__) ({job="${JOB}",__name__!~"mq_.+|up|scrape_.+|ALERTS|ALERTS_FOR_STATE|instance:mq_target:known"})`, now)
+  const others = await query(`count by (__name__) ({job="${JOB}",__name__!~"mq_.+|up|scrape_.+|ALERTS|ALERTS_FOR_STATE|instance:mq_target:known|instance:mq_leader_epoch:held|instance:mq_partition_last_seq:held"})`, now)
   t.same(others.result.map((r) => r.metric.__name__), [], 'no series outside the mq_ allowlist came from the target (design §2: no process_*, nodejs_*, _created)')
 
   // ---- 8. every scraped sample stored as a distinct series, at every scrape ----
@@ -387,7 +387,7 @@ async function main(t) {
   const rules = JSON.parse((await fetchText(`${api}/api/v1/rules`)).body).data.groups
   t.same(rules.map((g) => g.name), ['mq-metrics', 'mq-metrics-targets'], 'Prometheus loaded the two rule groups of prometheus/mq-alerts.yml (else rule_files was not read)')
   const loaded = rules.flatMap((g) => g.rules)
-  t.same(loaded.filter((r) => r.type === 'alerting').map((r) => r.name).sort(), [...ALERTS].sort(), 'all 11 shipped alerts are loaded')
+  t.same(loaded.filter((r) => r.type === 'alerting').map((r) => r.name).sort(), [...ALERTS].sort(), 'all 12 shipped alerts are loaded')
   for (const rule of loaded) {
     t.equal(rule.health, 'ok', `alert ${rule.name} evaluates with health "ok" (else its PromQL fails on real data; health ${rule.health}${rule.lastError ? `, lastError: ${rule.lastError}` : ''})`)
   }
