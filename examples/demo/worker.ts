@@ -2,7 +2,8 @@
 // both consumer groups — and records through `attachSurface(surface.share())`, as a broker that
 // spreads partitions over worker_threads would.
 //
-// A worker cannot ask `admitWrite()`; the main thread tells it whether writes are admitted. Before
+// The main thread tells this worker whether writes are admitted (a worker may ask its recorder's
+// `admitWrite()` too: docs/api.md; the demo fences it instead, to show no refused write). Before
 // a replication round that will turn the quorum read_only, the main thread fences the worker
 // ({ type: 'writable', value: false } and waits for 'fenced'), so no refused write is ever
 // attempted; should one slip through anyway, produced() returns false and the seq stays put.
