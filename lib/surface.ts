@@ -108,8 +108,8 @@ export class Surface extends EventEmitter {
     this.#registry = new Registry(memory, this.config)
     this.#workerFaults = new WorkerFaultChannel(memory)
     this.#faults.countWorkers(() => this.#workerFaults.counts())
-    this.#recorder = new Recorder(this.#registry, MAIN_ROW, (code, metric, labels, previous, attempted) =>
-      this.#fault({ code, metric, labels, previous, attempted, at: new Date().toISOString() }),
+    this.#recorder = new Recorder(this.#registry, MAIN_ROW, (code, metric, labels, previous, attempted, names) =>
+      this.#fault({ code, metric, labels, ...(names === undefined ? {} : { names }), previous, attempted, at: new Date().toISOString() }),
     )
     this.#handles = new Handles(this.#recorder)
     // Between its tasks this thread is inside no recording call: it says so (reclamation.ts).

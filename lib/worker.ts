@@ -74,14 +74,14 @@ export class WorkerRecorder {
     const row = memory.claimRow()
     const registry = new Registry(memory, shared.config)
     const faults = new WorkerFaultChannel(memory)
-    this.#recorder = new Recorder(registry, row, (code, metric, labels, previous, attempted) => {
-      faults.send({ code, metric, labels, previous, attempted, at: new Date().toISOString() })
+    this.#recorder = new Recorder(registry, row, (code, metric, labels, previous, attempted, names) => {
+      faults.send({ code, metric, labels, ...(names === undefined ? {} : { names }), previous, attempted, at: new Date().toISOString() })
     })
     // removeTopic() runs on the main thread; this worker learns of it when it next replays the
     // log (on its next registration) and lets its handle go.
     this.#handles = new Handles(this.#recorder)
     // A group removed from this thread is judged as it leaves: one settled per message only (Observer.leavingHook).
-    const observer = new Observer(this.#handles, (fault) => this.#recorder.fault(fault.code, fault.metric, fault.labels, fault.previous, fault.attempted))
+    const observer = new Observer(this.#handles, (fault) => this.#recorder.fault(fault.code, fault.metric, fault.labels, fault.previous, fault.attempted, fault.names))
     this.#recorder.leaving = observer.leavingHook(false)
     // Between its tasks this thread is inside no recording call: it says so, and that it is
     // gone when it exits (reclamation.ts).

@@ -9,7 +9,7 @@ const t = require('tap')
 const http = require('node:http')
 const path = require('node:path')
 const { Worker } = require('node:worker_threads')
-const { backends, surfaceOn, faultsOf, topicNumbers, lib, within } = require('./helpers')
+const { backends, surfaceOn, faultsOf, topicNumbers, lib, within, dist, waitFor } = require('./helpers')
 const { threadIdentity } = require('../dist/core/threads')
 
 const TRAFFIC = path.join(__dirname, 'fixtures', 'fault-traffic-worker.js')
@@ -193,6 +193,52 @@ for (const backend of backends()) {
     t.same(last(), ['WRITE_WHILE_READ_ONLY', 100, 104], 'append(): last_seq, last_seq + count')
     t.equal(topic.produced(0, 101, 10), false)
     t.same(last(), ['WRITE_WHILE_READ_ONLY', 100, 101], 'produced(): last_seq, the seq given')
+  })
+
+  t.test(`${backend}: a fault names its raw topic and group beside their labels (names that sanitize alike are told apart)`, async (t) => {
+    const surface = surfaceOn(t, backend)
+    const events = []
+    surface.on('fault', (f) => events.push(f))
+    const orders = surface.topic('注文')
+    const dotted = orders.group('a.b')
+    const spaced = orders.group('a b') // the same label, a_b
+    orders.append(0, 1)
+    dotted.settle(0, 1, 'delivered')
+    spaced.settle(0, 1, 'delivered')
+    spaced.settle(0, 1, 'delivered') // ALREADY_SETTLED: spaced's, not dotted's
+    t.same(events.map((f) => [f.code, f.labels, f.names]), [['ALREADY_SETTLED', { topic: '__', group: 'a_b', partition: '0' }, { topic: '注文', group: 'a b' }]])
+    surface.replicationRound({ replicas: 3, inSync: 1 })
+    orders.produced(0, 2, 1) // WRITE_WHILE_READ_ONLY: a topic's fault names its topic only
+    t.same(events[1].names, { topic: '注文' })
+    t.same(surface.stats('faults').recent.map((f) => f.names), [{ topic: '注文', group: 'a b' }, { topic: '注文' }], '/stats faults carries them')
+    // A group judged as it leaves: CONSERVATION_BROKEN names it too.
+    surface.replicationRound({ replicas: 3, inSync: 3 })
+    const lossy = surface.topic('lossy.t').group('g 1')
+    lossy.dispatch(1) // counted in flight by count, then removed: judged on leaving
+    surface.topic('lossy.t').produced(0, 1, 1)
+    surface.topic('lossy.t').produced(0, 2, 1)
+    lossy.ackFloor(0, 2) // the floor passes 2 messages, only 1 dispatched and none delivered: residual
+    surface.topic('lossy.t').removeGroup('g 1')
+    const broken = events.find((f) => f.code === 'CONSERVATION_BROKEN')
+    t.ok(broken, 'the removed group was judged')
+    t.same(broken && [broken.labels, broken.names], [{ topic: 'lossy_t', group: 'g_1' }, { topic: 'lossy.t', group: 'g 1' }])
+    // From a worker: through the fault ring, with names; raw names too long for a ring slot leave
+    // their labels, not the fault.
+    const long = 'n'.repeat(300) // its labels and names together pass a ring slot's 508 characters; its labels alone do not
+    await new Promise((resolve, reject) => {
+      const worker = new Worker(`
+        const { workerData } = require('node:worker_threads')
+        const { attachSurface } = require(${JSON.stringify(dist)})
+        const s = attachSurface(workerData.shared)
+        s.topic('w.t').group('w g').ackFloor(0, 5)
+        s.topic(workerData.long).group('g').ackFloor(0, 5)
+      `, { eval: true, workerData: { shared: surface.share(), long }, execArgv: [] })
+      worker.once('exit', resolve)
+      worker.once('error', reject)
+    })
+    t.ok(await waitFor(() => events.filter((f) => f.code === 'ACK_FLOOR_INVALID').length === 2, 5000), 'both worker faults arrived')
+    const fromWorker = events.filter((f) => f.code === 'ACK_FLOOR_INVALID')
+    t.same(fromWorker.map((f) => [f.labels.topic, f.names]), [['w_t', { topic: 'w.t', group: 'w g' }], [long, undefined]])
   })
 
   t.test(`${backend}: a removed topic's old handle throws RemovedTopicError and records nothing`, async (t) => {

@@ -346,6 +346,7 @@ function brokenFault(topic: TopicSnapshot, group: GroupSnapshot, residual: numbe
     code: 'CONSERVATION_BROKEN',
     metric: BROKEN_METRIC,
     labels: { topic: topic.label, group: group.label },
+    names: { topic: topic.name, group: group.name },
     previous: Number(expected),
     attempted: Number(actual),
     at: new Date().toISOString(),
@@ -358,6 +359,7 @@ function overFault(topic: TopicSnapshot, group: GroupSnapshot): FaultRecord {
     code: 'IN_FLIGHT_EXCEEDS_DEPTH',
     metric: 'mq_group_in_flight',
     labels: { topic: topic.label, group: group.label },
+    names: { topic: topic.name, group: group.name },
     previous: Number(group.depth), // in_flight (below 2^31) is above it: it is below 2^53
     attempted: group.inFlight,
     at: new Date().toISOString(),

@@ -4,9 +4,20 @@ export interface FaultRecord {
   code: FaultCode
   metric: string
   labels: Record<string, string>
+  /**
+   * The raw topic (and group) name of a fault about one, as given to `surface.topic()` and
+   * `topic.group()`: `labels` has them sanitized, so names that differ only in characters a label
+   * cannot hold (`a.b`, `a b`; `注文`) share label values (docs/faults.md).
+   */
+  names?: FaultNames
   previous: number | null
   attempted: number | null
   at: string
+}
+
+export interface FaultNames {
+  topic: string
+  group?: string
 }
 
 /** Fault codes this library raises (design §4, §5, §6). */

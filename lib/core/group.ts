@@ -9,7 +9,7 @@ import { G_LOCK, G_WINDOWED, GroupEntity, T_PARTITIONS, TopicEntity, W_BASE, W_P
 import { clearPassed, finishFloorMove, finishWindows } from './window'
 import { Chunk, GroupCell, checkCount, checkPartition, checkSeq, goneError } from './checks'
 import type { Recorder } from './recording'
-import type { FaultCode } from './faults'
+import type { FaultCode, FaultNames } from './faults'
 
 export type Outcome = 'delivered' | 'dropped'
 
@@ -231,7 +231,7 @@ export class Group {
    * fault, raised after the call's last write (faults are always raised last: docs/reclamation.md).
    */
   #underflow(previous: number, attempted: number): void {
-    this.#recorder.fault('IN_FLIGHT_UNDERFLOW', 'mq_group_in_flight', this.#labels(), previous, attempted)
+    this.#recorder.fault('IN_FLIGHT_UNDERFLOW', 'mq_group_in_flight', this.#labels(), previous, attempted, this.#names())
   }
 
   /**
@@ -362,7 +362,7 @@ export class Group {
       release(this.#lock, this.#lockIndex, tag)
     }
     if (credit < n) {
-      this.#recorder.fault('DLQ_WITHOUT_DROP', 'mq_topic_messages_dlq_total', this.#labels(), Number(credit), n)
+      this.#recorder.fault('DLQ_WITHOUT_DROP', 'mq_topic_messages_dlq_total', this.#labels(), Number(credit), n, this.#names())
       return false
     }
     return true
@@ -389,7 +389,7 @@ export class Group {
     }
     const { lastSeq, current } = this.#floorNow(partition)
     if (floor < current || floor > lastSeq) {
-      this.#recorder.fault('ACK_FLOOR_INVALID', 'mq_group_lag', this.#partitionLabels(partition), current, floor)
+      this.#recorder.fault('ACK_FLOOR_INVALID', 'mq_group_lag', this.#partitionLabels(partition), current, floor, this.#names())
       return false
     }
     const [cells, hints, cell] = this.#floorCells(partition)
@@ -421,7 +421,7 @@ export class Group {
       }
       const { lastSeq, current } = this.#floorNow(partition)
       if (upTo > lastSeq) {
-        this.#recorder.fault('SEQ_NOT_APPENDED', 'mq_partition_last_seq', this.#partitionLabels(partition), lastSeq, upTo)
+        this.#recorder.fault('SEQ_NOT_APPENDED', 'mq_partition_last_seq', this.#partitionLabels(partition), lastSeq, upTo, this.#names())
         return 0
       }
       if (upTo <= current) return 0 // nothing to expire (nor a partition to register)
@@ -510,7 +510,7 @@ export class Group {
       release(this.#lock, this.#lockIndex, tag)
     }
     if (total > this.#maxInFlight) {
-      this.#recorder.fault('IN_FLIGHT_LIMIT_PASSED', 'mq_group_in_flight', this.#labels(), this.#maxInFlight, total)
+      this.#recorder.fault('IN_FLIGHT_LIMIT_PASSED', 'mq_group_in_flight', this.#labels(), this.#maxInFlight, total, this.#names())
       return false
     }
     return true
@@ -594,7 +594,7 @@ export class Group {
     }
     if (seq > lane.seen && seq > this.#lastSeqReaching(lane, seq)) {
       this.#alive()
-      this.#recorder.fault('SEQ_NOT_APPENDED', 'mq_partition_last_seq', this.#partitionLabels(partition), lane.seen, seq)
+      this.#recorder.fault('SEQ_NOT_APPENDED', 'mq_partition_last_seq', this.#partitionLabels(partition), lane.seen, seq, this.#names())
       return 0
     }
     let lastSeq = lane.seen
@@ -745,7 +745,7 @@ export class Group {
     if (fault !== '') return this.#refuse(fault, partition, previous, seq)
     if (underflowTo < 0) this.#underflow(underflowFrom, underflowTo)
     if (op === Op.Send && total > this.#maxInFlight) {
-      this.#recorder.fault('IN_FLIGHT_LIMIT_PASSED', 'mq_group_in_flight', this.#labels(), this.#maxInFlight, total)
+      this.#recorder.fault('IN_FLIGHT_LIMIT_PASSED', 'mq_group_in_flight', this.#labels(), this.#maxInFlight, total, this.#names())
     }
     return result
   }
@@ -777,7 +777,7 @@ export class Group {
     const lastSeqSlot = this.#topic.knownPartition(partition)
     const lastSeq = lastSeqSlot === undefined ? 0 : this.#topic.lastSeqOf(lastSeqSlot)
     if (seq > lastSeq) {
-      this.#recorder.fault('SEQ_NOT_APPENDED', 'mq_partition_last_seq', this.#partitionLabels(partition), lastSeq, seq)
+      this.#recorder.fault('SEQ_NOT_APPENDED', 'mq_partition_last_seq', this.#partitionLabels(partition), lastSeq, seq, this.#names())
       return 0
     }
     if (this.entity.windowSlot(partition) !== undefined || (this.#recorder.registry.sync(), this.entity.windowSlot(partition) !== undefined)) return undefined
@@ -797,7 +797,7 @@ export class Group {
   /** A per-message call refused: its fault raised, 0 (false) returned. */
   #refuse(fault: FaultCode, partition: number, previous: number, seq: number): 0 {
     const metric = fault === 'ALREADY_IN_FLIGHT' || fault === 'NOT_IN_FLIGHT' ? 'mq_group_in_flight' : 'mq_group_lag'
-    this.#recorder.fault(fault, metric, this.#partitionLabels(partition), previous, seq)
+    this.#recorder.fault(fault, metric, this.#partitionLabels(partition), previous, seq, this.#names())
     return 0
   }
 
@@ -961,5 +961,10 @@ export class Group {
 
   #labels(): Record<string, string> {
     return { topic: this.#topic.entity.label, group: this.entity.label }
+  }
+
+  /** The raw names a fault's labels were sanitized from. */
+  #names(): FaultNames {
+    return { topic: this.#topic.name, group: this.name }
   }
 }

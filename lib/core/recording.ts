@@ -8,11 +8,11 @@ import { C_QUORUM, SHARED_ROW } from './layout'
 import { GroupEntity, TopicEntity } from './entities'
 import { Registry } from './registry'
 import { Chunk } from './checks'
-import type { FaultCode } from './faults'
+import type { FaultCode, FaultNames } from './faults'
 
 const MAX_SAFE = Number.MAX_SAFE_INTEGER
 
-export type FaultSink = (code: FaultCode, metric: string, labels: Record<string, string>, previous: number | null, attempted: number | null) => void
+export type FaultSink = (code: FaultCode, metric: string, labels: Record<string, string>, previous: number | null, attempted: number | null, names?: FaultNames) => void
 
 /** A last_seq hint that names its only writer: a quiet NaN whose payload is the thread's row. */
 const OWNED = 0x7ff8000000000000n

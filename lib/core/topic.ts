@@ -201,7 +201,7 @@ export class Topic {
     if (before < highest) this.#regression(partition, seq, before)
     const labels = this.#labels(partition)
     const message = `would skip seqs ${highest + 1}…${before}: a batch of ${seq - before} ending at seq ${seq} must start at ${highest + 1} (the n-th message of a partition has seq n; topic.append() assigns seqs)`
-    this.#recorder.fault('SEQ_GAP', 'mq_partition_last_seq', labels, highest, before + 1)
+    this.#recorder.fault('SEQ_GAP', 'mq_partition_last_seq', labels, highest, before + 1, { topic: this.name })
     throw new FatalInvariantError('SEQ_GAP', 'mq_partition_last_seq', labels, highest, before + 1, message)
   }
 
@@ -359,7 +359,7 @@ export class Topic {
   #refuseReadOnly(partition: number, seq: number, slot?: number): false {
     checkPartition(partition)
     const previous = slot === undefined ? this.lastSeqKnown(partition) : this.#recorder.highest(slot)
-    this.#recorder.fault('WRITE_WHILE_READ_ONLY', 'mq_partition_last_seq', this.#labels(partition), previous, seq)
+    this.#recorder.fault('WRITE_WHILE_READ_ONLY', 'mq_partition_last_seq', this.#labels(partition), previous, seq, { topic: this.name })
     return false
   }
 
@@ -384,7 +384,7 @@ export class Topic {
     const message = seq < previous
       ? undefined // a plain decrease: the standard message
       : `would not increase: ${batch} starts at ${first}, not above last_seq ${previous} (the n-th message of a partition has seq n)`
-    this.#recorder.fault('SEQ_REGRESSION', 'mq_partition_last_seq', labels, previous, first)
+    this.#recorder.fault('SEQ_REGRESSION', 'mq_partition_last_seq', labels, previous, first, { topic: this.name })
     throw new FatalInvariantError('SEQ_REGRESSION', 'mq_partition_last_seq', labels, previous, first, message)
   }
 

@@ -56,7 +56,8 @@ export class WorkerFaultChannel {
     const code = codeIndex(fault.code)
     Atomics.add(wide, COUNTS + code, 1n)
     let text = JSON.stringify(fault)
-    if (text.length > MAX_TEXT) text = JSON.stringify({ ...fault, labels: {}, metric: fault.metric.slice(0, 200) }).slice(0, MAX_TEXT)
+    if (text.length > MAX_TEXT) text = JSON.stringify({ ...fault, names: undefined }) // long raw names: the labels say which
+    if (text.length > MAX_TEXT) text = JSON.stringify({ ...fault, labels: {}, names: undefined, metric: fault.metric.slice(0, 200) }).slice(0, MAX_TEXT)
     for (;;) {
       const write = Atomics.load(cells, WRITE)
       if (((write - Atomics.load(cells, READ)) | 0) >= RING_SLOTS) {
