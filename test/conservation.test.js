@@ -198,10 +198,11 @@ t.test('a quiet non-zero residual raises one CONSERVATION_BROKEN per episode', a
     code: 'CONSERVATION_BROKEN',
     metric: 'mq_topic_messages_produced_total',
     labels: { topic: 'pay_ments', group: 'ledger' },
+    names: { topic: 'pay/ments', group: 'ledger' },
     previous: 17, // produced expected from the consumption side: 20 − 3
     attempted: 20, // produced as counted
   }, 'the fault names the metric, the sanitized labels, and expected vs actual produced')
-  t.same(Object.keys(fault).sort(), ['at', 'attempted', 'code', 'labels', 'metric', 'previous'], 'the fault has exactly the design §5 fields')
+  t.same(Object.keys(fault).sort(), ['at', 'attempted', 'code', 'labels', 'metric', 'names', 'previous'], 'the fault has exactly the design §5 fields')
   t.equal(new Date(fault.at).toISOString(), fault.at, 'at is an ISO time')
 
   for (let i = 0; i < 5; i++) check(snapshotOf(topic))
