@@ -12,7 +12,7 @@ export const DEFAULT_URL = 'http://127.0.0.1:9464'
 /** Per request, connection to last body byte. */
 export const REQUEST_TIMEOUT_MS = 5000
 export const EXIT_UNREACHABLE = 3
-/** Several brokers read that do not agree on one leader (see disagree()). */
+/** Several brokers read that do not agree on one leader (see disagreement()). */
 export const EXIT_LEADERS_DISAGREE = 4
 /** BSD sysexits EX_USAGE. */
 export const EXIT_USAGE = 64
@@ -38,8 +38,8 @@ Reads /healthz and /stats from one or more mq-metrics brokers and prints a table
   --help, -h       show this help
 
 Exit status: the worst quorum_state of the brokers read (with --watch, in the last frame) (0 healthy, 1 soft, 2 read_only); 3 when a broker is
-unreachable or answers with an error; 4 when several brokers do not agree on one leader (two leaders, a leader at a
-lower epoch, epochs that disagree, or none leading: every broker read and an epoch told), whatever else; 64 for a usage error; 130 when interrupted before the first frame;
+unreachable or answers with an error; 4 when several brokers of one cluster do not agree on one leader (two
+leaders, a leader at a lower epoch, epochs that disagree: said on stderr), whatever else; 64 for a usage error; 130 when interrupted before the first frame;
 74 when its output cannot be written (a full disk); 70 for an internal error (a bug; its message is on stderr).
 Colour only when stdout is a terminal and NO_COLOR is not set.
 `
@@ -159,7 +159,7 @@ function parseArgs(argv: readonly string[], env: NodeJS.ProcessEnv): Options {
       case '--urls-from':
         for (const { url, cluster } of urlsFrom(value!)) {
           options.urls.push(url)
-          if (!options.clusters.has(url)) options.clusters.set(url, cluster) // a URL listed twice is one broker, in the first cluster that lists it
+          if (!options.clusters.has(sameBroker(url))) options.clusters.set(sameBroker(url), cluster) // a URL listed twice is one broker, in the first cluster that lists it
         }
         break
       case '--token':
@@ -184,8 +184,10 @@ function parseArgs(argv: readonly string[], env: NodeJS.ProcessEnv): Options {
     }
   }
   if (options.urls.length === 0) options.urls.push(DEFAULT_URL)
-  // A broker named twice (--url and a --urls-from file) is one broker: read and counted once.
-  options.urls = [...new Set(options.urls)]
+  // A broker named twice (--url and a --urls-from file, or HTTP://Host:80 and http://host) is one
+  // broker: read and counted once, under the name it was first given.
+  const named = new Set<string>()
+  options.urls = options.urls.filter((url) => !named.has(sameBroker(url)) && named.add(sameBroker(url)))
   options.token = token ?? (env.MQ_STATS_TOKEN || undefined)
   if (options.token !== undefined) checkToken(options.token, token !== undefined ? '--token' : 'MQ_STATS_TOKEN')
   // Both would be the one Authorization header, and node:http sends only the token then.
@@ -220,6 +222,11 @@ export const MAX_URLS_FILE_BYTES = 4 * 2 ** 20
  * them (with `job`, which a file seldom sets: the scrape config's name is its default, unknown here).
  */
 const CLUSTER_LABELS = ['cluster', 'namespace']
+
+/** What tells two URLs of one broker from two brokers: the URL parser's form (scheme and host in lower case, a default port dropped, an empty path as `/`). */
+function sameBroker(url: string): string {
+  return new URL(url).href
+}
 
 /**
  * --urls-from FILE: one URL per line, or a Prometheus file_sd JSON file (its targets, over http,
@@ -380,7 +387,12 @@ async function collect(options: Options, signal: AbortSignal | undefined): Promi
       status = Math.max(status, b.quorumState!)
     }
   }
-  for (const [, nodes] of clustersOf(options, brokers)) if (nodes.length > 1 && disagree(leadership(nodes))) status = EXIT_LEADERS_DISAGREE
+  for (const [name, nodes] of clustersOf(options, brokers)) {
+    const reasons = nodes.length > 1 ? disagreement(leadership(nodes)) : []
+    if (reasons.length === 0) continue
+    status = EXIT_LEADERS_DISAGREE
+    errors.push(`${name === '' ? 'the brokers' : `cluster ${name}`} do not agree on one leader: ${reasons.join('; ')}`)
+  }
   const json = brokers.map((b) => {
     if (b.error !== undefined) return { url: b.url, error: b.error }
     return options.view === undefined ? summaryRow(b) : { url: b.url, quorum_state: b.quorumState, status: b.status, leader: leaderOf(b), view: b.views[options.view] }
@@ -697,7 +709,7 @@ function renderFrame(options: Options, frame: Frame, colour: boolean): string {
 function clustersOf(options: Options, brokers: BrokerRead[]): [string, BrokerRead[]][] {
   const out = new Map<string, BrokerRead[]>()
   for (const [i, b] of brokers.entries()) {
-    const name = options.clusters.get(options.urls[i]) ?? '' // brokers are read in the order of options.urls (b.url is masked)
+    const name = options.clusters.get(sameBroker(options.urls[i])) ?? '' // brokers are read in the order of options.urls (b.url is masked)
     ;(out.get(name) ?? out.set(name, []).get(name)!).push(b)
   }
   return [...out]
@@ -714,8 +726,6 @@ interface Leadership {
   /** The nodes told an epoch (not 0), and their epochs, highest first. */
   told: BrokerRead[]
   epochs: number[]
-  /** Every broker was read. */
-  complete: boolean
 }
 
 function leadership(brokers: readonly BrokerRead[]): Leadership {
@@ -733,17 +743,35 @@ function leadership(brokers: readonly BrokerRead[]): Leadership {
     stale: leading.filter((b) => epoch(b) !== top),
     told,
     epochs: [...new Set(told.map(epoch))].sort((a, b) => b - a),
-    complete: read.length === brokers.length,
   }
 }
 
 /**
- * Several brokers that do not agree on one leader (docs/cluster.md): two leaders at one epoch, a
- * leader at a lower epoch, nodes told different epochs, or, every node read and some told an
- * epoch, none leading. A node not read may be the leader: its absence alone is exit status 3.
+ * Why several brokers do not agree on one leader (docs/cluster.md), as the cluster line says it:
+ * two leaders at one epoch, a leader at a lower epoch, nodes told different epochs. Empty when
+ * they agree. No leader at all is no disagreement: a broker that never calls setLeader() says it
+ * follows, and a leader not read may be the one (its absence is exit status 3).
  */
-function disagree(l: Leadership): boolean {
-  return l.leaders.length > 1 || l.stale.length > 0 || l.epochs.length > 1 || (l.leaders.length === 0 && l.epochs.length > 0 && l.complete)
+function disagreement(l: Leadership): string[] {
+  const out: string[] = []
+  if (l.leaders.length > 1) out.push(leadersText(l))
+  if (l.stale.length > 0) out.push(staleText(l))
+  if (l.epochs.length > 1) out.push(epochsText(l))
+  return out
+}
+
+/** The cluster line's words for who leads, a stale leader, and the epochs told. */
+function leadersText(l: Leadership): string {
+  const u = (b: BrokerRead) => terminalSafe(b.url)
+  return l.leaders.length === 0 ? 'leader: none' : l.leaders.length === 1 ? `leader ${u(l.leaders[0])} (epoch ${l.top})` : `${l.leaders.length} leaders at epoch ${l.top}: ${l.leaders.map(u).join(', ')}`
+}
+
+function staleText(l: Leadership): string {
+  return `stale leader ${l.stale.map((b) => `${terminalSafe(b.url)} (epoch ${l.epoch(b)})`).join(', ')}`
+}
+
+function epochsText(l: Leadership): string {
+  return l.epochs.length === 1 ? `epochs agree (${l.epochs[0]})` : `epochs disagree: ${l.epochs.map((e) => `${e} on ${l.told.filter((b) => l.epoch(b) === e).length}`).join(', ')}`
 }
 
 /**
@@ -760,12 +788,13 @@ function clusterLine(name: string, brokers: BrokerRead[], colour: boolean): stri
   const worstAt = read.filter((b) => b.quorumState === worst).map(u)
   const tier = read.length === 0 ? 'worst unknown (no broker read)' : `worst ${worst} ${TIER_WORDS[worst]}${read.length > 1 && worst > 0 ? ` (${worstAt.join(', ')})` : ''}`
   parts.push(colour ? `${COLOURS[worst]}${tier}${RESET}` : tier)
-  const { epoch, top, leaders, stale, told, epochs } = leadership(brokers)
-  parts.push(leaders.length === 0 ? 'leader: none' : leaders.length === 1 ? `leader ${u(leaders[0])} (epoch ${top})` : `${leaders.length} leaders at epoch ${top}: ${leaders.map(u).join(', ')}`)
-  if (stale.length > 0) parts.push(`stale leader ${stale.map((b) => `${u(b)} (epoch ${epoch(b)})`).join(', ')}`)
+  const l = leadership(brokers)
+  const told = l.told
+  parts.push(leadersText(l))
+  if (l.stale.length > 0) parts.push(staleText(l))
   if (read.length === 0) parts.push('epochs unknown')
-  else if (epochs.length === 0) parts.push('epochs not told yet (0)')
-  else parts.push(epochs.length === 1 ? `epochs agree (${epochs[0]})` : `epochs disagree: ${epochs.map((e) => `${e} on ${told.filter((b) => epoch(b) === e).length}`).join(', ')}`)
+  else if (l.epochs.length === 0) parts.push('epochs not told yet (0)')
+  else parts.push(epochsText(l))
   if (told.length < read.length && told.length > 0) parts.push(`${read.length - told.length} not told the epoch yet (0)`)
   if (read.length < brokers.length) parts.push(`${brokers.length - read.length} of ${brokers.length} unreachable`)
   return `cluster${name === '' ? '' : ` ${terminalSafe(name)}`}  ${parts.join('  ')}\n`
