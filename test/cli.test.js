@@ -176,11 +176,26 @@ t.test('exit status 4: several brokers that do not agree on one leader, whatever
   t.equal(json.stderr, `mq-stats: the brokers do not agree on one leader: stale leader ${stale.url} (epoch 4); epochs disagree: 5 on 1, 4 on 2\n`)
   t.doesNotThrow(() => JSON.parse(json.stdout), 'stdout stays JSON')
   t.equal((await bin(list(leader, twin))).code, 4, 'the bin')
+  // --watch on a terminal: the line comes after each frame's redraw, which would clear it.
+  const interrupt = new AbortController()
+  const screen = []
+  const tty = { isTTY: true, write: (s) => { screen.push(['out', s]); if (screen.filter(([w]) => w === 'out').length === 2) interrupt.abort() } }
+  const said = { write: (s) => screen.push(['err', s]) }
+  t.equal(await main([...list(leader, twin), '--watch', '0.1', 'quorum'], { NO_COLOR: '1' }, { stdout: tty, stderr: said, signal: interrupt.signal }), 4)
+  t.same(screen.map(([w, s]) => (w === 'out' ? (s.startsWith('\x1b[H\x1b[2J') ? 'frame' : 'out') : /do not agree on one leader/.test(s) ? 'why' : s)), ['frame', 'why', 'frame', 'why'], 'each frame, then why')
   // One broker written two ways is one row, not two leaders.
   const loud = leader.url.replace('http://', 'HTTP://')
-  const once = await run(['--url', leader.url, '--url', loud, '--url', `${leader.url}/`])
-  t.equal(once.code, 0, 'HTTP://host, http://host and http://host/ are one broker')
+  const once = await run(['--url', leader.url, '--url', loud, '--url', `${leader.url}/`, '--url', leader.url.replace('http://', 'http://ops:secret@')])
+  t.equal(once.code, 0, 'HTTP://host, http://host, http://host/ and http://ops:secret@host are one broker')
   t.equal(once.stdout.split('\n').filter((line) => line.startsWith('http')).length, 1, 'one row')
+})
+
+t.test('faults view: a fault\'s raw names, quoted where they hold a space or =', async (t) => {
+  const recent = [{ code: 'ALREADY_SETTLED', metric: 'mq_group_lag', labels: { topic: 'a_b', group: 'g_1', partition: '0' }, names: { topic: 'a b', group: 'g=1' }, previous: 1, attempted: 1, at: '2026-11-28T00:00:00.000Z' }]
+  const b = await broker(t, { leader: true, override: { faults: [200, JSON.stringify({ filter: 'faults', capacity: 1000, counts: { ALREADY_SETTLED: 1 }, recent, total: 1 })] } })
+  const r = await run(['--url', b.url, 'faults'])
+  t.equal(r.code, 0, r.stderr)
+  t.match(r.stdout, /ALREADY_SETTLED  mq_group_lag  topic=a_b group=g_1 partition=0  topic="a b" group="g=1"  /, 'labels as they are, names quoted: one read, not four')
 })
 
 t.test('--json: exact integers, one entry per broker', async (t) => {

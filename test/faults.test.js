@@ -9,7 +9,7 @@ const t = require('tap')
 const http = require('node:http')
 const path = require('node:path')
 const { Worker } = require('node:worker_threads')
-const { backends, surfaceOn, faultsOf, topicNumbers, lib, within, dist, waitFor } = require('./helpers')
+const { backends, surfaceOn, faultsOf, topicNumbers, lib, within, dist, waitFor, scriptedWorker } = require('./helpers')
 const { threadIdentity } = require('../dist/core/threads')
 
 const TRAFFIC = path.join(__dirname, 'fixtures', 'fault-traffic-worker.js')
@@ -239,6 +239,29 @@ for (const backend of backends()) {
     t.ok(await waitFor(() => events.filter((f) => f.code === 'ACK_FLOOR_INVALID').length === 2, 5000), 'both worker faults arrived')
     const fromWorker = events.filter((f) => f.code === 'ACK_FLOOR_INVALID')
     t.same(fromWorker.map((f) => [f.labels.topic, f.names]), [['w_t', { topic: 'w.t', group: 'w g' }], [long, undefined]])
+    // The thrown SEQ_REGRESSION carries them too.
+    orders.produced(1, 5, 1)
+    t.throws(() => orders.produced(1, 3, 1), { name: 'FatalInvariantError', labels: { topic: '__', partition: '1' }, names: { topic: '注文' } })
+  })
+
+  t.test(`${backend}: a fault the scrape thread finds (an in_flight below 0 it repairs) names its topic and group too`, async (t) => {
+    const surface = surfaceOn(t, backend, { max_in_flight: 10 })
+    const faults = []
+    surface.on('fault', (f) => faults.push(f))
+    const other = await scriptedWorker(surface)
+    t.teardown(() => other.close())
+    const g = surface.topic('注文').group('a.b')
+    g.dispatch(4)
+    await other.call('注文', 'a.b', 'dispatch', 2)
+    await other.call('注文', 'a.b', 'dropped', 4) // more than the worker's share: its share goes below 0 …
+    g.delivered(4) // … and the sum of shares too; the next read repairs it
+    const served = await surface.listen({ port: 0, host: '127.0.0.1' })
+    const res = await fetch(`${served.url}/metrics`)
+    await res.text()
+    t.equal(surface.scrapeThread.mode, 'thread', '/metrics was rendered on the scrape thread')
+    const underflow = faults.filter((f) => f.code === 'IN_FLIGHT_UNDERFLOW')
+    t.ok(underflow.length > 0, 'the underflow is reported')
+    t.ok(underflow.every((f) => f.names !== undefined && f.names.topic === '注文' && f.names.group === 'a.b'), 'with names, from whichever thread found it', { underflow })
   })
 
   t.test(`${backend}: a removed topic's old handle throws RemovedTopicError and records nothing`, async (t) => {

@@ -111,7 +111,6 @@ export async function main(argv: readonly string[], env: NodeJS.ProcessEnv = pro
       if (error instanceof Interrupted) return status ?? EXIT_INTERRUPTED
       throw error
     }
-    for (const line of frame.errors) io.stderr.write(`mq-stats: ${terminalSafe(line)}\n`) // a broker's words: no escape sequences
     const text = options.json ? toJSON(frame.json, options.watchSeconds === undefined ? 2 : 0) + '\n' : renderFrame(options, frame, colour)
     if (options.watchSeconds !== undefined && !options.json) {
       // On a terminal each frame replaces the last (home, clear); in a pipe frames follow each other.
@@ -120,6 +119,8 @@ export async function main(argv: readonly string[], env: NodeJS.ProcessEnv = pro
     } else {
       io.stdout.write(text)
     }
+    // After the frame: a terminal's redraw would clear lines written before it.
+    for (const line of frame.errors) io.stderr.write(`mq-stats: ${terminalSafe(line)}\n`) // a broker's words: no escape sequences
     status = frame.status
     if (options.watchSeconds === undefined) return status
     if (!(await sleep(options.watchSeconds * 1000, io.signal))) return status
@@ -184,8 +185,8 @@ function parseArgs(argv: readonly string[], env: NodeJS.ProcessEnv): Options {
     }
   }
   if (options.urls.length === 0) options.urls.push(DEFAULT_URL)
-  // A broker named twice (--url and a --urls-from file, or HTTP://Host:80 and http://host) is one
-  // broker: read and counted once, under the name it was first given.
+  // A broker named twice (--url and a --urls-from file, or HTTP://Host:80 and http://host, with
+  // credentials or without) is one broker: read and counted once, under the name first given.
   const named = new Set<string>()
   options.urls = options.urls.filter((url) => !named.has(sameBroker(url)) && named.add(sameBroker(url)))
   options.token = token ?? (env.MQ_STATS_TOKEN || undefined)
@@ -223,9 +224,12 @@ export const MAX_URLS_FILE_BYTES = 4 * 2 ** 20
  */
 const CLUSTER_LABELS = ['cluster', 'namespace']
 
-/** What tells two URLs of one broker from two brokers: the URL parser's form (scheme and host in lower case, a default port dropped, an empty path as `/`). */
+/** What tells two URLs of one broker from two brokers: the URL parser's form (scheme and host in lower case, a default port dropped, an empty path as `/`), without credentials. A host named two ways (localhost, 127.0.0.1) is two brokers. */
 function sameBroker(url: string): string {
-  return new URL(url).href
+  const parsed = new URL(url)
+  parsed.username = ''
+  parsed.password = ''
+  return parsed.href
 }
 
 /**
@@ -865,8 +869,13 @@ function cell(value: Json): Cell {
 function inline(value: Json): string {
   if (value === null || value === undefined) return '-'
   if (Array.isArray(value)) return value.map(inline).join(', ')
-  if (isObject(value)) return Object.keys(value).length === 0 ? '-' : Object.entries(value).map(([k, v]) => `${k}=${inline(v)}`).join(' ')
+  if (isObject(value)) return Object.keys(value).length === 0 ? '-' : Object.entries(value).map(([k, v]) => `${k}=${quoted(inline(v))}`).join(' ')
   return String(value)
+}
+
+/** A value inside `k=v k=v`, quoted when it would read as more than one (a raw name `a b`, `x=y`, or empty). */
+function quoted(text: string): string {
+  return text === '' || /[\s="]/.test(text) ? JSON.stringify(text) : text
 }
 
 function table(raw: string[], rows: Cell[][], colour: boolean): string {

@@ -53,14 +53,17 @@ export class ConfigError extends MqMetricsError {
 export class FatalInvariantError extends MqMetricsError {
   readonly metric: string
   readonly labels: Record<string, string>
+  /** The raw topic name `labels.topic` was sanitized from (a fault's `names`). */
+  readonly names: { topic: string }
   readonly previous: number
   readonly attempted: number
   declare readonly code: FatalInvariantCode
-  constructor(code: FatalInvariantCode, metric: string, labels: Record<string, string>, previous: number, attempted: number, detail?: string) {
+  constructor(code: FatalInvariantCode, metric: string, labels: Record<string, string>, names: { topic: string }, previous: number, attempted: number, detail?: string) {
     super(code, `${code}: ${metric}${formatLabels(labels)} ${detail ?? `would decrease from ${previous} to ${attempted}`}`)
     this.name = 'FatalInvariantError'
     this.metric = metric
     this.labels = labels
+    this.names = names
     this.previous = previous
     this.attempted = attempted
   }

@@ -202,7 +202,7 @@ export class Topic {
     const labels = this.#labels(partition)
     const message = `would skip seqs ${highest + 1}…${before}: a batch of ${seq - before} ending at seq ${seq} must start at ${highest + 1} (the n-th message of a partition has seq n; topic.append() assigns seqs)`
     this.#recorder.fault('SEQ_GAP', 'mq_partition_last_seq', labels, highest, before + 1, { topic: this.name })
-    throw new FatalInvariantError('SEQ_GAP', 'mq_partition_last_seq', labels, highest, before + 1, message)
+    throw new FatalInvariantError('SEQ_GAP', 'mq_partition_last_seq', labels, { topic: this.name }, highest, before + 1, message)
   }
 
   /**
@@ -385,7 +385,7 @@ export class Topic {
       ? undefined // a plain decrease: the standard message
       : `would not increase: ${batch} starts at ${first}, not above last_seq ${previous} (the n-th message of a partition has seq n)`
     this.#recorder.fault('SEQ_REGRESSION', 'mq_partition_last_seq', labels, previous, first, { topic: this.name })
-    throw new FatalInvariantError('SEQ_REGRESSION', 'mq_partition_last_seq', labels, previous, first, message)
+    throw new FatalInvariantError('SEQ_REGRESSION', 'mq_partition_last_seq', labels, { topic: this.name }, previous, first, message)
   }
 
   /**

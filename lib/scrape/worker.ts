@@ -30,8 +30,8 @@ const registry = new Registry(memory, data.config as ResolvedConfig)
 /** Faults found while serving the current request: they go back with its answer. */
 let faults: FaultRecord[] = []
 // A row of its own: repairing an underflowed in_flight writes this thread's share (design §5).
-const recorder = new Recorder(registry, memory.claimRow(), (code, metric, labels, previous, attempted) => {
-  faults.push({ code, metric, labels, previous, attempted, at: new Date().toISOString() })
+const recorder = new Recorder(registry, memory.claimRow(), (code, metric, labels, previous, attempted, names) => {
+  faults.push({ code, metric, labels, ...(names === undefined ? {} : { names }), previous, attempted, at: new Date().toISOString() })
 })
 const handles = new Handles(recorder)
 // Between its tasks this thread is inside no recording call: it says so (lib/core/reclamation.ts).
