@@ -8,7 +8,7 @@ import { Config, ResolvedConfig, resolveConfig } from './core/config'
 import type { ConservationReport } from './core/conservation'
 import { Observer, ThreadFields } from './core/observer'
 import { ClosedError, UsageError } from './core/errors'
-import { FaultLog, FaultRecord } from './core/faults'
+import { FaultLog, FaultRecord, faultRecord } from './core/faults'
 import type { GzipBody } from './exposition/gzip'
 import { HttpHost, createHandler, listen as listenHttp } from './http/server'
 import { describe, isPlainObject, validateName } from './core/labels'
@@ -108,9 +108,7 @@ export class Surface extends EventEmitter {
     this.#registry = new Registry(memory, this.config)
     this.#workerFaults = new WorkerFaultChannel(memory)
     this.#faults.countWorkers(() => this.#workerFaults.counts())
-    this.#recorder = new Recorder(this.#registry, MAIN_ROW, (code, metric, labels, previous, attempted, names) =>
-      this.#fault({ code, metric, labels, ...(names === undefined ? {} : { names }), previous, attempted, at: new Date().toISOString() }),
-    )
+    this.#recorder = new Recorder(this.#registry, MAIN_ROW, (...fault) => this.#fault(faultRecord(...fault)))
     this.#handles = new Handles(this.#recorder)
     // Between its tasks this thread is inside no recording call: it says so (reclamation.ts).
     keepAnnouncing(memory)
@@ -169,7 +167,7 @@ export class Surface extends EventEmitter {
   connectionClosed(): void {
     this.#assertOpen()
     if (this.#connections === 0) {
-      this.#fault({ code: 'CONNECTIONS_UNDERFLOW', metric: 'mq_connections', labels: {}, previous: 0, attempted: -1, at: new Date().toISOString() })
+      this.#fault(faultRecord('CONNECTIONS_UNDERFLOW', 'mq_connections', {}, 0, -1))
       return
     }
     this.#connections--
@@ -181,7 +179,7 @@ export class Surface extends EventEmitter {
     if (typeof epoch !== 'number') throw new TypeError(`epoch must be a non-negative integer, got ${describe(epoch)}`)
     if (!Number.isSafeInteger(epoch) || epoch < 0) throw new RangeError(`epoch must be a non-negative integer, got ${describe(epoch)}`)
     if (epoch < this.#leaderEpoch) {
-      this.#fault({ code: 'EPOCH_REGRESSION', metric: 'mq_leader_epoch', labels: {}, previous: this.#leaderEpoch, attempted: epoch, at: new Date().toISOString() })
+      this.#fault(faultRecord('EPOCH_REGRESSION', 'mq_leader_epoch', {}, this.#leaderEpoch, epoch))
       return false
     }
     this.#leaderEpoch = epoch

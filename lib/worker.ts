@@ -16,6 +16,7 @@ import { Registry } from './core/registry'
 import type { QuorumState } from './core/snapshot'
 import type { Topic } from './core/topic'
 import { WorkerFaultChannel } from './core/worker-faults'
+import { faultRecord } from './core/faults'
 
 /** What `surface.share()` returns: post it to a worker and call `attachSurface()` there. */
 export interface SharedSurface {
@@ -74,9 +75,7 @@ export class WorkerRecorder {
     const row = memory.claimRow()
     const registry = new Registry(memory, shared.config)
     const faults = new WorkerFaultChannel(memory)
-    this.#recorder = new Recorder(registry, row, (code, metric, labels, previous, attempted, names) => {
-      faults.send({ code, metric, labels, ...(names === undefined ? {} : { names }), previous, attempted, at: new Date().toISOString() })
-    })
+    this.#recorder = new Recorder(registry, row, (...fault) => faults.send(faultRecord(...fault)))
     // removeTopic() runs on the main thread; this worker learns of it when it next replays the
     // log (on its next registration) and lets its handle go.
     this.#handles = new Handles(this.#recorder)

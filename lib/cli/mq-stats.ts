@@ -188,7 +188,10 @@ function parseArgs(argv: readonly string[], env: NodeJS.ProcessEnv): Options {
   // A broker named twice (--url and a --urls-from file, or HTTP://Host:80 and http://host, with
   // credentials or without) is one broker: read and counted once, under the name first given.
   const named = new Set<string>()
-  options.urls = options.urls.filter((url) => !named.has(sameBroker(url)) && named.add(sameBroker(url)))
+  options.urls = options.urls.filter((url) => {
+    const key = sameBroker(url)
+    return !named.has(key) && named.add(key)
+  })
   options.token = token ?? (env.MQ_STATS_TOKEN || undefined)
   if (options.token !== undefined) checkToken(options.token, token !== undefined ? '--token' : 'MQ_STATS_TOKEN')
   // Both would be the one Authorization header, and node:http sends only the token then.
@@ -373,6 +376,8 @@ interface BrokerRead {
 
 interface Frame {
   brokers: BrokerRead[]
+  /** The brokers by cluster (clustersOf): judged in collect(), a cluster line each in the summary. */
+  clusters: [string, BrokerRead[]][]
   json: unknown
   errors: string[]
   status: number
@@ -391,7 +396,8 @@ async function collect(options: Options, signal: AbortSignal | undefined): Promi
       status = Math.max(status, b.quorumState!)
     }
   }
-  for (const [name, nodes] of clustersOf(options, brokers)) {
+  const clusters = clustersOf(options, brokers)
+  for (const [name, nodes] of clusters) {
     const reasons = nodes.length > 1 ? disagreement(leadership(nodes)) : []
     if (reasons.length === 0) continue
     status = EXIT_LEADERS_DISAGREE
@@ -401,7 +407,7 @@ async function collect(options: Options, signal: AbortSignal | undefined): Promi
     if (b.error !== undefined) return { url: b.url, error: b.error }
     return options.view === undefined ? summaryRow(b) : { url: b.url, quorum_state: b.quorumState, status: b.status, leader: leaderOf(b), view: b.views[options.view] }
   })
-  return { brokers, json, errors, status }
+  return { brokers, clusters, json, errors, status }
 }
 
 /**
@@ -693,9 +699,8 @@ function renderFrame(options: Options, frame: Frame, colour: boolean): string {
         cell(row.faults),
       ]
     })
-    const clusters = clustersOf(options, frame.brokers)
     if (frame.brokers.length === 1) return table(header, rows, colour)
-    return `${table(header, rows, colour)}\n${clusters.map(([name, nodes]) => clusterLine(name, nodes, colour)).join('')}`
+    return `${table(header, rows, colour)}\n${frame.clusters.map(([name, nodes]) => clusterLine(name, nodes, colour)).join('')}`
   }
   const many = frame.brokers.length > 1
   const parts = frame.brokers.map((b) => {

@@ -25,7 +25,7 @@
 // settle() ends only what send() counted), which keeps in_flight from 0 for good and with it the
 // identity's quiet window.
 import { G_EPISODE, GroupEntity } from './entities'
-import type { FaultRecord } from './faults'
+import { faultRecord, type FaultRecord } from './faults'
 import { SLOTS_PER_CHUNK } from './layout'
 import type { Memory } from './memory'
 import type { Count, GroupSnapshot, Snapshot, TopicSnapshot } from './snapshot'
@@ -342,26 +342,11 @@ function brokenFault(topic: TopicSnapshot, group: GroupSnapshot, residual: numbe
   // previous: what produced should be given the consumption side; attempted: what it is.
   const actual = BigInt(topic.produced)
   const expected = actual - BigInt(residual)
-  return {
-    code: 'CONSERVATION_BROKEN',
-    metric: BROKEN_METRIC,
-    labels: { topic: topic.label, group: group.label },
-    names: { topic: topic.name, group: group.name },
-    previous: Number(expected),
-    attempted: Number(actual),
-    at: new Date().toISOString(),
-  }
+  return faultRecord('CONSERVATION_BROKEN', BROKEN_METRIC, { topic: topic.label, group: group.label }, Number(expected), Number(actual), { topic: topic.name, group: group.name })
 }
 
 function overFault(topic: TopicSnapshot, group: GroupSnapshot): FaultRecord {
   // previous: the most that can be in flight (what the group owes); attempted: what in_flight says.
-  return {
-    code: 'IN_FLIGHT_EXCEEDS_DEPTH',
-    metric: 'mq_group_in_flight',
-    labels: { topic: topic.label, group: group.label },
-    names: { topic: topic.name, group: group.name },
-    previous: Number(group.depth), // in_flight (below 2^31) is above it: it is below 2^53
-    attempted: group.inFlight,
-    at: new Date().toISOString(),
-  }
+  // in_flight (below 2^31) is above the depth: the depth is below 2^53
+  return faultRecord('IN_FLIGHT_EXCEEDS_DEPTH', 'mq_group_in_flight', { topic: topic.label, group: group.label }, Number(group.depth), group.inFlight, { topic: topic.name, group: group.name })
 }

@@ -20,6 +20,11 @@ export interface FaultNames {
   group?: string
 }
 
+/** A fault as every thread's recorder reports it (FaultSink's arguments), stamped now. */
+export function faultRecord(code: FaultCode, metric: string, labels: Record<string, string>, previous: number | null, attempted: number | null, names?: FaultNames): FaultRecord {
+  return { code, metric, labels, ...(names === undefined ? {} : { names }), previous, attempted, at: new Date().toISOString() }
+}
+
 /** Fault codes this library raises (design §4, §5, §6). */
 export const FAULT_CODES = [
   'EPOCH_REGRESSION',

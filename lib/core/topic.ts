@@ -7,6 +7,7 @@ import { acquire, release } from './lock'
 import { Chunk, Control, checkCount, checkPartition, goneError } from './checks'
 import { Group } from './group'
 import type { Recorder } from './recording'
+import type { FaultNames } from './faults'
 import type { Start } from './registry'
 
 const MAX_SAFE = Number.MAX_SAFE_INTEGER
@@ -201,8 +202,8 @@ export class Topic {
     if (before < highest) this.#regression(partition, seq, before)
     const labels = this.#labels(partition)
     const message = `would skip seqs ${highest + 1}…${before}: a batch of ${seq - before} ending at seq ${seq} must start at ${highest + 1} (the n-th message of a partition has seq n; topic.append() assigns seqs)`
-    this.#recorder.fault('SEQ_GAP', 'mq_partition_last_seq', labels, highest, before + 1, { topic: this.name })
-    throw new FatalInvariantError('SEQ_GAP', 'mq_partition_last_seq', labels, { topic: this.name }, highest, before + 1, message)
+    this.#recorder.fault('SEQ_GAP', 'mq_partition_last_seq', labels, highest, before + 1, this.#names())
+    throw new FatalInvariantError('SEQ_GAP', 'mq_partition_last_seq', labels, this.#names(), highest, before + 1, message)
   }
 
   /**
@@ -359,7 +360,7 @@ export class Topic {
   #refuseReadOnly(partition: number, seq: number, slot?: number): false {
     checkPartition(partition)
     const previous = slot === undefined ? this.lastSeqKnown(partition) : this.#recorder.highest(slot)
-    this.#recorder.fault('WRITE_WHILE_READ_ONLY', 'mq_partition_last_seq', this.#labels(partition), previous, seq, { topic: this.name })
+    this.#recorder.fault('WRITE_WHILE_READ_ONLY', 'mq_partition_last_seq', this.#labels(partition), previous, seq, this.#names())
     return false
   }
 
@@ -384,8 +385,8 @@ export class Topic {
     const message = seq < previous
       ? undefined // a plain decrease: the standard message
       : `would not increase: ${batch} starts at ${first}, not above last_seq ${previous} (the n-th message of a partition has seq n)`
-    this.#recorder.fault('SEQ_REGRESSION', 'mq_partition_last_seq', labels, previous, first, { topic: this.name })
-    throw new FatalInvariantError('SEQ_REGRESSION', 'mq_partition_last_seq', labels, { topic: this.name }, previous, first, message)
+    this.#recorder.fault('SEQ_REGRESSION', 'mq_partition_last_seq', labels, previous, first, this.#names())
+    throw new FatalInvariantError('SEQ_REGRESSION', 'mq_partition_last_seq', labels, this.#names(), previous, first, message)
   }
 
   /**
@@ -564,6 +565,11 @@ export class Topic {
   /** @internal */
   lastSeqOf(slot: number): number {
     return this.#recorder.highest(slot)
+  }
+
+  /** The raw name a fault's labels were sanitized from. */
+  #names(): FaultNames {
+    return { topic: this.name }
   }
 
   #labels(partition: number): Record<string, string> {

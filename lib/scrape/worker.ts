@@ -6,7 +6,7 @@ import { parentPort, workerData } from 'node:worker_threads'
 import { gzipSync } from 'node:zlib'
 import { attachArena } from '../core/backend'
 import type { ResolvedConfig } from '../core/config'
-import type { FaultRecord } from '../core/faults'
+import { faultRecord, type FaultRecord } from '../core/faults'
 import { Memory } from '../core/memory'
 import { Observer } from '../core/observer'
 import { keepAnnouncing } from '../core/reclamation'
@@ -30,9 +30,7 @@ const registry = new Registry(memory, data.config as ResolvedConfig)
 /** Faults found while serving the current request: they go back with its answer. */
 let faults: FaultRecord[] = []
 // A row of its own: repairing an underflowed in_flight writes this thread's share (design §5).
-const recorder = new Recorder(registry, memory.claimRow(), (code, metric, labels, previous, attempted, names) => {
-  faults.push({ code, metric, labels, ...(names === undefined ? {} : { names }), previous, attempted, at: new Date().toISOString() })
-})
+const recorder = new Recorder(registry, memory.claimRow(), (...fault) => faults.push(faultRecord(...fault)))
 const handles = new Handles(recorder)
 // Between its tasks this thread is inside no recording call: it says so (lib/core/reclamation.ts).
 keepAnnouncing(memory)
