@@ -2,7 +2,7 @@
 // ack floors and the settle window.
 import { RemovedGroupError, UsageError } from './errors'
 import { describe } from './labels'
-import { C_CLOSED, C_NEXT_CHUNK, C_NEXT_ROW, MAX_ROWS, SLOTS_PER_CHUNK } from './layout'
+import { C_CLOSED, C_NEXT_CHUNK, C_NEXT_ROW, MAX_ROWS, SHARED_ROW, SLOTS_PER_CHUNK } from './layout'
 import { acquire, release } from './lock'
 import { Memory } from './memory'
 import { G_LOCK, G_WINDOWED, GroupEntity, T_PARTITIONS, TopicEntity, W_BASE, W_PENDING, W_SETTLED } from './entities'
@@ -571,6 +571,9 @@ export class Group {
   floor(partition: number): number {
     checkPartition(partition)
     this.#alive()
+    // A floor move under way, or left by a thread that is gone (its lock kept, or its move pending):
+    // the floor its counts already moved is shown once the move is done, waited for or finished.
+    if (Atomics.load(this.#lock, this.#lockIndex) !== 0 || this.#movePending(partition)) this.#finishMoves()
     const lastSeqSlot = this.#topic.knownPartition(partition)
     const base = lastSeqSlot === undefined ? 0 : this.#topic.baseOf(lastSeqSlot, partition)
     const slot = this.entity.floorSlot(partition)
@@ -751,13 +754,32 @@ export class Group {
   }
 
   /**
-   * This thread took the group's lock over from a thread that is gone (a worker terminated inside
+   * This thread holds the group's lock, taken over from a thread that is gone (a worker terminated inside
    * a call): a floor move it recorded but did not finish, on any partition this thread knows, is
    * finished now, before this call reads anything (window.ts). Its other calls are whole or not
    * made (docs/design.md §11). The registry is synced only if that needs no wait (under a group's
    * lock, only a fold or a credit read waits for the registration lock): a window this thread does
    * not know then is finished by a scrape (reader.ts) or the next per-message call on its partition.
    */
+  /** Whether this thread knows `partition`'s window and a floor move is recorded there, not finished. */
+  #movePending(partition: number): boolean {
+    const lane = this.#lanes[partition]
+    if (lane !== undefined) return lane.headers[lane.header + W_PENDING] !== 0
+    const slot = this.entity.windowHeader(partition)
+    return slot !== undefined && this.#memory.rowChunk(SHARED_ROW, slot >>> Chunk.Shift, true)![(slot & Chunk.Mask) + W_PENDING] !== 0
+  }
+
+  /** Under the group's lock (taken over from a thread that is gone), every floor move left pending finished. */
+  #finishMoves(): void {
+    const tag = this.#memory.lockTag
+    acquire(this.#lock, this.#lockIndex, tag, this.#memory)
+    try {
+      this.#tookOver()
+    } finally {
+      release(this.#lock, this.#lockIndex, tag)
+    }
+  }
+
   #tookOver(): void {
     // A removed group's handle (it throws GROUP_REMOVED next) may hold its old block's lock, now
     // another group's: its own windows, perhaps reused too, are not its to finish.

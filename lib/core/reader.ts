@@ -12,6 +12,8 @@ import { Registry } from './registry'
 import { Carried, Count, GroupSnapshot, Layout, MAX_SAFE, TopicSnapshot, addCount, hasNoCollisions } from './snapshot'
 
 const ZERO_ROWS: Float64Array[] = []
+/** Loads of a held group lock before its holder is asked after (~2 µs: a live holder's call is shorter, unless descheduled). */
+const KEPT_SPINS = 1000
 
 // A slot's chunk and its index in it (slots are < 2^31; SLOTS_PER_CHUNK is 2^13).
 const enum Chunk {
@@ -50,6 +52,8 @@ export class SnapshotReader {
   readonly #held = new Map<number, number>()
   /** The slots of #held found held again by the read under way (topics()). */
   readonly #heldNow = new Set<number>()
+  /** #locksHeld took a gone thread's lock over during the read under way: #topic reads it again. */
+  #repaired = false
 
   constructor(registry: Registry) {
     this.#registry = registry
@@ -210,9 +214,10 @@ export class SnapshotReader {
    * numbers: it is inside a send, settle or dispatch whose writes may be half made, so the read is
    * marked as being written (snapshot.ts `producing`), as a producer between its two writes marks
    * it — a thread stopped there across both reads of the checker is not taken for a broken
-   * identity. A lock found held by the same tag as at the previous read whose thread is gone (a
-   * worker terminated inside the call) is taken over: the floor move it may have left half done
-   * is finished (window.ts) and the lock freed, so the topic is checked again from the next read.
+   * identity. A lock still held after a short wait, or by the same tag as at the previous read,
+   * whose thread is gone (a worker terminated inside the call) is taken over: the floor move it
+   * may have left half done is finished (window.ts), the lock freed, and the topic read again
+   * (#topic), so that the read that finds it already shows the floor its counts moved.
    */
   #locksHeld(topic: TopicEntity, pending: readonly GroupEntity[] | undefined, only: GroupEntity | undefined): boolean {
     let held = false
@@ -229,16 +234,25 @@ export class SnapshotReader {
           // A floor move left pending by a thread that is gone, the lock since taken over and freed
           // by a thread that did not know that window: finished here, under the lock, if it is free.
           held = true
-          if (Atomics.compareExchange(cells, at, 0, this.#memory.lockTag) === 0) this.#finish(groups[g], cells, at)
+          if (Atomics.compareExchange(cells, at, 0, this.#memory.lockTag) === 0) this.#finish(groups[g], cells, at), (this.#repaired = true)
         }
         continue
       }
       held = true
       this.#heldNow.add(slot)
-      if (this.#held.get(slot) !== tag) this.#held.set(slot, tag)
-      else if (this.#memory.holderState(tag) === 'gone' && Atomics.compareExchange(cells, at, tag, this.#memory.lockTag) === tag) this.#finish(groups[g], cells, at)
+      // A live holder leaves within a call (microseconds): asked of /proc only if it kept the lock
+      // through a short wait, or from the previous read.
+      if (this.#held.get(slot) !== tag && !this.#keptThrough(cells, at, tag)) this.#held.set(slot, tag)
+      else if (this.#memory.holderState(tag) === 'gone' && Atomics.compareExchange(cells, at, tag, this.#memory.lockTag) === tag) this.#finish(groups[g], cells, at), (this.#repaired = true)
+      else this.#held.set(slot, tag)
     }
     return held
+  }
+
+  /** Whether `tag` still holds the lock after a short wait (a holder inside its call has left by then). */
+  #keptThrough(cells: Int32Array, at: number, tag: number): boolean {
+    for (let i = 0; i < KEPT_SPINS; i++) if (Atomics.load(cells, at) !== tag) return false
+    return true
   }
 
   /** The reader took the group's lock over from a thread that is gone: its windows put right, the lock freed. */
@@ -359,6 +373,17 @@ export class SnapshotReader {
   }
 
   #topic(topic: TopicEntity, ackFloors: boolean, only?: GroupEntity): TopicSnapshot {
+    const snapshot = this.#topicOnce(topic, ackFloors, only)
+    // A lock a gone thread kept, taken over after the read (#locksHeld): the floor move it left is
+    // finished now, and read again, so that this read already shows the floor its counts moved.
+    if (!this.#repaired) return snapshot
+    this.#repaired = false
+    const again = this.#topicOnce(topic, ackFloors, only)
+    this.#repaired = false // another gone holder met meanwhile: its move is finished, shown by the next read
+    return again
+  }
+
+  #topicOnce(topic: TopicEntity, ackFloors: boolean, only?: GroupEntity): TopicSnapshot {
     const numbers = topic.partitionNumbers
     const lastSeqSlots = topic.partitionSlots
     // `only`: that group's numbers alone (a group judged as it leaves: Observer.checkLeaving); the
