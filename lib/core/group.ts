@@ -753,14 +753,6 @@ export class Group {
     return result
   }
 
-  /**
-   * This thread holds the group's lock, taken over from a thread that is gone (a worker terminated inside
-   * a call): a floor move it recorded but did not finish, on any partition this thread knows, is
-   * finished now, before this call reads anything (window.ts). Its other calls are whole or not
-   * made (docs/design.md §11). The registry is synced only if that needs no wait (under a group's
-   * lock, only a fold or a credit read waits for the registration lock): a window this thread does
-   * not know then is finished by a scrape (reader.ts) or the next per-message call on its partition.
-   */
   /** Whether this thread knows `partition`'s window and a floor move is recorded there, not finished. */
   #movePending(partition: number): boolean {
     const lane = this.#lanes[partition]
@@ -769,7 +761,7 @@ export class Group {
     return slot !== undefined && this.#memory.rowChunk(SHARED_ROW, slot >>> Chunk.Shift, true)![(slot & Chunk.Mask) + W_PENDING] !== 0
   }
 
-  /** Under the group's lock (taken over from a thread that is gone), every floor move left pending finished. */
+  /** Under the group's lock (waited for, or taken over from a thread that is gone), every floor move left pending finished. */
   #finishMoves(): void {
     const tag = this.#memory.lockTag
     acquire(this.#lock, this.#lockIndex, tag, this.#memory)
@@ -780,6 +772,14 @@ export class Group {
     }
   }
 
+  /**
+   * This thread took the group's lock over from a thread that is gone (a worker terminated inside
+   * a call), or floor() holds it: a floor move left recorded but not finished, on any partition this
+   * thread knows, is finished now, before this call reads anything (window.ts). Its other calls are whole or not
+   * made (docs/design.md §11). The registry is synced only if that needs no wait (under a group's
+   * lock, only a fold or a credit read waits for the registration lock): a window this thread does
+   * not know then is finished by a scrape (reader.ts) or the next per-message call on its partition.
+   */
   #tookOver(): void {
     // A removed group's handle (it throws GROUP_REMOVED next) may hold its old block's lock, now
     // another group's: its own windows, perhaps reused too, are not its to finish.
