@@ -160,7 +160,8 @@ function parseArgs(argv: readonly string[], env: NodeJS.ProcessEnv): Options {
       case '--urls-from':
         for (const { url, cluster } of urlsFrom(value!)) {
           options.urls.push(url)
-          if (!options.clusters.has(sameBroker(url))) options.clusters.set(sameBroker(url), cluster) // a URL listed twice is one broker, in the first cluster that lists it
+          const broker = sameBroker(url)
+          if (!options.clusters.has(broker)) options.clusters.set(broker, cluster) // a URL listed twice is one broker, in the first cluster that lists it
         }
         break
       case '--token':
