@@ -111,7 +111,7 @@ export class ChunkCache {
   readonly counts = { reused: 0, rendered: 0, bulk: 0 }
   readonly #chunks: (Chunk | undefined)[] = []
   /** Renders one family of one chunk at a time, for compression (no yield while it is in use). */
-  readonly #scratch = new Writer(Buffer.allocUnsafe(64 * 1024))
+  readonly #scratch = new Writer(Buffer.allocUnsafeSlow(64 * 1024))
 
   /** The cached chunk `c` if it holds these topics' numbers and texts (with fragments or not yet). */
   find(c: number, topics: readonly TopicSeries[], texts: readonly TopicText[]): Chunk | undefined {
@@ -139,7 +139,7 @@ export class ChunkCache {
       writeTopics(w, FIRST_TOPIC_STAGE + s, topics, texts, from, to)
       fragments[s] = fragment(w.out.subarray(0, w.pos))
     }
-    if (w.out.length > 1024 * 1024) w.out = Buffer.allocUnsafe(64 * 1024) // one huge chunk is not kept
+    if (w.out.length > 1024 * 1024) w.out = Buffer.allocUnsafeSlow(64 * 1024) // one huge chunk is not kept
     const chunk = { ...(found ?? numbersOf(topics, texts, from, to)), fragments: pack(fragments) }
     this.#chunks[c] = chunk
     return chunk
@@ -216,7 +216,7 @@ export class GzipJob {
       } else {
         this.#found = found
         this.#chunks = new Array(count)
-        const w = new Writer(Buffer.allocUnsafe(1024))
+        const w = new Writer(Buffer.allocUnsafeSlow(1024))
         writePreamble(w, this.#snapshot)
         this.#preamble = fragment(w.take())
       }
@@ -233,7 +233,7 @@ export class GzipJob {
       chunks[c] = this.#cache.compressed(c, this.#topics, this.#texts, found[c])
       if (this.#next < chunks.length && performance.now() >= deadline) return false
     }
-    const latency = new Writer(Buffer.allocUnsafe(256))
+    const latency = new Writer(Buffer.allocUnsafeSlow(256))
     writeLatency(latency, this.#snapshot)
     const member = new MemberBuilder()
     member.add(this.#preamble)

@@ -289,7 +289,7 @@ export class Writer {
   /** The buffer, with room for `n` more bytes (writes past a Buffer's end would be dropped silently). */
   room(n: number): Buffer {
     if (this.pos + n <= this.out.length) return this.out
-    const grown = Buffer.allocUnsafe(Math.max(this.out.length * 2, this.pos + n, 256))
+    const grown = Buffer.allocUnsafeSlow(Math.max(this.out.length * 2, this.pos + n, 256)) // never pooled: a body's ArrayBuffer is its own (render.ts recycle())
     this.out.copy(grown, 0, 0, this.pos)
     this.out = grown
     return grown
