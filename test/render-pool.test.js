@@ -1,8 +1,8 @@
 'use strict'
-// Node 24 pools Buffer.allocUnsafe() up to 32 KiB in 64 KiB slabs (Node 20: up to 4 KiB in 8 KiB).
+// Node 24 and 26 pool Buffer.allocUnsafe() up to 32 KiB in 64 KiB slabs (Node 20: up to 4 KiB in 8 KiB).
 // A body rendered into a pooled buffer shares its ArrayBuffer with other Buffers; recycling it
 // whole for the next render wrote over them (label texts among them: corrupt /metrics lines on
-// Node 24). Node 24's pool is played here on any version: Buffer.poolSize is the slab's size.
+// Node 24 and 26). Their pool is played here on any version: Buffer.poolSize is the slab's size.
 const t = require('tap')
 const { backends, surfaceOn } = require('./helpers')
 

