@@ -11,10 +11,12 @@
 //   drain turns them into one summary per code (FAULTS_SUPPRESSED), so a storm costs bounded memory
 //   and the log and listeners see at most RING_SLOTS records per drain plus a line per code.
 //
-// A worker terminated between claiming a slot and publishing it would stop the ring: a slot found
-// unpublished by two drains in a row while later ones are claimed is skipped (its count was already
-// taken). Should that worker still finish its copy later, the record it garbles is dropped when it
-// does not parse.
+// A worker terminated between claiming a slot and publishing it would stop the ring: a slot that
+// has stayed unpublished for STUCK_MS of the main thread's clock is skipped (its count was already
+// taken). The limit is wall-clock time, not a number of drains: drains can follow each other within
+// microseconds (a loop of stats() calls) while a live worker sits preempted between its claim and
+// its publish on a busy machine, and its record must still arrive. Should a worker still finish its
+// copy after the skip, the record it garbles is dropped when it does not parse.
 import { FAULT_CODES, FaultRecord } from './faults'
 import { C_FAULT_CHANNEL, SLOTS_PER_CHUNK } from './layout'
 import { Memory } from './memory'
@@ -27,6 +29,8 @@ const RING_CHUNKS = 8
 /** Records the ring holds (what one drain can deliver, at most): a power of two, so that slot = cursor mod it survives the cursor's wrap. */
 export const RING_SLOTS = SLOTS_PER_RING_CHUNK * RING_CHUNKS
 const MAX_TEXT = (SLOT_INTS - 2) * 2
+/** How long a claimed slot may stay unpublished before the consumer gives its producer up for dead. */
+export const STUCK_MS = 5000
 // The header chunk: Int32 cells [0] write cursor, [1] read cursor; BigInt64 cells [16 + code]
 // counts, [48 + code] suppressed (code = index in FAULT_CODES). Then RING_CHUNKS chunks of slots.
 const WRITE = 0
@@ -40,12 +44,16 @@ export class WorkerFaultChannel {
   #cells: Int32Array | undefined
   #wide: BigInt64Array | undefined
   readonly #ring: Int32Array[] = []
-  /** Consumer only: the read position found unpublished at the last drain, and what was suppressed so far. */
+  readonly #now: () => number
+  /** Consumer only: the read position found unpublished, since when, and what was suppressed so far. */
   #stuck = -1
+  #stuckSince = 0
   readonly #suppressedSeen = new Map<string, bigint>()
 
-  constructor(memory: Memory) {
+  /** `now`: the consumer's monotonic clock in ms (a test moves it). */
+  constructor(memory: Memory, now: () => number = () => performance.now()) {
     this.#memory = memory
+    this.#now = now
   }
 
   /** A worker's fault: counted at once, queued for the main thread while the ring has room. */
@@ -88,11 +96,14 @@ export class WorkerFaultChannel {
     while (read !== write) {
       const [slot, at] = this.#slot(read)
       if (Atomics.load(slot, at) !== ((read + 1) | 0 || 1)) {
-        // Claimed, not published: a copy under way — or a worker that died in it.
+        // Claimed, not published: a copy under way, or a worker that died in it.
+        const now = this.#now()
         if (this.#stuck !== read) {
           this.#stuck = read
+          this.#stuckSince = now
           break
         }
+        if (now - this.#stuckSince < STUCK_MS) break
       } else {
         const length = slot[at + 1]
         let text = ''
