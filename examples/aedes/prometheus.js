@@ -29,7 +29,7 @@ async function prometheusIngests(metricsUrl, { timeoutMs = 60_000 } = {}) {
   const families = [...new Set(text.match(/^# TYPE (mq_\w+)/gm).map((l) => l.slice(7)))].filter((f) => samples.some((l) => l.startsWith(f)))
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'aedes-prom-'))
   const { host } = new URL(metricsUrl)
-  fs.writeFileSync(path.join(dir, 'prometheus.yml'), `global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: aedes\n    static_configs:\n      - targets: ['${host}']\n`)
+  fs.writeFileSync(path.join(dir, 'prometheus.yml'), `global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: aedes\n    static_configs:\n      - targets: ['${host}']\n        labels: { mq_log: none }\n`)
   const port = await freePort()
   const child = spawn(BIN, [`--config.file=${path.join(dir, 'prometheus.yml')}`, `--storage.tsdb.path=${path.join(dir, 'data')}`, `--web.listen-address=127.0.0.1:${port}`], { stdio: 'ignore' })
   try {
