@@ -154,6 +154,32 @@ t.test('SIGTERM: stops producing, drains, closes the server, exits 0', async (t)
   await t.rejects(get(`${base}/metrics`), 'the server is closed after exit')
 })
 
+t.test('a SIGINT at its first line (before "press Ctrl-C to stop") stops it cleanly, not killed by the signal', async (t) => {
+  // Before, the listener came after the demo had started and printed its prompt: a Ctrl-C in
+  // between took Node's default action (killed, nothing drained or closed). The child stops after
+  // its first line until the test lets it go on (fixtures/pause-after-first-line.js), and the
+  // signal is sent meanwhile.
+  const pause = path.join(__dirname, 'fixtures', 'pause-after-first-line.js')
+  const child = spawn(process.execPath, ['-r', pause, DEMO, '--port', '0', '--topics', '2', '--rate', '1000'], { stdio: ['ignore', 'pipe', 'pipe', 'pipe'] })
+  t.teardown(() => { if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL') })
+  let stdout = ''
+  let stderr = ''
+  child.stdout.setEncoding('utf8').on('data', (d) => (stdout += d))
+  child.stderr.setEncoding('utf8').on('data', (d) => (stderr += d))
+  child.stdio[3].on('error', () => {}) // its end closes as the child exits
+  const exited = new Promise((resolve) => child.on('exit', (code, signal) => resolve({ code, signal })))
+  for (const end = Date.now() + 15_000; !stdout.startsWith('mq-demo: simulated broker') && Date.now() < end;) await new Promise((r) => setTimeout(r, 10))
+  t.match(stdout, /^mq-demo: simulated broker/, 'its first line')
+  t.notOk(stdout.includes('press Ctrl-C to stop'), 'signalled before the prompt')
+  child.kill('SIGINT')
+  await new Promise((r) => setTimeout(r, 100)) // delivered while it waits (a process killed by it exits meanwhile)
+  child.stdio[3].end('go')
+  const end = await Promise.race([exited, new Promise((r) => setTimeout(() => r({ code: 'hung' }), 20_000))])
+  t.same(end, { code: 0, signal: null }, stderr)
+  t.match(stdout, /press Ctrl-C to stop\n(.*\n)*stopping \(SIGINT\)/, 'it started, then says why it stops')
+  t.match(stdout, /conservation: residual 0 in every group/, 'after draining')
+})
+
 t.test('usage errors exit 64 with the usage on stderr', async (t) => {
   const cases = [
     [['--bogus'], /unknown flag --bogus/],

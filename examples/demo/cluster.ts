@@ -364,22 +364,29 @@ export async function clusterCli(argv: readonly string[]): Promise<number> {
     return 0
   }
   const { duration, ...options } = parsed.options
+  // Listening before the nodes start, so before "press Ctrl-C to stop" is printed: a Ctrl-C that
+  // came between that line and a listener would take Node's default action (killed by the signal,
+  // nothing closed). One during start-up stops the nodes once they have started.
+  let timer: NodeJS.Timeout | undefined
+  let stopWith: (reason: string) => void = () => {}
+  const stopped = new Promise<string>((resolve) => (stopWith = resolve))
+  const undo = onStop((signal) => {
+    undo()
+    clearTimeout(timer)
+    stopWith(signal)
+  })
   let cluster: Cluster
   try {
     cluster = await runCluster({ ...options, line: (text) => process.stdout.write(`${text}\n`) })
   } catch (error) {
+    undo()
     process.stderr.write(`mq-demo: ${(error as Error).message}\n`)
     return 1
   }
   process.stdout.write(duration === undefined ? 'press Ctrl-C to stop\n' : `stopping after ${duration} s (Ctrl-C stops earlier)\n`)
-  const reason = await new Promise<string>((resolve) => {
-    const timer = duration === undefined ? undefined : setTimeout(() => (undo(), resolve('duration')), duration * 1000)
-    const undo = onStop((signal) => {
-      undo()
-      clearTimeout(timer)
-      resolve(signal)
-    })
-  })
+  if (duration !== undefined) timer = setTimeout(() => (undo(), stopWith('duration')), duration * 1000)
+  const reason = await stopped
+  clearTimeout(timer) // stopped by a signal during start-up: the duration's timer came after it
   process.stdout.write(`stopping (${reason}): closing ${options.nodes} nodes...\n`)
   const started = Date.now()
   await cluster.stop()

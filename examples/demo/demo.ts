@@ -565,20 +565,27 @@ async function cli(argv: readonly string[]): Promise<number> {
     process.stdout.write(USAGE)
     return 0
   }
-  let demo: Demo
-  try {
-    demo = await runDemo(parsed.options)
-  } catch (error) {
-    process.stderr.write(`mq-demo: ${(error as Error).message}\n`)
-    return 1
-  }
+  // Listening before the demo starts, so before it prints "press Ctrl-C to stop": a Ctrl-C that
+  // came between that line and a listener would take Node's default action (killed by the signal,
+  // nothing closed). One during start-up stops the demo once it has started.
+  let demo: Demo | undefined
+  let pending: NodeJS.Signals | undefined
   let signals = 0
   const onSignal = (signal: NodeJS.Signals) => {
     // A second Ctrl-C while draining: leave at once.
     if (++signals > 1) process.exit(130)
-    void demo.stop(signal)
+    if (demo === undefined) pending = signal
+    else void demo.stop(signal)
   }
   const undo = onStop(onSignal)
+  try {
+    demo = await runDemo(parsed.options)
+  } catch (error) {
+    undo()
+    process.stderr.write(`mq-demo: ${(error as Error).message}\n`)
+    return 1
+  }
+  if (pending !== undefined) void demo.stop(pending)
   const result = await demo.done
   undo()
   return result.error === undefined ? 0 : 1
