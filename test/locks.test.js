@@ -11,6 +11,7 @@ const { backends } = require('./helpers')
 const { Memory } = require('../dist/core/memory')
 const { C_LOCK, C_LOCK_WANTED } = require('../dist/core/layout')
 const { createArena } = require('../dist/core/backend')
+const { acquire, release, LOCK_STEAL_MS } = require('../dist/core/lock')
 
 const ALIVE = [1_000_001, 1_000_002]
 const liveness = (tid) => (ALIVE.includes(tid) ? 'alive' : 'gone')
@@ -127,6 +128,51 @@ t.test('a lock is never taken from a live holder; one that cannot be checked los
       t.equal(r.afterLastChange, 5_010, `${backend}: and is evicted once it has held it past 5 s`)
     }
   }
+})
+
+t.test('a holder that cannot be checked and takes the lock again and again is not evicted mid-hold', (t) => {
+  // Before, the 5 s ran from the first try that saw the tag, whatever happened between tries: a
+  // holder that let go and took the lock again between two of them (the same tag at each try) was
+  // evicted inside a hold after 5 s (a reviewer's replay: 5,003 holds, the last begun 0 ms before).
+  // Here the holder lets go and takes the lock again inside every reading of the waiter's clock
+  // (1 ms a reading), so no try of the waiter finds it free, for 8 s; then it keeps its last hold.
+  const cells = new Int32Array(new SharedArrayBuffer(8))
+  const HOLDER = -10_000_000 // a tag with no tid: its thread cannot be checked
+  acquire(cells, 0, HOLDER)
+  let ms = 0
+  let holds = 1
+  let lastHold = 0
+  const check = {
+    holderState: () => 'unknown',
+    now() {
+      ms += 1
+      if (ms <= 8_000 && Atomics.load(cells, 0) === HOLDER) {
+        release(cells, 0, HOLDER)
+        acquire(cells, 0, HOLDER)
+        holds++
+        lastHold = ms
+      }
+      return ms
+    },
+  }
+  const took = acquire(cells, 0, 9, check)
+  t.ok(holds >= 7_000, `the holder held it ${holds} times over 8 s of the waiter's clock, never evicted inside a hold`)
+  t.equal(took, true, 'its last hold, never let go, is taken over')
+  t.ok(ms - lastHold > LOCK_STEAL_MS && ms - lastHold <= LOCK_STEAL_MS + 2, `5 s after that hold began (${ms - lastHold} ms)`)
+  t.equal(cells[0], 9, 'by the waiter')
+  t.end()
+})
+
+t.test("a lock waiter's clock is monotonic: a step of the wall clock evicts no one", (t) => {
+  const memory = new Memory(createArena('js'), true)
+  const dateNow = Date.now
+  Date.now = () => dateNow() + 3_600_000
+  try {
+    t.ok(Math.abs(memory.now() - performance.now()) < 1000, 'Memory reads performance.now(), not Date.now()')
+  } finally {
+    Date.now = dateNow
+  }
+  t.end()
 })
 
 t.test('a lock is freed only by the tag that holds it', (t) => {

@@ -40,6 +40,7 @@ export const C_NEXT_WINDOW_SLOT = 14 // next never-used slot id of the chunk set
 export const C_SLOT_CHUNKS = 15 // slot chunks handed out so far (to blocks and to windows): the next one is that index
 export const C_SLOTS_RESERVED = 22 // slots ever handed out (arenaUsage().slotsReserved)
 export const C_NEXT_HEADER_SLOT = 23 // as C_NEXT_WINDOW_SLOT, for the windows' headers (chunks of headers only)
+export const C_LOCK_HOLDS = 24 // the registration lock's hold count (lock.ts acquire): a waiter tells a holder that holds again and again from one that never lets go
 export const C_ROW_DIRECTORY = 64 // [MAX_ROWS]: chunk holding row r's directory, 0 = none yet
 // BigInt64 cells (indices into the same chunk viewed as a BigInt64Array): numbers that must never
 // wrap over a surface's life.

@@ -11,7 +11,7 @@ export interface HolderCheck {
  * A lock holder whose thread cannot be checked (no /proc, or a thread that had no row yet) is
  * evicted after holding the lock this long (a worker terminated mid-registration).
  */
-const LOCK_STEAL_MS = 5000
+export const LOCK_STEAL_MS = 5000
 /** How often a waiter asks whether the holder's thread still exists (a /proc read, ~20 µs). */
 const HOLDER_CHECK_MS = 10
 const sleeper = new Int32Array(new SharedArrayBuffer(4))
@@ -21,7 +21,11 @@ const sleeper = new Int32Array(new SharedArrayBuffer(4))
  * terminated inside its critical section (a worker killed with terminate()) never releases: when
  * `memory` can tell that the holder's thread is gone, the waiter takes the lock over at once. A
  * holder known to be alive is never evicted, however long it holds; one that cannot be checked is
- * evicted once the same tag has held the lock for LOCK_STEAL_MS (a new tag restarts the clock).
+ * evicted once one hold has lasted LOCK_STEAL_MS. A hold is told by the tag and the lock's hold
+ * count, the Int32 cell `holds` (by default the one after the lock's), which every acquire() adds 1
+ * to: a holder that lets go and takes the lock again between two of the waiter's tries shows the
+ * same tag at both, but not the same count, and its clock starts again. Times are the waiter's
+ * monotonic clock (performance.now() by default): a step of the wall clock evicts no one.
  * Taking the lock over is safe: a registration or a removal publishes its work with one store (the
  * log's end; what a removal does after it, the next holder that catches up with the log does:
  * registry.ts); a group's call makes its writes after its last call, with no loop between
@@ -29,9 +33,11 @@ const sleeper = new Int32Array(new SharedArrayBuffer(4))
  * its one loop of writes will do (W_PENDING). Returns true when it took the lock over: a group's
  * caller then finishes such a move on every partition of the group (window.ts finishWindows).
  */
-export function acquire(cells: Int32Array, index: number, tag: number, memory?: HolderCheck): boolean {
+export function acquire(cells: Int32Array, index: number, tag: number, memory?: HolderCheck, holds = index + 1): boolean {
   // The uncontended case in a body small enough for V8 to inline into every caller.
-  return Atomics.compareExchange(cells, index, 0, tag) !== 0 && contend(cells, index, tag, memory)
+  const took = Atomics.compareExchange(cells, index, 0, tag) !== 0 && contend(cells, index, tag, memory, -1, holds)
+  cells[holds] = (cells[holds] + 1) | 0 // written by the holder alone: a waiter needs only to see it change
+  return took
 }
 
 /**
@@ -39,17 +45,20 @@ export function acquire(cells: Int32Array, index: number, tag: number, memory?: 
  * reads under: Observer.observeSliced): a waiter sets the Int32 cell `wanted` to 1 each time it
  * goes to sleep, so that the holder, between two slices, leaves it the lock.
  */
-export function acquireWanted(cells: Int32Array, index: number, tag: number, memory: HolderCheck, wanted: number): boolean {
-  return Atomics.compareExchange(cells, index, 0, tag) !== 0 && contend(cells, index, tag, memory, wanted)
+export function acquireWanted(cells: Int32Array, index: number, tag: number, memory: HolderCheck, wanted: number, holds: number): boolean {
+  const took = Atomics.compareExchange(cells, index, 0, tag) !== 0 && contend(cells, index, tag, memory, wanted, holds)
+  cells[holds] = (cells[holds] + 1) | 0
+  return took
 }
 
 /**
  * acquire() when the lock was held: spin, then sleep briefly, taking it over from a dead holder.
  * true: taken over (the caller puts right what the holder may have left half done).
  */
-function contend(cells: Int32Array, index: number, tag: number, memory?: HolderCheck, wanted = -1): boolean {
+function contend(cells: Int32Array, index: number, tag: number, memory: HolderCheck | undefined, wanted: number, holds: number): boolean {
   let spins = 0
   let seen = 0
+  let seenHolds = 0
   let seenSince = 0
   let checkedAt = 0
   let state: ThreadState = 'unknown'
@@ -57,11 +66,16 @@ function contend(cells: Int32Array, index: number, tag: number, memory?: HolderC
     const owner = Atomics.compareExchange(cells, index, 0, tag)
     if (owner === 0) return false
     if (++spins < 200) continue
-    const now = memory !== undefined ? memory.now() : Date.now()
+    const now = memory !== undefined ? memory.now() : performance.now()
+    const count = Atomics.load(cells, holds)
     if (owner !== seen) {
       seen = owner
+      seenHolds = count
       seenSince = checkedAt = now
       state = 'unknown'
+    } else if (count !== seenHolds) {
+      seenHolds = count // the same holder, another hold: its clock starts again
+      seenSince = now
     } else {
       if (memory !== undefined && now - checkedAt >= HOLDER_CHECK_MS) {
         checkedAt = now

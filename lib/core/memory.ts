@@ -4,7 +4,7 @@ import { Arena, CHUNK_BYTES, chunkOffset } from './backend'
 import { acquireWanted, release } from './lock'
 import { MAX_TID, ThreadIdentity, ThreadState, taskStat, threadIdentity, threadState } from './threads'
 import {
-  B_ANNOUNCE, B_EPOCH, B_NEXT_ID, B_SURFACE_ID, C_LOCK, C_LOCK_WANTED, C_LOG_DIRECTORIES, C_NEXT_ANONYMOUS, C_NEXT_CHUNK, C_NEXT_ROW, C_RECOUNT, C_ROW_DIRECTORY,
+  B_ANNOUNCE, B_EPOCH, B_NEXT_ID, B_SURFACE_ID, C_LOCK, C_LOCK_HOLDS, C_LOCK_WANTED, C_LOG_DIRECTORIES, C_NEXT_ANONYMOUS, C_NEXT_CHUNK, C_NEXT_ROW, C_RECOUNT, C_ROW_DIRECTORY,
   C_ROW_OWNERS, MAIN_ROW, MAX_LOG_CHUNKS, MAX_ROWS, SHARED_ROW, SLOTS_PER_CHUNK,
 } from './layout'
 
@@ -31,7 +31,7 @@ export class Memory {
    * `liveness` answers whether a row owner still runs (read from /proc), `clock` what time it is;
    * a test stands in for either.
    */
-  constructor(arena: Arena, fresh: boolean, liveness: (tid: number, start: number) => ThreadState = threadState, clock: () => number = Date.now) {
+  constructor(arena: Arena, fresh: boolean, liveness: (tid: number, start: number) => ThreadState = threadState, clock: () => number = () => performance.now()) {
     this.arena = arena
     this.#liveness = liveness
     this.now = clock
@@ -156,7 +156,7 @@ export class Memory {
     this.#heldTag = this.lockTag
     // Taken over: the holder stopped inside a registration, perhaps between its log entry and a
     // shared count (entities.ts G_WINDOWED); the registry's next catch-up sets them all again.
-    if (acquireWanted(this.control, C_LOCK, this.#heldTag, this, C_LOCK_WANTED)) this.control[C_RECOUNT] = 1
+    if (acquireWanted(this.control, C_LOCK, this.#heldTag, this, C_LOCK_WANTED, C_LOCK_HOLDS)) this.control[C_RECOUNT] = 1
   }
 
   /**
