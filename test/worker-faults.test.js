@@ -93,18 +93,22 @@ for (const backend of backends()) {
     const cells = main.chunkI32(k)
     /** A producer inside send(), between its claim and its publish: the write cursor moved, the slot is not published. */
     const claim = () => Atomics.add(cells, 0, 1)
-    /** That producer going on: copies its record into the slot of `cursor` and publishes it (send()'s layout). */
-    const publish = (cursor, record) => {
+    /** The slot of `cursor`: its chunk and first cell. */
+    const slotOf = (cursor) => {
       const perChunk = RING_SLOTS / 8
       const index = (cursor >>> 0) % RING_SLOTS
-      const slot = main.chunkI32(k + 1 + Math.floor(index / perChunk))
-      const at = (index % perChunk) * 256
+      return [main.chunkI32(k + 1 + Math.floor(index / perChunk)), (index % perChunk) * 256]
+    }
+    /** That producer going on as send() did before it looked whether it was passed: copies its record (length, cursor, text) and stores its publish mark. */
+    const publish = (cursor, record) => {
+      const [slot, at] = slotOf(cursor)
       const text = JSON.stringify(record)
       slot[at + 1] = text.length
-      for (let i = 0; i < text.length; i += 2) slot[at + 2 + i / 2] = text.charCodeAt(i) | ((i + 1 < text.length ? text.charCodeAt(i + 1) : 0) << 16)
+      slot[at + 2] = cursor
+      for (let i = 0; i < text.length; i += 2) slot[at + 3 + i / 2] = text.charCodeAt(i) | ((i + 1 < text.length ? text.charCodeAt(i + 1) : 0) << 16)
       Atomics.store(slot, at, (cursor + 1) | 0 || 1)
     }
-    return { consumer, producer, fault, clock, claim, publish }
+    return { consumer, producer, fault, clock, claim, publish, cells }
   }
 
   t.test(`${backend}: a producer paused between its claim and its publish loses nothing, however many drains pass meanwhile`, (t) => {
@@ -122,6 +126,55 @@ for (const backend of backends()) {
     publish(paused, fault(2)) // the producer runs again
     t.same(consumer.drain().map((f) => f.labels.group), ['2', '3'], 'its record arrives, in ring order, then the one behind it')
     t.same(consumer.drain(), [], 'nothing twice')
+    t.end()
+  })
+
+  t.test(`${backend}: a producer paused past STUCK_MS inside its copy, lapped meanwhile, neither stalls the ring nor passes its record off as another's`, (t) => {
+    // A reviewer's replay of the fix above: the skipped producer's late copy and publish landed on
+    // the slot a live producer had taken on the ring's next lap; the ring then waited 5 s more for
+    // it, and a late copy could be delivered as the live producer's record. The copy loop is the
+    // only caller of String.prototype.charCodeAt in send(): the test pauses the producer there.
+    const { consumer, producer, fault, clock } = channel(t, backend)
+    const charCodeAt = String.prototype.charCodeAt
+    let pausing = true
+    String.prototype.charCodeAt = function (i) {
+      if (pausing) {
+        pausing = false
+        // Paused inside its copy: the consumer waits STUCK_MS, skips the slot, and the ring laps it.
+        t.same(consumer.drain(), [], 'the consumer waits for the paused copy')
+        clock.ms += STUCK_MS
+        t.same(consumer.drain(), [], 'then skips it')
+        for (let n = 0; n < RING_SLOTS - 1; n++) producer.send(fault(100 + n))
+        producer.send(fault('live')) // the paused producer's slot, one lap on: published
+      }
+      return charCodeAt.call(this, i)
+    }
+    try {
+      producer.send(fault('late')) // the same length of text as 'live'
+    } finally {
+      String.prototype.charCodeAt = charCodeAt
+    }
+    const groups = consumer.drain().map((f) => f.labels.group)
+    t.equal(groups.length, RING_SLOTS - 1, 'the lap arrives at once: no wait for the slot the late copy landed on')
+    t.notOk(groups.includes('late'), 'the late copy is not delivered as the live record')
+    producer.send(fault('after'))
+    t.same(consumer.drain().map((f) => f.labels.group), ['after'], 'the ring goes on')
+    t.equal(consumer.counts().get('DLQ_WITHOUT_DROP'), RING_SLOTS + 3, 'every one counted (the first, the late, the lap, live, after)')
+    t.end()
+  })
+
+  t.test(`${backend}: at cursor -1 (after 2^32 - 1 records) an unfilled slot is waited for like any other`, (t) => {
+    // A reviewer's replay: -1 also meant "nothing found unfilled yet", so the slot at cursor -1 was
+    // skipped at first sight while its producer was still copying.
+    const { consumer, producer, fault, clock, claim, cells } = channel(t, backend)
+    clock.ms = 60_000
+    Atomics.store(cells, 0, -1)
+    Atomics.store(cells, 1, -1)
+    claim() // cursor -1, its producer copying
+    producer.send(fault('behind'))
+    t.same(consumer.drain(), [], 'the first drain waits for it')
+    clock.ms += STUCK_MS
+    t.same(consumer.drain().map((f) => f.labels.group), ['behind'], 'skipped at the limit, as any other')
     t.end()
   })
 

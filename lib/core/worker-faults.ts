@@ -15,20 +15,24 @@
 // has stayed unpublished for STUCK_MS of the main thread's clock is skipped (its count was already
 // taken). The limit is wall-clock time, not a number of drains: drains can follow each other within
 // microseconds (a loop of stats() calls) while a live worker sits preempted between its claim and
-// its publish on a busy machine, and its record must still arrive. Should a worker still finish its
-// copy after the skip, the record it garbles is dropped when it does not parse.
+// its publish on a busy machine, and its record must still arrive. A worker paused longer than that
+// that goes on after the skip finds its slot passed and leaves it alone: it looks at the read
+// cursor before its copy and before its publish, and publishes with a compare-and-swap from 0, so
+// that it cannot mark another record's slot as its own. Each slot also carries its cursor, written
+// after the text and checked after the text is read: a record that such a late copy lands over is
+// dropped (its count kept), never delivered as another, and the ring does not wait for it.
 import { FAULT_CODES, FaultRecord } from './faults'
 import { C_FAULT_CHANNEL, SLOTS_PER_CHUNK } from './layout'
 import { Memory } from './memory'
 
-/** Int32 cells of one ring slot: sequence + 1 when published (0 free), length, then 2 UTF-16 units per cell. */
+/** Int32 cells of one ring slot: sequence + 1 when published (0 free), length, the cursor, then 2 UTF-16 units per cell. */
 const SLOT_INTS = 256
 /** Slots per ring chunk (the chunks after the header chunk). */
 const SLOTS_PER_RING_CHUNK = (SLOTS_PER_CHUNK * 2) / SLOT_INTS
 const RING_CHUNKS = 8
 /** Records the ring holds (what one drain can deliver, at most): a power of two, so that slot = cursor mod it survives the cursor's wrap. */
 export const RING_SLOTS = SLOTS_PER_RING_CHUNK * RING_CHUNKS
-const MAX_TEXT = (SLOT_INTS - 2) * 2
+const MAX_TEXT = (SLOT_INTS - 3) * 2
 /** How long a claimed slot may stay unpublished before the consumer gives its producer up for dead. */
 export const STUCK_MS = 5000
 // The header chunk: Int32 cells [0] write cursor, [1] read cursor; BigInt64 cells [16 + code]
@@ -46,7 +50,8 @@ export class WorkerFaultChannel {
   readonly #ring: Int32Array[] = []
   readonly #now: () => number
   /** Consumer only: the read position found unpublished, since when, and what was suppressed so far. */
-  #stuck = -1
+  #stuck = 0
+  #isStuck = false
   #stuckSince = 0
   readonly #suppressedSeen = new Map<string, bigint>()
 
@@ -74,11 +79,13 @@ export class WorkerFaultChannel {
       }
       if (Atomics.compareExchange(cells, WRITE, write, (write + 1) | 0) !== write) continue
       const [slot, at] = this.#slot(write)
+      if (passed(cells, write)) return // skipped already (paused past STUCK_MS): the slot may be another's now
       slot[at + 1] = text.length
       for (let i = 0; i < text.length; i += 2) {
-        slot[at + 2 + i / 2] = text.charCodeAt(i) | ((i + 1 < text.length ? text.charCodeAt(i + 1) : 0) << 16)
+        slot[at + 3 + i / 2] = text.charCodeAt(i) | ((i + 1 < text.length ? text.charCodeAt(i + 1) : 0) << 16)
       }
-      Atomics.store(slot, at, (write + 1) | 0 || 1) // published last
+      slot[at + 2] = write // after the text: a copy that lands late over another record marks it as not that record
+      if (!passed(cells, write)) Atomics.compareExchange(slot, at, 0, (write + 1) | 0 || 1) // published last
       return
     }
   }
@@ -98,26 +105,31 @@ export class WorkerFaultChannel {
       if (Atomics.load(slot, at) !== ((read + 1) | 0 || 1)) {
         // Claimed, not published: a copy under way, or a worker that died in it.
         const now = this.#now()
-        if (this.#stuck !== read) {
+        if (!this.#isStuck || this.#stuck !== read) {
+          this.#isStuck = true
           this.#stuck = read
           this.#stuckSince = now
           break
         }
         if (now - this.#stuckSince < STUCK_MS) break
       } else {
-        const length = slot[at + 1]
+        const length = Math.min(slot[at + 1], MAX_TEXT)
         let text = ''
         for (let i = 0; i < length; i += 2) {
-          const pair = slot[at + 2 + i / 2]
+          const pair = slot[at + 3 + i / 2]
           text += String.fromCharCode(pair & 0xffff)
           if (i + 1 < length) text += String.fromCharCode(pair >>> 16)
         }
-        try {
-          out.push(JSON.parse(text) as FaultRecord)
-        } catch {
-          // Garbled by a late copy after the slot was skipped (see the header); its count was kept.
+        // Written over by a late copy after that slot was skipped (see the header): dropped; its count was kept.
+        if (Atomics.load(slot, at + 2) === read) {
+          try {
+            out.push(JSON.parse(text) as FaultRecord)
+          } catch {
+            // garbled as well
+          }
         }
       }
+      this.#isStuck = false
       Atomics.store(slot, at, 0)
       read = (read + 1) | 0
       Atomics.store(cells, READ, read)
@@ -177,6 +189,11 @@ export class WorkerFaultChannel {
     this.#cells = memory.chunkI32(k)
     return true
   }
+}
+
+/** Whether the consumer's read cursor has gone past `cursor` (its slot was taken or skipped). */
+function passed(cells: Int32Array, cursor: number): boolean {
+  return ((Atomics.load(cells, READ) - cursor) | 0) > 0
 }
 
 /** A cursor (an Int32 that wraps) as a non-negative position. */
