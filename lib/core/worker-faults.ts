@@ -13,7 +13,8 @@
 //
 // A worker terminated between claiming a slot and publishing it would stop the ring: a slot that
 // has stayed unpublished for STUCK_MS of the main thread's clock is skipped (its count was already
-// taken). The limit is wall-clock time, not a number of drains: drains can follow each other within
+// taken). Of a gap between two drains at most STUCK_GAP_MS counts: a longer one is the process
+// stopped as a whole, the worker with it. The limit is wall-clock time, not a number of drains: drains can follow each other within
 // microseconds (a loop of stats() calls) while a live worker sits preempted between its claim and
 // its publish on a busy machine, and its record must still arrive. A worker paused longer than that
 // that goes on after the skip finds its slot passed and leaves it alone: it looks at the read
@@ -35,6 +36,12 @@ export const RING_SLOTS = SLOTS_PER_RING_CHUNK * RING_CHUNKS
 const MAX_TEXT = (SLOT_INTS - 3) * 2
 /** How long a claimed slot may stay unpublished before the consumer gives its producer up for dead. */
 export const STUCK_MS = 5000
+/**
+ * The most one gap between two drains adds to a slot's wait: the drain timer runs every second, so
+ * a longer gap is the whole process stopped (SIGSTOP, a paused container or VM), during which the
+ * worker did not run either.
+ */
+export const STUCK_GAP_MS = 1000
 // The header chunk: Int32 cells [0] write cursor, [1] read cursor; BigInt64 cells [16 + code]
 // counts, [48 + code] suppressed (code = index in FAULT_CODES). Then RING_CHUNKS chunks of slots.
 const WRITE = 0
@@ -52,7 +59,8 @@ export class WorkerFaultChannel {
   /** Consumer only: the read position found unpublished, since when, and what was suppressed so far. */
   #stuck = 0
   #isStuck = false
-  #stuckSince = 0
+  #stuckFor = 0
+  #stuckSeenAt = 0
   readonly #suppressedSeen = new Map<string, bigint>()
 
   /** `now`: the consumer's monotonic clock in ms (a test moves it). */
@@ -108,10 +116,13 @@ export class WorkerFaultChannel {
         if (!this.#isStuck || this.#stuck !== read) {
           this.#isStuck = true
           this.#stuck = read
-          this.#stuckSince = now
+          this.#stuckFor = 0
+          this.#stuckSeenAt = now
           break
         }
-        if (now - this.#stuckSince < STUCK_MS) break
+        this.#stuckFor += Math.min(Math.max(now - this.#stuckSeenAt, 0), STUCK_GAP_MS)
+        this.#stuckSeenAt = now
+        if (this.#stuckFor < STUCK_MS) break
       } else {
         const length = Math.min(slot[at + 1], MAX_TEXT)
         let text = ''
