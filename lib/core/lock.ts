@@ -12,6 +12,12 @@ export interface HolderCheck {
  * evicted after holding the lock this long (a worker terminated mid-registration).
  */
 export const LOCK_STEAL_MS = 5000
+/**
+ * The most one gap between two of a waiter's looks adds to a hold's time (they come every
+ * ~0.05 ms): a longer gap is the process stopped as a whole (SIGSTOP, a paused VM), the holder
+ * with it, or the waiter kept off the CPU; it is not time the holder had to let go.
+ */
+export const LOCK_GAP_MS = 100
 /** How often a waiter asks whether the holder's thread still exists (a /proc read, ~20 µs). */
 const HOLDER_CHECK_MS = 10
 const sleeper = new Int32Array(new SharedArrayBuffer(4))
@@ -25,7 +31,8 @@ const sleeper = new Int32Array(new SharedArrayBuffer(4))
  * count, the Int32 cell `holds` (by default the one after the lock's), which every acquire() adds 1
  * to: a holder that lets go and takes the lock again between two of the waiter's tries shows the
  * same tag at both, but not the same count, and its clock starts again. Times are the waiter's
- * monotonic clock (performance.now() by default): a step of the wall clock evicts no one.
+ * monotonic clock (performance.now() by default): a step of the wall clock evicts no one; nor does
+ * a stop of the whole process (of a gap between two looks LOCK_GAP_MS counts at most).
  * Taking the lock over is safe: a registration or a removal publishes its work with one store (the
  * log's end; what a removal does after it, the next holder that catches up with the log does:
  * registry.ts); a group's call makes its writes after its last call, with no loop between
@@ -59,7 +66,8 @@ function contend(cells: Int32Array, index: number, tag: number, memory: HolderCh
   let spins = 0
   let seen = 0
   let seenHolds = 0
-  let seenSince = 0
+  let heldFor = 0 // the hold's time so far, as the waiter saw it (gaps capped at LOCK_GAP_MS)
+  let lastAt = 0
   let checkedAt = 0
   let state: ThreadState = 'unknown'
   for (;;) {
@@ -68,20 +76,24 @@ function contend(cells: Int32Array, index: number, tag: number, memory: HolderCh
     if (++spins < 200) continue
     const now = memory !== undefined ? memory.now() : performance.now()
     const count = Atomics.load(cells, holds)
+    const gap = Math.min(Math.max(now - lastAt, 0), LOCK_GAP_MS)
+    lastAt = now
     if (owner !== seen) {
       seen = owner
       seenHolds = count
-      seenSince = checkedAt = now
+      heldFor = 0
+      checkedAt = now
       state = 'unknown'
     } else if (count !== seenHolds) {
       seenHolds = count // the same holder, another hold: its clock starts again
-      seenSince = now
+      heldFor = 0
     } else {
+      heldFor += gap
       if (memory !== undefined && now - checkedAt >= HOLDER_CHECK_MS) {
         checkedAt = now
         state = memory.holderState(owner)
       }
-      if (state === 'gone' || (state === 'unknown' && now - seenSince > LOCK_STEAL_MS)) {
+      if (state === 'gone' || (state === 'unknown' && heldFor > LOCK_STEAL_MS)) {
         if (Atomics.compareExchange(cells, index, owner, tag) === owner) return true
       }
     }
