@@ -12,12 +12,13 @@
 //   and the log and listeners see at most RING_SLOTS records per drain plus a line per code.
 //
 // A worker terminated between claiming a slot and publishing it would stop the ring: a slot that
-// has stayed unpublished for STUCK_MS of the main thread's clock is skipped (its count was already
-// taken). Of a gap between two drains at most STUCK_GAP_MS counts: a longer one is the process
-// stopped as a whole, the worker with it. The limit is wall-clock time, not a number of drains: drains can follow each other within
-// microseconds (a loop of stats() calls) while a live worker sits preempted between its claim and
-// its publish on a busy machine, and its record must still arrive. A worker paused longer than that
-// that goes on after the skip finds its slot passed and leaves it alone: it looks at the read
+// has stayed unpublished for STUCK_MS of the main thread's monotonic clock is skipped (its count
+// was already taken). Of a gap between two drains at most STUCK_GAP_MS counts: a longer one is the
+// process stopped as a whole, the worker with it. The limit is time, not a number of drains:
+// drains can follow each other within microseconds (a loop of stats() calls) while a live worker
+// sits preempted between its claim and its publish on a busy machine, and its record must still
+// arrive. A worker paused longer than that that goes on after the skip finds its slot passed and
+// leaves it alone: it looks at the read
 // cursor before its copy and before its publish, and publishes with a compare-and-swap from 0, so
 // that it cannot mark another record's slot as its own. Each slot also carries its cursor, written
 // after the text and checked after the text is read: a record that such a late copy lands over is
