@@ -190,6 +190,21 @@ t.test('a stop of the whole process longer than 5 s does not evict a holder that
   t.end()
 })
 
+t.test('tryLock() counts a hold of the registration lock as lock() does', (t) => {
+  // A reviewer's finding: taking the lock through tryLock() left the hold count as it was, so
+  // holds taken that way again and again looked like one hold to a waiter.
+  const { C_LOCK_HOLDS } = require('../dist/core/layout')
+  const memory = new Memory(createArena('js'), true)
+  const before = memory.control[C_LOCK_HOLDS]
+  t.ok(memory.tryLock(), 'taken')
+  memory.unlock()
+  t.equal(memory.control[C_LOCK_HOLDS], (before + 1) | 0, 'one hold counted')
+  memory.lock()
+  memory.unlock()
+  t.equal(memory.control[C_LOCK_HOLDS], (before + 2) | 0, 'and one by lock()')
+  t.end()
+})
+
 t.test("a lock waiter's clock is monotonic: a step of the wall clock evicts no one", (t) => {
   const memory = new Memory(createArena('js'), true)
   const dateNow = Date.now

@@ -117,7 +117,7 @@ for (const backend of backends()) {
       }
       return out
     }
-    return { consumer, producer, fault, clock, claim, publish, cells, wait }
+    return { consumer, producer, fault, clock, claim, publish, cells, wait, slotOf }
   }
 
   t.test(`${backend}: a producer paused between its claim and its publish loses nothing, however many drains pass meanwhile`, (t) => {
@@ -168,6 +168,24 @@ for (const backend of backends()) {
     producer.send(fault('after'))
     t.same(consumer.drain().map((f) => f.labels.group), ['after'], 'the ring goes on')
     t.equal(consumer.counts().get('DLQ_WITHOUT_DROP'), RING_SLOTS + 3, 'every one counted (the first, the late, the lap, live, after)')
+    t.end()
+  })
+
+  t.test(`${backend}: the mark a worker skipped past STUCK_MS leaves when it goes on late does not cost the next lap's record`, (t) => {
+    // A reviewer's replay: a late worker's compare-and-swap from 0 landed after the skip freed its
+    // slot; a live worker one lap on then failed its own publish (the slot not 0), its record was
+    // lost, and the ring waited 5 s more for it.
+    const { consumer, producer, fault, claim, slotOf, wait } = channel(t, backend)
+    const late = claim()
+    t.same(consumer.drain(), [], 'the first drain waits for it')
+    t.same(wait(STUCK_MS), [], 'then skips it')
+    const [slot, at] = slotOf(late)
+    t.equal(Atomics.compareExchange(slot, at, 0, (late + 1) | 0 || 1), 0, "the late worker's publish lands on the freed slot")
+    for (let n = 0; n < RING_SLOTS - 1; n++) producer.send(fault(100 + n))
+    producer.send(fault('live')) // the late worker's slot, one lap on
+    const groups = consumer.drain().map((f) => f.labels.group)
+    t.equal(groups.length, RING_SLOTS, 'the lap and the live record arrive at once')
+    t.equal(groups[RING_SLOTS - 1], 'live', 'the live record last, in order')
     t.end()
   })
 

@@ -183,6 +183,7 @@ export class Memory {
     if (this.#lockDepth > 0) return ++this.#lockDepth > 0
     const tag = this.lockTag
     if (Atomics.compareExchange(this.control, C_LOCK, 0, tag) !== 0) return false
+    this.control[C_LOCK_HOLDS] = (this.control[C_LOCK_HOLDS] + 1) | 0 // a hold, as acquire() counts it (lock.ts)
     this.#heldTag = tag
     this.#lockDepth = 1
     return true

@@ -17,12 +17,14 @@
 // process stopped as a whole, the worker with it. The limit is time, not a number of drains:
 // drains can follow each other within microseconds (a loop of stats() calls) while a live worker
 // sits preempted between its claim and its publish on a busy machine, and its record must still
-// arrive. A worker paused longer than that that goes on after the skip finds its slot passed and
-// leaves it alone: it looks at the read
-// cursor before its copy and before its publish, and publishes with a compare-and-swap from 0, so
-// that it cannot mark another record's slot as its own. Each slot also carries its cursor, written
-// after the text and checked after the text is read: a record that such a late copy lands over is
-// dropped (its count kept), never delivered as another, and the ring does not wait for it.
+// arrive. A worker paused longer than that that goes on after the skip mostly leaves its slot
+// alone: it looks at the read cursor before its copy and before its publish, and publishes by
+// compare-and-swap over 0 or over an earlier lap's mark only, so a live worker's later lap both
+// replaces a mark such a late worker left and keeps its own. Each slot also carries its cursor,
+// written after the text and checked after the text is read: a record that a late copy landed on
+// before that read is dropped (its count kept). Not closed: a late copy still under way while the
+// consumer reads the slot a later lap published can be delivered in its place, or mixed with it
+// (a worker paused over 5 s inside its copy while 512 more records come: a debugger, swapping).
 import { FAULT_CODES, FaultRecord } from './faults'
 import { C_FAULT_CHANNEL, SLOTS_PER_CHUNK } from './layout'
 import { Memory } from './memory'
@@ -94,8 +96,14 @@ export class WorkerFaultChannel {
         slot[at + 3 + i / 2] = text.charCodeAt(i) | ((i + 1 < text.length ? text.charCodeAt(i + 1) : 0) << 16)
       }
       slot[at + 2] = write // after the text: a copy that lands late over another record marks it as not that record
-      if (!passed(cells, write)) Atomics.compareExchange(slot, at, 0, (write + 1) | 0 || 1) // published last
-      return
+      // Published last: over 0, or over the mark a worker skipped on an earlier lap left when it
+      // went on late (its cursor is before this one); never over a later lap's mark.
+      const mark = (write + 1) | 0 || 1
+      for (;;) {
+        const current = Atomics.load(slot, at)
+        if (passed(cells, write) || (current !== 0 && ((current - 1 - write) | 0) >= 0)) return
+        if (Atomics.compareExchange(slot, at, current, mark) === current) return
+      }
     }
   }
 
