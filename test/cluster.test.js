@@ -10,7 +10,7 @@ const path = require('node:path')
 const { execFile, spawn } = require('node:child_process')
 const { runCluster } = require('../dist/demo/cluster')
 
-const { sleep, waitFor } = require('./helpers')
+const { sleep, waitFor, signalAtFirstLine } = require('./helpers')
 
 async function until(what, ok, ms = 10_000) {
   const value = await waitFor(ok, ms)
@@ -109,23 +109,11 @@ t.test('mq-demo --nodes 3: Ctrl-C says what it stops and exits 0', async (t) => 
 t.test('mq-demo --nodes 3: a Ctrl-C while the nodes start stops them once started, not killed by the signal', async (t) => {
   // Before, the listener came after "press Ctrl-C to stop": a Ctrl-C before it (here: at the first
   // line, while the nodes start) took Node's default action and killed the demo, nothing closed.
+  // The child stops after its first line until the helper lets it go on, the signal sent meanwhile.
   const demo = path.join(__dirname, '..', 'dist', 'demo', 'demo.js')
-  // The child stops after its first line until the test lets it go on (fixtures/pause-after-first-line.js).
-  const pause = path.join(__dirname, 'fixtures', 'pause-after-first-line.js')
-  const child = spawn(process.execPath, ['-r', pause, demo, '--nodes', '3', '--port', '0'], { stdio: ['ignore', 'pipe', 'pipe', 'pipe'] })
-  t.teardown(() => { if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL') })
-  let stdout = ''
-  let stderr = ''
-  child.stdout.setEncoding('utf8').on('data', (d) => (stdout += d))
-  child.stderr.setEncoding('utf8').on('data', (d) => (stderr += d))
-  child.stdio[3].on('error', () => {}) // its end closes as the child exits
-  const exited = new Promise((resolve) => child.on('exit', (code, signal) => resolve({ code, signal })))
-  await until('the first line', () => stdout.startsWith('mq-demo: a cluster of 3 nodes'), 15_000)
-  t.notOk(stdout.includes('press Ctrl-C to stop'), 'signalled before the prompt')
-  child.kill('SIGINT')
-  await sleep(100) // the signal delivered to the child while it waits (a process killed by it exits meanwhile)
-  child.stdio[3].end('go')
-  const end = await Promise.race([exited, sleep(15_000).then(() => ({ code: 'hung' }))])
+  const { atSignal, stdout, stderr, end } = await signalAtFirstLine(t, [demo, '--nodes', '3', '--port', '0'], 'mq-demo: a cluster of 3 nodes', 'SIGINT')
+  t.ok(atSignal.startsWith('mq-demo: a cluster of 3 nodes'), 'its first line')
+  t.notOk(atSignal.includes('press Ctrl-C to stop'), 'signalled before the prompt')
   t.same(end, { code: 0, signal: null }, stderr)
   t.match(stdout, /\npress Ctrl-C to stop\nstopping \(SIGINT\): closing 3 nodes\.\.\.\nstopped: 3 nodes closed in \d+ ms\n$/, 'started, then stopped')
 })

@@ -7,7 +7,7 @@ const t = require('tap')
 const path = require('node:path')
 const net = require('node:net')
 const { spawn } = require('node:child_process')
-const { dist, withoutBackendWarning } = require('./helpers')
+const { dist, withoutBackendWarning, signalAtFirstLine } = require('./helpers')
 
 const DEMO = path.join(dist, 'demo', 'demo.js')
 const { runDemo, USAGE } = require(DEMO)
@@ -159,22 +159,9 @@ t.test('a SIGINT at its first line (before "press Ctrl-C to stop") stops it clea
   // between took Node's default action (killed, nothing drained or closed). The child stops after
   // its first line until the test lets it go on (fixtures/pause-after-first-line.js), and the
   // signal is sent meanwhile.
-  const pause = path.join(__dirname, 'fixtures', 'pause-after-first-line.js')
-  const child = spawn(process.execPath, ['-r', pause, DEMO, '--port', '0', '--topics', '2', '--rate', '1000'], { stdio: ['ignore', 'pipe', 'pipe', 'pipe'] })
-  t.teardown(() => { if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL') })
-  let stdout = ''
-  let stderr = ''
-  child.stdout.setEncoding('utf8').on('data', (d) => (stdout += d))
-  child.stderr.setEncoding('utf8').on('data', (d) => (stderr += d))
-  child.stdio[3].on('error', () => {}) // its end closes as the child exits
-  const exited = new Promise((resolve) => child.on('exit', (code, signal) => resolve({ code, signal })))
-  for (const end = Date.now() + 15_000; !stdout.startsWith('mq-demo: simulated broker') && Date.now() < end;) await new Promise((r) => setTimeout(r, 10))
-  t.match(stdout, /^mq-demo: simulated broker/, 'its first line')
-  t.notOk(stdout.includes('press Ctrl-C to stop'), 'signalled before the prompt')
-  child.kill('SIGINT')
-  await new Promise((r) => setTimeout(r, 100)) // delivered while it waits (a process killed by it exits meanwhile)
-  child.stdio[3].end('go')
-  const end = await Promise.race([exited, new Promise((r) => setTimeout(() => r({ code: 'hung' }), 20_000))])
+  const { atSignal, stdout, stderr, end } = await signalAtFirstLine(t, [DEMO, '--port', '0', '--topics', '2', '--rate', '1000'], 'mq-demo: simulated broker', 'SIGINT')
+  t.match(atSignal, /^mq-demo: simulated broker/, 'its first line')
+  t.notOk(atSignal.includes('press Ctrl-C to stop'), 'signalled before the prompt')
   t.same(end, { code: 0, signal: null }, stderr)
   t.match(stdout, /press Ctrl-C to stop\n(.*\n)*stopping \(SIGINT\)/, 'it started, then says why it stops')
   t.match(stdout, /conservation: residual 0 in every group/, 'after draining')

@@ -203,7 +203,33 @@ function withoutBackendWarning(stderr) {
   return stderr.replace(/^\(node:\d+\) \[MQ_METRICS_NO_NATIVE_CORE\] Warning: .*\n(\(Use `node --trace-warnings .*\n)?/m, '')
 }
 
-module.exports = { withoutBackendWarning, lib, dist, backends, surfaceOn, faultsOf, topicNumbers, prng, within, jsonFromChild, request, sleep, waitFor, steppingClock, shiftedDateNow }
+/**
+ * Runs `node <args>` held after its first line of stdout (fixtures/pause-after-first-line.js), waits
+ * (up to 15 s) for a first line starting with `firstLine`, sends `signal` while the child waits
+ * there, lets it go on and waits (up to 20 s) for it to end. Resolves with the stdout seen when the
+ * signal went, the whole stdout and stderr, and how it ended ({ code, signal }, or code 'hung').
+ */
+async function signalAtFirstLine(t, args, firstLine, signal) {
+  const { spawn } = require('node:child_process')
+  const pause = path.join(__dirname, 'fixtures', 'pause-after-first-line.js')
+  const child = spawn(process.execPath, ['-r', pause, ...args], { stdio: ['ignore', 'pipe', 'pipe', 'pipe'] })
+  t.teardown(() => { if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL') })
+  let stdout = ''
+  let stderr = ''
+  child.stdout.setEncoding('utf8').on('data', (d) => (stdout += d))
+  child.stderr.setEncoding('utf8').on('data', (d) => (stderr += d))
+  child.stdio[3].on('error', () => {}) // its end closes as the child exits
+  const exited = new Promise((resolve) => child.on('exit', (code, signal) => resolve({ code, signal })))
+  for (const end = Date.now() + 15_000; !stdout.startsWith(firstLine) && Date.now() < end;) await sleep(10)
+  const atSignal = stdout
+  child.kill(signal)
+  await sleep(100) // delivered while the child waits (a process killed by it exits meanwhile)
+  child.stdio[3].end('go')
+  const end = await Promise.race([exited, sleep(20_000).then(() => ({ code: 'hung' }))])
+  return { atSignal, stdout, stderr, end }
+}
+
+module.exports = { signalAtFirstLine, withoutBackendWarning, lib, dist, backends, surfaceOn, faultsOf, topicNumbers, prng, within, jsonFromChild, request, sleep, waitFor, steppingClock, shiftedDateNow }
 
 /**
  * A worker thread that makes the calls a test scripts, one at a time: `await worker.call('t', 'g',
