@@ -78,14 +78,26 @@ for (const backend of backends()) {
     t.ok(after.chunks - before.chunks <= 3 * (after.threadRows - before.threadRows), `the channel took no more memory for 50,000 more faults (${after.chunks - before.chunks} chunks for ${after.threadRows - before.threadRows} new rows)`)
   })
 
-  /** A consumer and a producer on one arena, the consumer on a clock the test moves, and a way to claim a slot without publishing it. */
+  /**
+   * A consumer and a producer on one arena, the consumer on a clock the test moves, and a way to
+   * claim a slot without publishing it. `producerOf(tid)`: another producer, a thread of its own
+   * (its own lock tag); every producer asks `states` whether a tag's thread runs ('alive' if unset).
+   */
   function channel(t, backend) {
     const arena = createArena(backend)
     const main = new Memory(arena, true)
     main.claimRow({ tid: 1, start: 1 })
     const clock = { ms: 1000 }
+    const states = new Map()
     const consumer = new WorkerFaultChannel(main, () => clock.ms)
-    const producer = new WorkerFaultChannel(new Memory(arena, false))
+    const producerOf = (tid) => {
+      const memory = new Memory(arena, false)
+      memory.claimRow({ tid, start: tid })
+      const producer = new WorkerFaultChannel(memory, undefined, (tag) => states.get(tag) ?? 'alive')
+      producer.tag = memory.lockTag
+      return producer
+    }
+    const producer = producerOf(2)
     const fault = (n) => ({ code: 'DLQ_WITHOUT_DROP', metric: 'mq_topic_messages_dlq_total', labels: { topic: 't', group: String(n) }, previous: 0, attempted: 1, at: 'now' })
     producer.send(fault(0)) // allocates the channel
     t.same(consumer.drain().map((f) => f.labels.group), ['0'], 'the channel carries a record')
@@ -105,7 +117,7 @@ for (const backend of backends()) {
       const text = JSON.stringify(record)
       slot[at + 1] = text.length
       slot[at + 2] = cursor
-      for (let i = 0; i < text.length; i += 2) slot[at + 3 + i / 2] = text.charCodeAt(i) | ((i + 1 < text.length ? text.charCodeAt(i + 1) : 0) << 16)
+      for (let i = 0; i < text.length; i += 2) slot[at + 4 + i / 2] = text.charCodeAt(i) | ((i + 1 < text.length ? text.charCodeAt(i + 1) : 0) << 16)
       Atomics.store(slot, at, (cursor + 1) | 0 || 1)
     }
     /** `ms` of the consumer's clock passing, drained every STUCK_GAP_MS at most (as its timer does): what those drains delivered. */
@@ -117,7 +129,7 @@ for (const backend of backends()) {
       }
       return out
     }
-    return { consumer, producer, fault, clock, claim, publish, cells, wait, slotOf }
+    return { consumer, producer, producerOf, states, fault, clock, claim, publish, cells, wait, slotOf }
   }
 
   t.test(`${backend}: a producer paused between its claim and its publish loses nothing, however many drains pass meanwhile`, (t) => {
@@ -138,36 +150,88 @@ for (const backend of backends()) {
     t.end()
   })
 
+  /** `records`' groups, and what their FAULTS_SUPPRESSED summaries stand for (0 if none). */
+  const split = (records) => ({
+    groups: records.filter((f) => f.code !== 'FAULTS_SUPPRESSED').map((f) => f.labels.group),
+    suppressed: records.filter((f) => f.code === 'FAULTS_SUPPRESSED').reduce((sum, f) => sum + f.attempted, 0),
+  })
+
   t.test(`${backend}: a producer paused past STUCK_MS inside its copy, lapped meanwhile, neither stalls the ring nor passes its record off as another's`, (t) => {
-    // A reviewer's replay of the fix above: the skipped producer's late copy and publish landed on
-    // the slot a live producer had taken on the ring's next lap; the ring then waited 5 s more for
-    // it, and a late copy could be delivered as the live producer's record. The copy loop is the
-    // only caller of String.prototype.charCodeAt in send(): the test pauses the producer there.
-    const { consumer, producer, fault, wait } = channel(t, backend)
+    // Reviewers' replays. Before the first fix the skipped producer's late copy and publish landed
+    // on the slot a live producer had taken on the ring's next lap: the ring waited 5 s more for it,
+    // and a late copy could be delivered as the live producer's record. Before the second (the
+    // slot's writer cell), a consumer that read the live record while the late copy was still
+    // under way, its text written but not its cursor, delivered the late record in the live one's
+    // place. The copy loop is the only caller of String.prototype.charCodeAt in send(): the test
+    // pauses the late producer there, at its first character and again at its last.
+    const { consumer, producer, producerOf, fault, wait } = channel(t, backend)
+    const live = producerOf(3)
+    const late = fault('late') // the same length of text as 'live', the same last characters
+    const length = JSON.stringify(late).length
     const charCodeAt = String.prototype.charCodeAt
-    let pausing = true
+    let calls = 0
+    let read
     String.prototype.charCodeAt = function (i) {
-      if (pausing) {
-        pausing = false
+      calls++
+      if (calls === 1) {
         // Paused inside its copy: the consumer waits STUCK_MS, skips the slot, and the ring laps it.
         t.same(consumer.drain(), [], 'the consumer waits for the paused copy')
         t.same(wait(STUCK_MS), [], 'then skips it')
-        for (let n = 0; n < RING_SLOTS - 1; n++) producer.send(fault(100 + n))
-        producer.send(fault('live')) // the paused producer's slot, one lap on: published
+        String.prototype.charCodeAt = charCodeAt
+        for (let n = 0; n < RING_SLOTS - 1; n++) live.send(fault(100 + n))
+        live.send(fault('live')) // the paused producer's slot, one lap on
+        String.prototype.charCodeAt = hook
+      } else if (calls === length) {
+        // Paused again, its text nearly all written over the slot: the consumer reads now.
+        String.prototype.charCodeAt = charCodeAt
+        read = split(consumer.drain())
+        String.prototype.charCodeAt = hook
       }
       return charCodeAt.call(this, i)
     }
+    const hook = String.prototype.charCodeAt
     try {
-      producer.send(fault('late')) // the same length of text as 'live'
+      producer.send(late)
     } finally {
       String.prototype.charCodeAt = charCodeAt
     }
-    const groups = consumer.drain().map((f) => f.labels.group)
-    t.equal(groups.length, RING_SLOTS - 1, 'the lap arrives at once: no wait for the slot the late copy landed on')
-    t.notOk(groups.includes('late'), 'the late copy is not delivered as the live record')
-    producer.send(fault('after'))
-    t.same(consumer.drain().map((f) => f.labels.group), ['after'], 'the ring goes on')
-    t.equal(consumer.counts().get('DLQ_WITHOUT_DROP'), RING_SLOTS + 3, 'every one counted (the first, the late, the lap, live, after)')
+    t.equal(calls, length, 'the copy was paused twice')
+    t.equal(read.groups.length, RING_SLOTS - 1, 'the lap arrives at once: no wait for the slot the late copy is in')
+    t.notOk(read.groups.includes('late'), 'the late copy is not delivered as the live record')
+    t.notOk(read.groups.includes('live'), 'nor is the live record, whose slot the late copy holds (mixed text)')
+    t.equal(read.suppressed, 1, 'the live record, given up, is in a summary')
+    t.same(split(consumer.drain()), { groups: [], suppressed: 1 }, 'and the late one, which found itself passed')
+    for (let n = 0; n < RING_SLOTS - 1; n++) live.send(fault(700 + n))
+    live.send(fault('next lap'))
+    t.equal(split(consumer.drain()).groups[RING_SLOTS - 1], 'next lap', 'the late worker let the slot go: the next lap delivers there again')
+    t.equal(consumer.counts().get('DLQ_WITHOUT_DROP'), 2 * RING_SLOTS + 2, 'every one counted (the first, the late, the lap, live, the next lap)')
+    t.end()
+  })
+
+  t.test(`${backend}: a slot whose writer was terminated inside its copy is taken over; one whose writer cannot be told gone is given up, each record counted`, (t) => {
+    const { consumer, producer, states, fault, claim, slotOf, wait } = channel(t, backend)
+    const lap = (name) => {
+      for (let n = 0; n < RING_SLOTS - 1; n++) producer.send(fault(n))
+      producer.send(fault(name))
+      return split(consumer.drain())
+    }
+    // A worker claims the slot after the next one, takes its writer cell, and is terminated there.
+    const dead = claim()
+    const [slot, at] = slotOf(dead)
+    Atomics.store(slot, at + 3, 77)
+    t.same(consumer.drain(), [], 'the consumer waits for it')
+    t.same(wait(STUCK_MS), [], 'then skips it')
+    const unknown = lap('unknown')
+    t.equal(unknown.groups.length, RING_SLOTS - 1, 'the lap arrives at once')
+    t.notOk(unknown.groups.includes('unknown'), 'a writer that cannot be told gone: the record in its slot is given up')
+    t.equal(unknown.suppressed, 1, 'and summarised')
+    t.equal(Atomics.load(slot, at + 3), 77, 'the writer cell is left to it')
+    states.set(77, 'gone')
+    const after = lap('taken over')
+    t.equal(after.groups[RING_SLOTS - 1], 'taken over', 'once its thread is known gone, the slot is taken over')
+    t.equal(after.suppressed, 0, 'nothing given up')
+    t.equal(Atomics.load(slot, at + 3), 0, 'and let go after the copy')
+    t.equal(consumer.counts().get('DLQ_WITHOUT_DROP'), 2 * RING_SLOTS + 1, 'counted: the first, both laps')
     t.end()
   })
 

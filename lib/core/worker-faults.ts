@@ -17,26 +17,36 @@
 // process stopped as a whole, the worker with it. The limit is time, not a number of drains:
 // drains can follow each other within microseconds (a loop of stats() calls) while a live worker
 // sits preempted between its claim and its publish on a busy machine, and its record must still
-// arrive. A worker paused longer than that that goes on after the skip mostly leaves its slot
-// alone: it looks at the read cursor before its copy and before its publish, and publishes by
-// compare-and-swap over 0 or over an earlier lap's mark only, so a live worker's later lap both
-// replaces a mark such a late worker left and keeps its own. Each slot also carries its cursor,
-// written after the text and checked after the text is read: a record that a late copy landed on
-// before that read is dropped (its count kept). Not closed: a late copy still under way while the
-// consumer reads the slot a later lap published can be delivered in its place, or mixed with it
-// (a worker paused over 5 s inside its copy while 512 more records come: a debugger, swapping).
+// arrive.
+//
+// A worker paused longer than that (a debugger, swapping) may go on after the skip, once the ring
+// has come round to its slot again. So a slot's text has a writer: a worker takes the slot's
+// writer cell (compare-and-swap from 0, its lock tag) before it copies and lets go after the copy,
+// before it publishes. A worker that finds the cell held, by a late worker of an earlier lap, gives
+// its record up (counted as suppressed) and publishes its mark without text; the consumer drops a
+// record whose cursor cell (written by the writer after the text) is not its own. A text is thus
+// written by one worker at a time, and only by one whose cursor the consumer has not passed (it
+// looks after taking the cell): a later lap's record is never overwritten, mixed or impersonated
+// while the consumer reads it. A writer cell held by a thread that is gone (terminated inside its
+// copy) is taken over; where that cannot be told (no /proc), the slot's later records are given up,
+// each counted. A late worker publishes by compare-and-swap over 0 or over an earlier lap's mark
+// only, so it never costs a later lap its mark; it counts its record as suppressed when it finds
+// itself passed. What is left: a late worker that looked just before the skip and publishes just
+// after it loses its record uncounted as suppressed (its code's count has it).
 import { FAULT_CODES, FaultRecord } from './faults'
 import { C_FAULT_CHANNEL, SLOTS_PER_CHUNK } from './layout'
 import { Memory } from './memory'
+import type { ThreadState } from './threads'
 
-/** Int32 cells of one ring slot: sequence + 1 when published (0 free), length, the cursor, then 2 UTF-16 units per cell. */
+/** Int32 cells of one ring slot: sequence + 1 when published (0 free), length, the cursor, the writer's tag (0 none), then 2 UTF-16 units per cell. */
 const SLOT_INTS = 256
 /** Slots per ring chunk (the chunks after the header chunk). */
 const SLOTS_PER_RING_CHUNK = (SLOTS_PER_CHUNK * 2) / SLOT_INTS
 const RING_CHUNKS = 8
 /** Records the ring holds (what one drain can deliver, at most): a power of two, so that slot = cursor mod it survives the cursor's wrap. */
 export const RING_SLOTS = SLOTS_PER_RING_CHUNK * RING_CHUNKS
-const MAX_TEXT = (SLOT_INTS - 3) * 2
+const TEXT = 4
+const MAX_TEXT = (SLOT_INTS - TEXT) * 2
 /** How long a claimed slot may stay unpublished before the consumer gives its producer up for dead. */
 export const STUCK_MS = 5000
 /**
@@ -59,6 +69,7 @@ export class WorkerFaultChannel {
   #wide: BigInt64Array | undefined
   readonly #ring: Int32Array[] = []
   readonly #now: () => number
+  readonly #holderState: (tag: number) => ThreadState
   /** Consumer only: the read position found unpublished, since when, and what was suppressed so far. */
   #stuck = 0
   #isStuck = false
@@ -66,10 +77,14 @@ export class WorkerFaultChannel {
   #stuckSeenAt = 0
   readonly #suppressedSeen = new Map<string, bigint>()
 
-  /** `now`: the consumer's monotonic clock in ms (a test moves it). */
-  constructor(memory: Memory, now: () => number = () => performance.now()) {
+  /**
+   * `now`: the consumer's monotonic clock in ms; `holderState`: whether the thread of a lock tag
+   * runs (Memory.holderState). Parameters so that a test can move the one and answer the other.
+   */
+  constructor(memory: Memory, now: () => number = () => performance.now(), holderState: (tag: number) => ThreadState = (tag) => memory.holderState(tag)) {
     this.#memory = memory
     this.#now = now
+    this.#holderState = holderState
   }
 
   /** A worker's fault: counted at once, queued for the main thread while the ring has room. */
@@ -90,20 +105,38 @@ export class WorkerFaultChannel {
       }
       if (Atomics.compareExchange(cells, WRITE, write, (write + 1) | 0) !== write) continue
       const [slot, at] = this.#slot(write)
-      if (passed(cells, write)) return // skipped already (paused past STUCK_MS): the slot may be another's now
+      // Skipped already (paused past STUCK_MS): the slot may be another's now.
+      if (passed(cells, write)) return void Atomics.add(wide, SUPPRESSED + code, 1n)
+      const tag = this.#memory.lockTag
+      if (!this.#takeWriter(slot, at, tag)) {
+        // A late worker of an earlier lap is copying here: its text, not this record's, may be in
+        // the slot. The mark alone, so that the consumer goes on without waiting (and drops it).
+        Atomics.add(wide, SUPPRESSED + code, 1n)
+        publish(cells, slot, at, write)
+        return
+      }
+      if (passed(cells, write)) {
+        Atomics.compareExchange(slot, at + 3, tag, 0)
+        return void Atomics.add(wide, SUPPRESSED + code, 1n)
+      }
       slot[at + 1] = text.length
       for (let i = 0; i < text.length; i += 2) {
-        slot[at + 3 + i / 2] = text.charCodeAt(i) | ((i + 1 < text.length ? text.charCodeAt(i + 1) : 0) << 16)
+        slot[at + TEXT + i / 2] = text.charCodeAt(i) | ((i + 1 < text.length ? text.charCodeAt(i + 1) : 0) << 16)
       }
-      slot[at + 2] = write // after the text: a copy that lands late over another record marks it as not that record
-      // Published last: over 0, or over the mark a worker skipped on an earlier lap left when it
-      // went on late (its cursor is before this one); never over a later lap's mark.
-      const mark = (write + 1) | 0 || 1
-      for (;;) {
-        const current = Atomics.load(slot, at)
-        if (passed(cells, write) || (current !== 0 && ((current - 1 - write) | 0) >= 0)) return
-        if (Atomics.compareExchange(slot, at, current, mark) === current) return
-      }
+      slot[at + 2] = write // after the text: the consumer drops a record whose cursor is not its own
+      Atomics.compareExchange(slot, at + 3, tag, 0) // before the publish: a held cell means a copy under way
+      if (!publish(cells, slot, at, write)) Atomics.add(wide, SUPPRESSED + code, 1n)
+      return
+    }
+  }
+
+  /** Takes the slot's writer cell: free, or held by a thread that is gone. false: a live (or unknown) late worker holds it. */
+  #takeWriter(slot: Int32Array, at: number, tag: number): boolean {
+    for (;;) {
+      const writer = Atomics.compareExchange(slot, at + 3, 0, tag)
+      if (writer === 0) return true
+      if (writer === tag || this.#holderState(writer) !== 'gone') return false
+      if (Atomics.compareExchange(slot, at + 3, writer, tag) === writer) return true
     }
   }
 
@@ -136,11 +169,11 @@ export class WorkerFaultChannel {
         const length = Math.min(slot[at + 1], MAX_TEXT)
         let text = ''
         for (let i = 0; i < length; i += 2) {
-          const pair = slot[at + 3 + i / 2]
+          const pair = slot[at + TEXT + i / 2]
           text += String.fromCharCode(pair & 0xffff)
           if (i + 1 < length) text += String.fromCharCode(pair >>> 16)
         }
-        // Written over by a late copy after that slot was skipped (see the header): dropped; its count was kept.
+        // A mark without its text (its worker gave it up, see the header): dropped; counted as suppressed.
         if (Atomics.load(slot, at + 2) === read) {
           try {
             out.push(JSON.parse(text) as FaultRecord)
@@ -208,6 +241,20 @@ export class WorkerFaultChannel {
     this.#wide = memory.chunkI64(k)
     this.#cells = memory.chunkI32(k)
     return true
+  }
+}
+
+/**
+ * Publishes the record of `cursor` by storing its mark last: over 0, or over the mark a worker
+ * skipped on an earlier lap left when it went on late (its cursor is before this one); never over
+ * a later lap's mark, nor once the consumer has passed `cursor`. false: not published.
+ */
+function publish(cells: Int32Array, slot: Int32Array, at: number, cursor: number): boolean {
+  const mark = (cursor + 1) | 0 || 1
+  for (;;) {
+    const current = Atomics.load(slot, at)
+    if (passed(cells, cursor) || (current !== 0 && ((current - 1 - cursor) | 0) >= 0)) return false
+    if (Atomics.compareExchange(slot, at, current, mark) === current) return true
   }
 }
 
