@@ -154,3 +154,15 @@ t.test('every Prometheus configuration and rule group in the docs passes promtoo
   }
   t.ok(checked >= 5, `${checked} blocks checked`)
 })
+
+t.test('every relative link in README.md, CHANGELOG.md, docs/ and the aedes example resolves in the repository', (t) => {
+  // The installed package's are checked by CI's package step (.ci/steps/60-package-install.sh).
+  const { brokenLinks } = require('../scripts/check-links')
+  t.same(brokenLinks(root), [], 'no broken link')
+  const scratch = fs.mkdtempSync(path.join(project, 'links-'))
+  fs.mkdirSync(path.join(scratch, 'docs'))
+  fs.writeFileSync(path.join(scratch, 'README.md'), 'See [the guide](docs/guide.md#start), [gone](docs/gone.md), [a site](https://example.com/x.md), `[code](nowhere.md)` and [here](#top).\n')
+  fs.writeFileSync(path.join(scratch, 'docs', 'guide.md'), '[back](../README.md) [missing](../examples/demo/)\n')
+  t.same(brokenLinks(scratch), ['README.md: docs/gone.md', 'docs/guide.md: ../examples/demo/'], 'the check finds a broken link, and only those')
+  t.end()
+})

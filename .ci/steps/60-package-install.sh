@@ -127,6 +127,12 @@ scenario () { # scenario NAME TARBALL PATH EXPECTED-BACKEND WARNINGS [NPM-FLAG]
 }
 
 scenario "a. no compiler" "$tarball" "$nocc" native 0
+# The README and docs as an installed package holds them: every relative link resolves there.
+if node scripts/check-links.js "$work/a. no compiler/node_modules/mq-metrics" > "$work/links.log" 2>&1; then
+  point ok "a: every relative link in the installed package's README.md, CHANGELOG.md and docs/ resolves in it"
+else
+  point fail "a: a relative link in the installed package's README.md, CHANGELOG.md or docs/ does not resolve in it" "$work/links.log"
+fi
 scenario "b. no prebuilt binary, a compiler" "$stripped" "$PATH" native 0
 if grep -q 'native core built from source' "$work/b. no prebuilt binary, a compiler/install.log"; then
   point ok "b: the install script built the addon from source in the user's project"
