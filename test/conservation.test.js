@@ -49,6 +49,7 @@ function topicSnapshot(topic, overrides = {}) {
       retries: g.retries,
       inFlight: g.inFlight,
       settledPerMessage: g.settledPerMessage ?? false,
+      inFlightBounded: g.inFlightBounded ?? g.settledPerMessage ?? false, // no ackFloor() moved a floor of it
       maxInFlight: 1000,
       lag: Math.max(0, ...behind),
       depth: sum(behind),

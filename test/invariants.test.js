@@ -15,7 +15,9 @@ async function overSettled(t, backend) {
   const faults = faultsOf(surface, { ignore: ['CONSERVATION_BROKEN'] })
   const a = await scriptedWorker(surface)
   t.teardown(() => a.close())
-  const group = surface.topic('t').group('g')
+  const topic = surface.topic('t')
+  const group = topic.group('g')
+  topic.append(0, 10, 20) // what is dispatched is produced first (more in flight than produced is IN_FLIGHT_EXCEEDS_DEPTH)
   group.dispatch(4)
   await a.call('t', 'g', 'dispatch', 2) // A's own share: 2
   await a.call('t', 'g', 'dropped', 4) // beyond its share: checked across threads (6 in flight), A's share −2, Σ = 2

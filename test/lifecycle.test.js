@@ -474,6 +474,54 @@ for (const backend of backends()) {
     t.same([faults.length, conservation(s, 'orders', 'g').in_flight], [1, 1], 'one episode; the excess stays')
   })
 
+  t.test(`${backend}: a group settled per message on some partitions, whose other floors no ackFloor() moved, is held to in_flight ≤ depth too`, async (t) => {
+    // Before, only a group with a window on every partition was checked: a partition another group
+    // registered (its ackFloor() on an empty partition) was enough to leave a mistaken dispatch()
+    // in flight for good, with no fault.
+    const s = surfaceOn(t, backend)
+    const faults = faultsOf(s)
+    const topic = s.topic('orders')
+    const g = topic.group('billing')
+    topic.group('audit').ackFloor(1, 0) // partition 1 registered, empty: billing has no window there
+    topic.append(0, 1, 2)
+    t.ok(g.dispatch(1), 'accepted: partition 1 has no window of the group')
+    for (const seq of [1, 2]) g.send(0, seq), g.settle(0, seq, 'delivered')
+    t.same([g.inFlight(), g.floor(0), g.floor(1)], [1, 2, 0], 'everything settled, the dispatch() still in flight')
+    const row = conservation(s, 'orders', 'billing')
+    t.same([row.residual, row.depth, row.in_flight, row.in_flight_within_depth], [0, 0, 1, false], 'the identity holds; the bound does not')
+    t.match(faults, [{ code: 'IN_FLIGHT_EXCEEDS_DEPTH', labels: { topic: 'orders', group: 'billing' }, previous: 0, attempted: 1 }])
+    s.render()
+    t.equal(faults.length, 1, 'once per episode')
+    // The same holds for a group kept by floor that has not moved a floor yet: more in flight than
+    // was ever produced.
+    const early = s.topic('early').group('g')
+    t.ok(early.dispatch(2), 'dispatched before anything was produced')
+    t.same(conservation(s, 'early', 'g').in_flight_within_depth, false)
+    t.same(codes(faults), ['IN_FLIGHT_EXCEEDS_DEPTH', 'IN_FLIGHT_EXCEEDS_DEPTH'])
+  })
+
+  t.test(`${backend}: a group whose floor ackFloor() moved, in any thread, is not held to in_flight ≤ depth: its ackFloor() comes before its delivered()`, async (t) => {
+    const s = surfaceOn(t, backend)
+    const faults = faultsOf(s)
+    const topic = s.topic('orders')
+    const g = topic.group('billing')
+    topic.append(0, 1)
+    topic.append(1, 1, 2)
+    g.send(0, 1)
+    g.settle(0, 1, 'delivered') // partition 0 settled per message
+    t.ok(g.dispatch(2), 'partition 1 kept by floor')
+    t.same(conservation(s, 'orders', 'billing').in_flight_within_depth, true, 'checked until a floor moves: 2 in flight, 2 owed')
+    const worker = await scriptedWorker(s)
+    t.teardown(() => worker.close())
+    t.equal(await worker.call('orders', 'billing', 'ackFloor', 1, 2), true, "a worker's ackFloor(), its delivered() not yet made")
+    const row = conservation(s, 'orders', 'billing')
+    t.same([row.depth, row.in_flight, row.in_flight_within_depth], [0, 2, null], 'in flight above what is owed for now: no verdict')
+    s.render()
+    g.delivered(2)
+    t.same(conservation(s, 'orders', 'billing').residual, 0)
+    t.same(codes(faults), [], 'no fault at any point')
+  })
+
   t.test(`${backend}: IN_FLIGHT_KEPT_BY_SEND counts the partitions and windows other threads registered`, async (t) => {
     const s = surfaceOn(t, backend)
     const topic = s.topic('orders')

@@ -13,7 +13,7 @@ const U64_MAX = 2n ** 64n - 1n
 const ALLOWED = 'topics, partitions, groups, quorum, latency, conservation, faults, collisions, config'
 
 function group(name, label, values) {
-  return { name, label, delivered: 0, dropped: 0, dlq: 0, retries: 0, inFlight: 0, maxInFlight: 1000, lag: 0, depth: 0, ackFloors: [], settledPerMessage: false, start: 0, key: {}, ...values }
+  return { name, label, delivered: 0, dropped: 0, dlq: 0, retries: 0, inFlight: 0, maxInFlight: 1000, lag: 0, depth: 0, ackFloors: [], settledPerMessage: false, inFlightBounded: false, start: 0, key: {}, ...values }
 }
 
 // Two raw topic names share the label `a_b`; in each, two raw group names share the label `g_1`.

@@ -16,9 +16,10 @@
 // a group settled per message, and above in_flight for a floor-level one.
 //
 // The same check holds in_flight to what the group owes (design §5): every message in flight is
-// one it has not settled, so in_flight ≤ depth_g. Only for a group settled per message on every
-// partition: its floors and in_flight move together under its lock, while a floor-level broker's
-// ackFloor() precedes its delivered() and a worker can be caught between them. A quiet re-read
+// one it has not settled, so in_flight ≤ depth_g. Only for a group none of whose floors ackFloor()
+// has moved (GroupSnapshot.inFlightBounded; entities.ts G_FLOOR_MOVED_INT32): a floor-level
+// broker's ackFloor() precedes its delivered() and a worker can be caught between them, while a
+// group settled per message moves its floors and in_flight together under its lock. A quiet re-read
 // (the same numbers, nothing being written) with more in flight than owed is
 // `IN_FLIGHT_EXCEEDS_DEPTH`: a message counted in flight twice (dispatch() and send() before the
 // group's windows existed, docs/integration.md) or a dispatch() no settlement will ever end (a
@@ -110,8 +111,8 @@ export interface ConservationGroup {
   in_flight: number
   /**
    * design §4: what is in flight is owed. false when a re-read confirmed in_flight > depth (the
-   * IN_FLIGHT_EXCEEDS_DEPTH condition); null for a group not settled per message on every
-   * partition, which is not checked (a floor moves before its delivered()).
+   * IN_FLIGHT_EXCEEDS_DEPTH condition); null for a group not checked: one whose floor ackFloor()
+   * has moved (such a floor moves before its delivered()).
    */
   in_flight_within_depth: boolean | null
 }
@@ -261,7 +262,7 @@ export class ConservationChecker {
     // side of it). The episode ends when nothing is in flight: until then a count stuck above what
     // is owed is one episode, however often a backlog hides it.
     let within: boolean | null = null
-    if (group.settledPerMessage) {
+    if (group.inFlightBounded) {
       const over = group.inFlight > group.depth
       within = true
       if (over || (group.inFlight === 0 && this.#episodes.open(group, Episode.InFlight))) {
@@ -328,6 +329,7 @@ function sameNumbers(topic: TopicSnapshot, group: GroupSnapshot, fresh: TopicSna
     again !== undefined &&
     again.inFlight === group.inFlight &&
     again.settledPerMessage === group.settledPerMessage &&
+    again.inFlightBounded === group.inFlightBounded &&
     countEquals(again.delivered, group.delivered) &&
     countEquals(again.dropped, group.dropped) &&
     again.depth === group.depth

@@ -55,6 +55,15 @@ export const T_PARTITIONS = 1
 export const T_GROUP_LEFT = 2
 export const G_WINDOWED = 3
 /**
+ * Shared row, as the Int32 cell after G_WINDOWED's (the upper half of its slot): 1 once ackFloor()
+ * has moved the group's floor on a partition (one it does not settle per message); 0 before. Only
+ * such a floor moves ahead of the counts that go with it (ackFloor() before delivered()), so a
+ * group without it never shows more in flight than it owes except by a mistake: the conservation
+ * check holds it to in_flight ≤ depth (conservation.ts). Set before the floor is written, never
+ * cleared while the group lives.
+ */
+export const G_FLOOR_MOVED_INT32 = 1
+/**
  * A settlement window's header: a block of its own (W_HEADER slots, shared row only), apart from
  * the window's bits, so that a window's block is its bits alone (a whole number of 64-byte lines;
  * two of the largest fill one chunk). In it: the window's base + 1 (0: not yet initialized)…

@@ -5,7 +5,7 @@ import { describe } from './labels'
 import { C_CLOSED, C_NEXT_CHUNK, C_NEXT_ROW, MAX_ROWS, SHARED_ROW, SLOTS_PER_CHUNK } from './layout'
 import { acquire, release } from './lock'
 import { Memory } from './memory'
-import { G_LOCK, G_WINDOWED, GroupEntity, T_PARTITIONS, TopicEntity, W_BASE, W_PENDING, W_SETTLED } from './entities'
+import { G_FLOOR_MOVED_INT32, G_LOCK, G_WINDOWED, GroupEntity, T_PARTITIONS, TopicEntity, W_BASE, W_PENDING, W_SETTLED } from './entities'
 import { clearPassed, finishFloorMove, finishWindows } from './window'
 import { Chunk, GroupCell, checkCount, checkPartition, checkSeq, goneError } from './checks'
 import type { Recorder } from './recording'
@@ -392,6 +392,9 @@ export class Group {
       this.#recorder.fault('ACK_FLOOR_INVALID', 'mq_group_lag', this.#partitionLabels(partition), current, floor, this.#names())
       return false
     }
+    // Flagged before the floor moves (entities.ts G_FLOOR_MOVED_INT32): a check that sees the
+    // floor moved sees the group as one whose floor can lead its counts.
+    if (floor > current && this.#lock[this.#windowedIndex + G_FLOOR_MOVED_INT32] === 0) Atomics.store(this.#lock, this.#windowedIndex + G_FLOOR_MOVED_INT32, 1)
     const [cells, hints, cell] = this.#floorCells(partition)
     cells[cell] = floor
     if (floor > hints[cell]) hints[cell] = floor

@@ -4,7 +4,7 @@
 // floors and groups as sorted arrays, so a read needs no per-topic layout of its own.
 import { SHARED_ROW, SLOTS_PER_CHUNK } from './layout'
 import { Memory } from './memory'
-import { G_DELIVERED, G_DLQ, G_DROPPED, G_IN_FLIGHT, G_LOCK, G_RETRIES, G_START, G_START_HIGH, P_BASE, T_GROUP_LEFT, W_PENDING, W_SETTLED, GroupEntity, TopicEntity } from './entities'
+import { G_DELIVERED, G_DLQ, G_DROPPED, G_FLOOR_MOVED_INT32, G_IN_FLIGHT, G_LOCK, G_RETRIES, G_START, G_START_HIGH, G_WINDOWED, P_BASE, T_GROUP_LEFT, W_PENDING, W_SETTLED, GroupEntity, TopicEntity } from './entities'
 import { leftClock, leftLately } from './left'
 import { release } from './lock'
 import { finishWindows } from './window'
@@ -219,6 +219,13 @@ export class SnapshotReader {
    * may have left half done is finished (window.ts), the lock freed, and the topic read again
    * (#topic), so that the read that finds it already shows the floor its counts moved.
    */
+  /** A group's G_FLOOR_MOVED_INT32 cell (entities.ts): 1 once ackFloor() has moved one of its floors. Read after its floors. */
+  #floorMoved(slot: number): number {
+    const c = slot >>> Chunk.Shift
+    const cells = this.#sharedI32[c] ?? (this.#sharedI32[c] = this.#memory.sharedI32(c))
+    return Atomics.load(cells, ((slot & Chunk.Mask) + G_WINDOWED) * 2 + G_FLOOR_MOVED_INT32)
+  }
+
   #locksHeld(topic: TopicEntity, pending: readonly GroupEntity[] | undefined, only: GroupEntity | undefined): boolean {
     let held = false
     const groups = only === undefined ? topic.groups : [only] // a group judged as it leaves: its own lock
@@ -461,6 +468,7 @@ export class SnapshotReader {
         ackFloors ? (groupFloors as number[]) : undefined,
         startOf(this.#sharedOf(group.slot >>> Chunk.Shift), group.slot & Chunk.Mask),
         windows.length !== 0 && windows.length >= partitionCount,
+        this.#floorMoved(group.slot) === 0,
       )
       delivered = addCount(delivered, snapshot.delivered)
       dropped = addCount(dropped, snapshot.dropped)
@@ -514,6 +522,7 @@ function groupSnapshot(
   group: GroupEntity, delivered: Count, dropped: Count, dlq: Count, retries: Count,
   inFlight: number, lag: number, depth: Count, ackFloors: readonly number[] | undefined, start: Count,
   settledPerMessage: boolean,
+  floorsFollowCounts: boolean,
 ): GroupSnapshot {
   return {
     name: group.name,
@@ -528,6 +537,7 @@ function groupSnapshot(
     depth,
     ackFloors,
     settledPerMessage,
+    inFlightBounded: settledPerMessage || floorsFollowCounts,
     start,
     key: group,
   }
@@ -559,7 +569,7 @@ function topicSnapshot(
   const tagged = 2n ** 64n as unknown as number
   const entity = new TopicEntity(0, '', '', 0)
   const group = new GroupEntity(entity, 0, '', '', 0, 0, 0)
-  topicSnapshot(entity, tagged, tagged, tagged, tagged, tagged, [], [], [groupSnapshot(group, tagged, tagged, tagged, tagged, tagged, tagged, tagged, [], 0, false)], false, false)
+  topicSnapshot(entity, tagged, tagged, tagged, tagged, tagged, [], [], [groupSnapshot(group, tagged, tagged, tagged, tagged, tagged, tagged, tagged, [], 0, false, false)], false, false)
 }
 
 /** A group's balance at registration (entities.ts G_START): a bigint past 2^53 − 1, as the counters. */

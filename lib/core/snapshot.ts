@@ -56,6 +56,12 @@ export interface GroupSnapshot {
    */
   settledPerMessage: boolean
   /**
+   * Settled per message on every partition, or no ackFloor() has moved one of its floors
+   * (entities.ts G_FLOOR_MOVED_INT32): no floor of it leads its counts, so in_flight ≤ depth holds
+   * whenever no call is under way, and the conservation check holds it to that.
+   */
+  inFlightBounded: boolean
+  /**
    * design §4: produced − delivered − dropped − depth when the group was registered: 0, unless it
    * started at the partitions' last_seq (`from: 'latest'`) or at committed floors, skipping what
    * was there (a bigint past 2^53 − 1, as the counters).
