@@ -4,7 +4,9 @@
 // outcome and keeps the floor from out-of-order settlements; dispatched() counts without refusing;
 // `from: 'latest'`; gaps; conservation from registration. Every case on both backends.
 const t = require('tap')
-const { backends, surfaceOn, faultsOf, prng, scriptedWorker } = require('./helpers')
+const { backends, surfaceOn, faultsOf, played, prng, scriptedWorker } = require('./helpers')
+const { ConservationChecker } = require('../dist/core/conservation')
+const { C_SLOT_CHUNKS } = require('../dist/core/layout')
 
 const codes = (faults) => faults.map((f) => f.code)
 const group = (s, topic, name) => s.stats('groups', { topic, group: name }).groups[0]
@@ -520,6 +522,32 @@ for (const backend of backends()) {
     g.delivered(2)
     t.same(conservation(s, 'orders', 'billing').residual, 0)
     t.same(codes(faults), [], 'no fault at any point')
+  })
+
+  t.test(`${backend}: an ackFloor() refused for want of memory moves no floor, and leaves the group held to in_flight ≤ depth`, async (t) => {
+    // A reviewer's replay: the flag was set before the floor's block was registered, which can
+    // throw LimitError; the floor stayed where it was and the group went unchecked for good.
+    const { main, worker, read } = played(backend)
+    const kept = main.handles.topic('kept')
+    kept.produced(0, 1, 10)
+    const g = kept.group('g')
+    const many = main.handles.topic('many')
+    many.produced(0, 1, 1)
+    const spare = Array.from({ length: 16 }, (_, i) => many.group(`f${i}`)) // registered before the memory fills
+    for (const side of [main, worker]) side.registry.slotChunkLimit = main.memory.control[C_SLOT_CHUNKS]
+    for (let n = 0, refused = false; n < 20_000 && !refused; n++) {
+      try { main.handles.topic(`topic-${n}`).produced(0, 1, 1) } catch (error) { if (error.limit !== 'counter_memory') throw error; refused = true }
+    }
+    // What is left (under 3 slots) taken by other groups' floors (1 slot each) until none fits.
+    for (const f of spare) try { f.ackFloor(0, 1) } catch (error) { if (error.limit !== 'counter_memory') throw error; break }
+    const kept1 = () => read().find((x) => x.name === 'kept')
+    t.throws(() => g.ackFloor(0, 1), { name: 'LimitError', limit: 'counter_memory' }, 'the floor is refused')
+    t.equal(g.floor(0), 0, 'the floor did not move')
+    t.equal(kept1().groups[0].inFlightBounded, true, 'and the group is still held to in_flight ≤ depth')
+    t.ok(g.dispatch(5), 'five dispatched of one produced')
+    const faults = []
+    new ConservationChecker((f) => faults.push(f.code)).check({ topics: read() }, kept1)
+    t.same(faults, ['IN_FLIGHT_EXCEEDS_DEPTH'], 'in_flight 5 against depth 1: reported')
   })
 
   t.test(`${backend}: IN_FLIGHT_KEPT_BY_SEND counts the partitions and windows other threads registered`, async (t) => {

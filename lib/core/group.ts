@@ -392,10 +392,10 @@ export class Group {
       this.#recorder.fault('ACK_FLOOR_INVALID', 'mq_group_lag', this.#partitionLabels(partition), current, floor, this.#names())
       return false
     }
+    const [cells, hints, cell] = this.#floorCells(partition) // may throw LimitError, nothing moved
     // Flagged before the floor moves (entities.ts G_FLOOR_MOVED_INT32): a check that sees the
     // floor moved sees the group as one whose floor can lead its counts.
     if (floor > current && this.#lock[this.#windowedIndex + G_FLOOR_MOVED_INT32] === 0) Atomics.store(this.#lock, this.#windowedIndex + G_FLOOR_MOVED_INT32, 1)
-    const [cells, hints, cell] = this.#floorCells(partition)
     cells[cell] = floor
     if (floor > hints[cell]) hints[cell] = floor
     return true
