@@ -87,9 +87,14 @@ for (const backend of backends()) {
     const arena = createArena(backend)
     const main = new Memory(arena, true)
     main.claimRow({ tid: 1, start: 1 })
-    const clock = { ms: 1000 }
+    const clock = { ms: 1000, onRead: undefined } // onRead: run once at the consumer's next look at its clock
     const states = new Map()
-    const consumer = new WorkerFaultChannel(main, () => clock.ms)
+    const consumer = new WorkerFaultChannel(main, () => {
+      const action = clock.onRead
+      clock.onRead = undefined
+      action?.()
+      return clock.ms
+    })
     const producerOf = (tid) => {
       const memory = new Memory(arena, false)
       memory.claimRow({ tid, start: tid })
@@ -235,6 +240,77 @@ for (const backend of backends()) {
     t.end()
   })
 
+  t.test(`${backend}: a late publish that lands while the consumer skips its slot is read, not erased`, (t) => {
+    // A reviewer's replay: the consumer looked at the mark (not there), the late worker's publish
+    // landed, and the consumer's skip stored 0 over it: the record was lost, and, its publish
+    // having succeeded, counted nowhere. The skip now swaps the mark it saw for the cursor's own.
+    const { consumer, producer, fault, clock, wait } = channel(t, backend)
+    const charCodeAt = String.prototype.charCodeAt
+    const cas = Atomics.compareExchange
+    let paused = false
+    let published
+    String.prototype.charCodeAt = function (i) {
+      if (!paused) {
+        paused = true
+        String.prototype.charCodeAt = charCodeAt
+        t.same(consumer.drain(), [], 'the consumer finds the copy under way')
+        t.same(wait(STUCK_MS - STUCK_GAP_MS), [], 'and waits, just short of the limit')
+      }
+      return charCodeAt.call(this, i)
+    }
+    let drained
+    Atomics.compareExchange = function (array, index, expected, value) {
+      // The worker's publish, after its last look (not passed): the consumer drains now, and the
+      // publish lands just after the consumer has looked at the mark.
+      if (paused && published === undefined && index % 256 === 0 && value !== 0 && array.length === RING_SLOTS / 8 * 256) {
+        Atomics.compareExchange = cas
+        clock.ms += STUCK_GAP_MS
+        clock.onRead = () => { published = cas(array, index, expected, value) }
+        drained = split(consumer.drain())
+        return published
+      }
+      return cas.call(Atomics, array, index, expected, value)
+    }
+    try {
+      producer.send(fault('late'))
+    } finally {
+      String.prototype.charCodeAt = charCodeAt
+      Atomics.compareExchange = cas
+    }
+    t.equal(published, 0, 'the publish landed (from 0) between the look and the skip')
+    t.same(drained, { groups: ['late'], suppressed: 0 }, 'the consumer read it instead of skipping it')
+    t.same(split(wait(2 * STUCK_GAP_MS)), { groups: [], suppressed: 0 }, 'once')
+    t.end()
+  })
+
+  t.test(`${backend}: a mark published without its text 2^32 cursors after a record is not taken for that record`, (t) => {
+    // A reviewer's replay: a writer that cannot be told gone (no /proc) took a slot's writer cell
+    // and was terminated; every later lap's worker there gives its record up and publishes the
+    // mark alone, and the slot's cursor cell kept the cursor of the last record copied there. 2^32
+    // cursors later (Int32s) a give-up mark's cursor equals it, and the old text was delivered as
+    // the new record. The consumer now leaves a value no cursor of the slot has in that cell.
+    const { consumer, producer, producerOf, fault, claim, cells, slotOf, wait } = channel(t, backend)
+    const c0 = Atomics.load(cells, 0)
+    producer.send(fault('old'))
+    t.same(split(consumer.drain()).groups, ['old'])
+    for (let n = 0; n < RING_SLOTS - 1; n++) producer.send(fault(100 + n))
+    t.equal(split(consumer.drain()).groups.length, RING_SLOTS - 1)
+    const dead = claim()
+    t.equal(dead, c0 + RING_SLOTS, 'a writer one lap on, in the same slot')
+    const [slot, at] = slotOf(dead)
+    Atomics.store(slot, at + 3, 77) // took the writer cell, then terminated; its thread's state unknown
+    t.same(consumer.drain(), [], 'the consumer waits for it')
+    t.same(wait(STUCK_MS), [], 'then skips it')
+    // 2^32 − 513 records later (each lap's in this slot given up), the cursors are back at c0.
+    Atomics.store(cells, 0, c0)
+    Atomics.store(cells, 1, c0)
+    producerOf(3).send(fault('new'))
+    const got = split(consumer.drain())
+    t.notOk(got.groups.includes('old'), 'the record of 2^32 cursors ago is not delivered again')
+    t.same(got, { groups: [], suppressed: 1 }, 'the given-up record is summarised')
+    t.end()
+  })
+
   t.test(`${backend}: the mark a worker skipped past STUCK_MS leaves when it goes on late does not cost the next lap's record`, (t) => {
     // A reviewer's replay: a late worker's compare-and-swap from 0 landed after the skip freed its
     // slot; a live worker one lap on then failed its own publish (the slot not 0), its record was
@@ -244,7 +320,10 @@ for (const backend of backends()) {
     t.same(consumer.drain(), [], 'the first drain waits for it')
     t.same(wait(STUCK_MS), [], 'then skips it')
     const [slot, at] = slotOf(late)
-    t.equal(Atomics.compareExchange(slot, at, 0, (late + 1) | 0 || 1), 0, "the late worker's publish lands on the freed slot")
+    // Before the skip left the skipped cursor's own mark there, the late worker's publish (a
+    // compare-and-swap from 0) landed on the freed slot. Played as it was: its mark stored.
+    t.equal(Atomics.load(slot, at), (late + 1) | 0 || 1, 'the skip leaves the skipped cursor its own mark: a late publish of it is refused')
+    Atomics.store(slot, at, (late + 1) | 0 || 1)
     for (let n = 0; n < RING_SLOTS - 1; n++) producer.send(fault(100 + n))
     producer.send(fault('live')) // the late worker's slot, one lap on
     const groups = consumer.drain().map((f) => f.labels.group)

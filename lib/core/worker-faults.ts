@@ -31,8 +31,12 @@
 // copy) is taken over; where that cannot be told (no /proc), the slot's later records are given up,
 // each counted. A late worker publishes by compare-and-swap over 0 or over an earlier lap's mark
 // only, so it never costs a later lap its mark; it counts its record as suppressed when it finds
-// itself passed. What is left: a late worker that looked just before the skip and publishes just
-// after it loses its record uncounted as suppressed (its code's count has it).
+// itself passed. A skip leaves the skipped cursor's own mark in the slot (by compare-and-swap over
+// what the consumer saw: a publish that landed meanwhile is read instead), so a late publish after
+// it is refused, and counted. After each cursor the consumer writes a value no cursor of the slot
+// can have into its cursor cell. What is left: a late worker terminated between writing its cursor
+// cell and letting go of the writer cell, where its thread cannot be told gone, leaves that cursor
+// cell for a mark published without text 2^32 records later.
 import { FAULT_CODES, FaultRecord } from './faults'
 import { C_FAULT_CHANNEL, SLOTS_PER_CHUNK } from './layout'
 import { Memory } from './memory'
@@ -152,7 +156,9 @@ export class WorkerFaultChannel {
     const write = Atomics.load(cells, WRITE)
     while (read !== write) {
       const [slot, at] = this.#slot(read)
-      if (Atomics.load(slot, at) !== ((read + 1) | 0 || 1)) {
+      const mark = (read + 1) | 0 || 1
+      const seen = Atomics.load(slot, at)
+      if (seen !== mark) {
         // Claimed, not published: a copy under way, or a worker that died in it.
         const now = this.#now()
         if (!this.#isStuck || this.#stuck !== read) {
@@ -165,6 +171,9 @@ export class WorkerFaultChannel {
         this.#stuckFor += Math.min(Math.max(now - this.#stuckSeenAt, 0), STUCK_GAP_MS)
         this.#stuckSeenAt = now
         if (this.#stuckFor < STUCK_MS) break
+        // Skipped: the slot takes this cursor's own mark, so that the late worker's publish is
+        // refused (and counted as suppressed by it). Published in the meantime: read it after all.
+        if (Atomics.compareExchange(slot, at, seen, mark) !== seen) continue
       } else {
         const length = Math.min(slot[at + 1], MAX_TEXT)
         let text = ''
@@ -181,9 +190,12 @@ export class WorkerFaultChannel {
             // garbled as well
           }
         }
+        Atomics.store(slot, at, 0)
       }
+      // No cursor of this slot's (~read is never read mod RING_SLOTS): a later lap's mark published
+      // without its text is never taken for a record by a cursor cell left from this one.
+      Atomics.store(slot, at + 2, ~read)
       this.#isStuck = false
-      Atomics.store(slot, at, 0)
       read = (read + 1) | 0
       Atomics.store(cells, READ, read)
     }
