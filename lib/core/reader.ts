@@ -209,6 +209,13 @@ export class SnapshotReader {
     return this.#topic(entity, false, only)
   }
 
+  /** A group's G_FLOOR_MOVED_INT32 cell (entities.ts): 1 once ackFloor() has moved one of its floors. Read after its floors. */
+  #floorMoved(slot: number): number {
+    const c = slot >>> Chunk.Shift
+    const cells = this.#sharedI32[c] ?? (this.#sharedI32[c] = this.#memory.sharedI32(c))
+    return Atomics.load(cells, ((slot & Chunk.Mask) + G_WINDOWED) * 2 + G_FLOOR_MOVED_INT32)
+  }
+
   /**
    * Whether a thread holds one of the topic's groups' locks, checked after each read of its
    * numbers: it is inside a send, settle or dispatch whose writes may be half made, so the read is
@@ -219,13 +226,6 @@ export class SnapshotReader {
    * may have left half done is finished (window.ts), the lock freed, and the topic read again
    * (#topic), so that the read that finds it already shows the floor its counts moved.
    */
-  /** A group's G_FLOOR_MOVED_INT32 cell (entities.ts): 1 once ackFloor() has moved one of its floors. Read after its floors. */
-  #floorMoved(slot: number): number {
-    const c = slot >>> Chunk.Shift
-    const cells = this.#sharedI32[c] ?? (this.#sharedI32[c] = this.#memory.sharedI32(c))
-    return Atomics.load(cells, ((slot & Chunk.Mask) + G_WINDOWED) * 2 + G_FLOOR_MOVED_INT32)
-  }
-
   #locksHeld(topic: TopicEntity, pending: readonly GroupEntity[] | undefined, only: GroupEntity | undefined): boolean {
     let held = false
     const groups = only === undefined ? topic.groups : [only] // a group judged as it leaves: its own lock
