@@ -540,13 +540,13 @@ for (const backend of backends()) {
     }
     // What is left (under 3 slots) taken by other groups' floors (1 slot each) until none fits.
     for (const f of spare) try { f.ackFloor(0, 1) } catch (error) { if (error.limit !== 'counter_memory') throw error; break }
-    const kept1 = () => read().find((x) => x.name === 'kept')
+    const keptTopic = () => read().find((x) => x.name === 'kept')
     t.throws(() => g.ackFloor(0, 1), { name: 'LimitError', limit: 'counter_memory' }, 'the floor is refused')
     t.equal(g.floor(0), 0, 'the floor did not move')
-    t.equal(kept1().groups[0].inFlightBounded, true, 'and the group is still held to in_flight ≤ depth')
+    t.equal(keptTopic().groups[0].inFlightBounded, true, 'and the group is still held to in_flight ≤ depth')
     t.ok(g.dispatch(5), 'five dispatched of one produced')
     const faults = []
-    new ConservationChecker((f) => faults.push(f.code)).check({ topics: read() }, kept1)
+    new ConservationChecker((f) => faults.push(f.code)).check({ topics: read() }, keptTopic)
     t.same(faults, ['IN_FLIGHT_EXCEEDS_DEPTH'], 'in_flight 5 against depth 1: reported')
   })
 
