@@ -13,7 +13,7 @@ const { Worker } = require('node:worker_threads')
 const { WorkerFaultChannel, STUCK_GAP_MS } = require('../dist/core/worker-faults')
 const { Memory } = require('../dist/core/memory')
 const { createArena } = require('../dist/core/backend')
-const { backends } = require('./helpers')
+const { backends, prng } = require('./helpers')
 
 const PRODUCER = path.join(__dirname, 'fixtures', 'ring-producer.js')
 const THREADS = 4
@@ -46,8 +46,7 @@ function run(backend, seed) {
     }
   }
   // The consumer pauses too, now and then, while it reads a record's text.
-  let state = (seed * 40503) >>> 0 || 1
-  const random = () => { state ^= state << 13; state >>>= 0; state ^= state >>> 17; state ^= state << 5; state >>>= 0; return state / 2 ** 32 }
+  const random = prng(seed)
   const nap = new Int32Array(new SharedArrayBuffer(4))
   const fromCharCode = String.fromCharCode
   let draining = false

@@ -129,6 +129,8 @@ export class Group {
   readonly #lockIndex: number
   /** In #lock's view (the group's shared Int32 cells): the index of its window count (entities.ts G_WINDOWED). */
   readonly #windowedIndex: number
+  /** In #lock's view: the index of its floor-moved flag (entities.ts G_FLOOR_MOVED_INT32). */
+  readonly #floorMovedIndex: number
   /** The topic's shared Int32 view and the index of its partition count (entities.ts T_PARTITIONS). */
   readonly #topicCells: Int32Array
   readonly #partitionsIndex: number
@@ -156,6 +158,7 @@ export class Group {
     this.#lock = recorder.registry.memory.sharedI32(Math.floor(entity.slot / SLOTS_PER_CHUNK))
     this.#lockIndex = (this.#index + G_LOCK) * 2
     this.#windowedIndex = (this.#index + G_WINDOWED) * 2
+    this.#floorMovedIndex = this.#windowedIndex + G_FLOOR_MOVED_INT32
     const topicSlot = topic.entity.slot
     this.#topicCells = recorder.registry.memory.sharedI32(Math.floor(topicSlot / SLOTS_PER_CHUNK))
     this.#partitionsIndex = ((topicSlot % SLOTS_PER_CHUNK) + T_PARTITIONS) * 2
@@ -395,7 +398,7 @@ export class Group {
     const [cells, hints, cell] = this.#floorCells(partition) // may throw LimitError, nothing moved
     // Flagged before the floor moves (entities.ts G_FLOOR_MOVED_INT32): a check that sees the
     // floor moved sees the group as one whose floor can lead its counts.
-    if (floor > current && this.#lock[this.#windowedIndex + G_FLOOR_MOVED_INT32] === 0) Atomics.store(this.#lock, this.#windowedIndex + G_FLOOR_MOVED_INT32, 1)
+    if (floor > current && this.#lock[this.#floorMovedIndex] === 0) Atomics.store(this.#lock, this.#floorMovedIndex, 1)
     cells[cell] = floor
     if (floor > hints[cell]) hints[cell] = floor
     return true

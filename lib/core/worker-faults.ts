@@ -49,6 +49,10 @@ const SLOTS_PER_RING_CHUNK = (SLOTS_PER_CHUNK * 2) / SLOT_INTS
 const RING_CHUNKS = 8
 /** Records the ring holds (what one drain can deliver, at most): a power of two, so that slot = cursor mod it survives the cursor's wrap. */
 export const RING_SLOTS = SLOTS_PER_RING_CHUNK * RING_CHUNKS
+// A slot's cells: [0] its publish mark (markOf), then these, then the text.
+const LENGTH = 1
+const CURSOR = 2
+const WRITER = 3
 const TEXT = 4
 const MAX_TEXT = (SLOT_INTS - TEXT) * 2
 /** How long a claimed slot may stay unpublished before the consumer gives its producer up for dead. */
@@ -120,15 +124,15 @@ export class WorkerFaultChannel {
         return
       }
       if (passed(cells, write)) {
-        Atomics.compareExchange(slot, at + 3, tag, 0)
+        Atomics.compareExchange(slot, at + WRITER, tag, 0)
         return void Atomics.add(wide, SUPPRESSED + code, 1n)
       }
-      slot[at + 1] = text.length
+      slot[at + LENGTH] = text.length
       for (let i = 0; i < text.length; i += 2) {
         slot[at + TEXT + i / 2] = text.charCodeAt(i) | ((i + 1 < text.length ? text.charCodeAt(i + 1) : 0) << 16)
       }
-      slot[at + 2] = write // after the text: the consumer drops a record whose cursor is not its own
-      Atomics.compareExchange(slot, at + 3, tag, 0) // before the publish: a held cell means a copy under way
+      slot[at + CURSOR] = write // after the text: the consumer drops a record whose cursor is not its own
+      Atomics.compareExchange(slot, at + WRITER, tag, 0) // before the publish: a held cell means a copy under way
       if (!publish(cells, slot, at, write)) Atomics.add(wide, SUPPRESSED + code, 1n)
       return
     }
@@ -137,16 +141,16 @@ export class WorkerFaultChannel {
   /** Takes the slot's writer cell: free, or held by a thread that is gone. false: a live (or unknown) late worker holds it. */
   #takeWriter(slot: Int32Array, at: number, tag: number): boolean {
     for (;;) {
-      const writer = Atomics.compareExchange(slot, at + 3, 0, tag)
+      const writer = Atomics.compareExchange(slot, at + WRITER, 0, tag)
       if (writer === 0) return true
       if (writer === tag || this.#holderState(writer) !== 'gone') return false
-      if (Atomics.compareExchange(slot, at + 3, writer, tag) === writer) return true
+      if (Atomics.compareExchange(slot, at + WRITER, writer, tag) === writer) return true
     }
   }
 
   /**
    * The main thread: every published record in ring order, and a FAULTS_SUPPRESSED summary per code
-   * whose faults found the ring full since the last drain.
+   * whose faults were not queued since the last drain (the ring full, or given up: see the header).
    */
   drain(): FaultRecord[] {
     if (!this.#attach(false)) return []
@@ -156,7 +160,7 @@ export class WorkerFaultChannel {
     const write = Atomics.load(cells, WRITE)
     while (read !== write) {
       const [slot, at] = this.#slot(read)
-      const mark = (read + 1) | 0 || 1
+      const mark = markOf(read)
       const seen = Atomics.load(slot, at)
       if (seen !== mark) {
         // Claimed, not published: a copy under way, or a worker that died in it.
@@ -175,7 +179,7 @@ export class WorkerFaultChannel {
         // refused (and counted as suppressed by it). Published in the meantime: read it after all.
         if (Atomics.compareExchange(slot, at, seen, mark) !== seen) continue
       } else {
-        const length = Math.min(slot[at + 1], MAX_TEXT)
+        const length = Math.min(slot[at + LENGTH], MAX_TEXT)
         let text = ''
         for (let i = 0; i < length; i += 2) {
           const pair = slot[at + TEXT + i / 2]
@@ -183,7 +187,7 @@ export class WorkerFaultChannel {
           if (i + 1 < length) text += String.fromCharCode(pair >>> 16)
         }
         // A mark without its text (its worker gave it up, see the header): dropped; counted as suppressed.
-        if (Atomics.load(slot, at + 2) === read) {
+        if (Atomics.load(slot, at + CURSOR) === read) {
           try {
             out.push(JSON.parse(text) as FaultRecord)
           } catch {
@@ -194,7 +198,7 @@ export class WorkerFaultChannel {
       }
       // No cursor of this slot's (~read is never read mod RING_SLOTS): a later lap's mark published
       // without its text is never taken for a record by a cursor cell left from this one.
-      Atomics.store(slot, at + 2, ~read)
+      Atomics.store(slot, at + CURSOR, ~read)
       this.#isStuck = false
       read = (read + 1) | 0
       Atomics.store(cells, READ, read)
@@ -262,12 +266,17 @@ export class WorkerFaultChannel {
  * a later lap's mark, nor once the consumer has passed `cursor`. false: not published.
  */
 function publish(cells: Int32Array, slot: Int32Array, at: number, cursor: number): boolean {
-  const mark = (cursor + 1) | 0 || 1
+  const mark = markOf(cursor)
   for (;;) {
     const current = Atomics.load(slot, at)
     if (passed(cells, cursor) || (current !== 0 && ((current - 1 - cursor) | 0) >= 0)) return false
     if (Atomics.compareExchange(slot, at, current, mark) === current) return true
   }
+}
+
+/** The publish mark of `cursor`'s record: cursor + 1, never 0 (0 is a slot never published since it was read). */
+function markOf(cursor: number): number {
+  return (cursor + 1) | 0 || 1
 }
 
 /** Whether the consumer's read cursor has gone past `cursor` (its slot was taken or skipped). */
