@@ -502,6 +502,39 @@ for (const backend of backends()) {
     t.same(codes(faults), ['IN_FLIGHT_EXCEEDS_DEPTH', 'IN_FLIGHT_EXCEEDS_DEPTH'])
   })
 
+  t.test(`${backend}: a switch to per-message settlement on the partitions a group uses, another partition of its topic never given a floor of it: IN_FLIGHT_EXCEEDS_DEPTH`, async (t) => {
+    // Before, a group whose floor ackFloor() had moved was checked again only with a window on
+    // every partition of its topic: a partition it never used (registered by another group) kept
+    // the mistake of a switch made with a dispatched message unsettled unreported for good.
+    const s = surfaceOn(t, backend)
+    const faults = faultsOf(s)
+    const topic = s.topic('orders')
+    const g = topic.group('billing')
+    topic.group('audit').ackFloor(1, 0) // partition 1 registered, empty: billing never uses it
+    topic.append(0, 1, 3)
+    g.dispatch(1)
+    g.ackFloor(0, 1) // a floor moved: the group was kept by floor
+    g.delivered(1)
+    g.dispatch(1) // seq 2, counted by dispatch() …
+    t.ok(g.send(0, 3), '… then the switch on partition 0: seq 3 sent per message')
+    t.ok(g.settle(0, 2, 'delivered'))
+    t.ok(g.settle(0, 3, 'delivered'))
+    t.same([g.inFlight(), g.floor(0), g.floor(1)], [1, 3, 0])
+    const row = conservation(s, 'orders', 'billing')
+    t.same([row.residual, row.depth, row.in_flight, row.in_flight_within_depth], [0, 0, 1, false], 'nothing owed, one in flight for good')
+    t.match(faults, [{ code: 'IN_FLIGHT_EXCEEDS_DEPTH', labels: { topic: 'orders', group: 'billing' }, previous: 0, attempted: 1 }])
+    // A partition the group keeps by floor still leaves it unchecked: that floor may lead its counts.
+    const h = topic.group('shipping')
+    h.dispatch(1)
+    h.ackFloor(1, 0) // a floor of it on partition 1, not moved
+    h.ackFloor(0, 1)
+    h.delivered(1)
+    h.dispatch(1)
+    h.send(0, 3), h.settle(0, 2, 'delivered'), h.settle(0, 3, 'delivered')
+    t.same(conservation(s, 'orders', 'shipping').in_flight_within_depth, null, 'a floor on partition 1: no verdict')
+    t.same(codes(faults), ['IN_FLIGHT_EXCEEDS_DEPTH'])
+  })
+
   t.test(`${backend}: a group whose floor ackFloor() moved, in any thread, is not held to in_flight ≤ depth: its ackFloor() comes before its delivered()`, async (t) => {
     const s = surfaceOn(t, backend)
     const faults = faultsOf(s)

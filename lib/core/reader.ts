@@ -468,7 +468,7 @@ export class SnapshotReader {
         ackFloors ? (groupFloors as number[]) : undefined,
         startOf(this.#sharedOf(group.slot >>> Chunk.Shift), group.slot & Chunk.Mask),
         windows.length !== 0 && windows.length >= partitionCount,
-        this.#floorMoved(group.slot) === 0,
+        this.#floorMoved(group.slot) === 0 || !floorCanLead(numbers, windows, group.floorPartitions),
       )
       delivered = addCount(delivered, snapshot.delivered)
       dropped = addCount(dropped, snapshot.dropped)
@@ -512,6 +512,24 @@ export class SnapshotReader {
 // below 2^31 converted to int32 is stored as a small integer instead, in place — provided the
 // field's representation is Tagged, not Double: V8 gives a field the representation of the first
 // values stored in it, so one first object with bigint counters (a Count may be one) settles that.
+
+/**
+ * Whether a partition of `numbers` without a window of the group has a floor of it (ackFloor()'s
+ * block): only such a floor can lead the group's counts. A group whose floor ackFloor() moved and
+ * that then settles per message on the partitions it uses, the others never given a floor, is held
+ * to in_flight ≤ depth again. All three ascending. A floor registered by another thread and not
+ * known here yet is read as not moved (depth not lowered by it), so it cannot make a false excess.
+ */
+function floorCanLead(numbers: readonly number[], windows: readonly number[], floors: readonly number[]): boolean {
+  for (let p = 0, w = 0, f = 0; p < numbers.length; p++) {
+    const n = numbers[p]
+    while (w < windows.length && windows[w] < n) w++
+    if (w < windows.length && windows[w] === n) continue
+    while (f < floors.length && floors[f] < n) f++
+    if (f < floors.length && floors[f] === n) return true
+  }
+  return false
+}
 
 /** `value` as an int32 when it is one exactly (stored unboxed), else unchanged. */
 function unboxed(value: number): number {
