@@ -239,4 +239,55 @@ function main() {
       ],
     })
   })
+
+  // The dashboard's rates by topic (grafana/mq-cluster.json), as Grafana sends them (its rate
+  // interval at a 15 s scrape: 1m). Until 2026-11-29 they read the recorded 5-minute rates, which
+  // went on showing a topic's traffic for 5 minutes after its writes stopped.
+  t.test("the dashboard's rates by topic show writes that stop within a rate interval, and the recorded rates where Prometheus holds only those", async (t) => {
+    const dashboard = JSON.parse(fs.readFileSync(path.join(root, 'grafana', 'mq-cluster.json'), 'utf8'))
+    const panel = (title) => dashboard.panels.find((p) => p.title === title).targets.map((x) => x.expr.replaceAll('$__rate_interval', '1m').replaceAll('$cluster', '').replaceAll('$namespace', '').replaceAll('$job', 'mq'))
+    const [produced] = panel('Produce rate by topic')
+    const [delivered] = panel('Deliver rate by topic')
+    t.match(produced, /mq_topic_messages_produced_total/)
+    // `a` leads and writes 20 messages/s to `paused`, whose producers stop at 20m, and to
+    // `orders`, delivered to one group, until it dies at 30m; `b` then leads (epoch 2).
+    const input = simulate(t, {
+      nodes: ['a', 'b', 'c'], seconds: 40 * 60, step: 5, interval: 15, phase: { b: 5, c: 10 },
+      second(now, cluster) {
+        if (now === 0) for (const id of ['a', 'b', 'c']) cluster.boot(id).surface.setLeaderEpoch(1)
+        if (now === 30 * 60) {
+          cluster.kill('a')
+          for (const id of ['b', 'c']) cluster.node[id].surface.setLeaderEpoch(2)
+        }
+        const leader = now < 30 * 60 ? cluster.node.a : cluster.node.b
+        if (now < 20 * 60) leader.surface.topic('paused').append(0, 100, 20)
+        const g = leader.surface.topic('orders').group('billing', { settle_window: 4096 })
+        const seq = leader.surface.topic('orders').append(0, 100, 20)
+        if (now >= 30 * 60 + 60) g.settleUpTo(0, seq, 'delivered') // b's consumers catch up after a minute
+      },
+    })
+    const is = (expr, test) => `(${expr}) ${test}`
+    check(t, "the dashboard's rates by topic", {
+      input, step: 5,
+      tests: [
+        { expr: is(produced, '> bool 19'), at: '15m', samples: ['{job="mq",topic="orders"}', '{job="mq",topic="paused"}'] },
+        // 90 s after `paused` stopped: 0 on the panel, while the recorded rate still shows traffic.
+        { expr: is(produced, '== bool 0') + ' and on (topic) {topic="paused"}', at: '21m30s', samples: ['{job="mq",topic="paused"}'] },
+        { expr: 'job_topic:mq_topic_messages_produced:rate5m{topic="paused"} > bool 5', at: '21m30s', samples: ['{job="mq",topic="paused"}'] },
+        // 90 s after `a` died: the new leader's rate.
+        { expr: is(produced, '> bool 19'), at: '31m30s', samples: ['{job="mq",topic="orders"}'] },
+        { expr: is(produced, '< bool 21'), at: '31m30s', samples: ['{job="mq",topic="orders"}'] },
+        { expr: is(delivered, '> bool 0'), at: '35m', samples: ['{job="mq",topic="orders"}'] },
+      ],
+    })
+    // A global Prometheus that federates only the recorded series: the panels read those.
+    const recorded = ['produced', 'delivered'].map((f) => `      - series: 'job_topic:mq_topic_messages_${f}:rate5m{job="mq",topic="orders"}'\n        values: '5+0x20'`)
+    check(t, "the dashboard's rates by topic on the recorded series alone", {
+      input: recorded,
+      tests: [
+        { expr: is(produced, '== bool 5'), at: '3m', samples: ['{job="mq",topic="orders"}'] },
+        { expr: is(delivered, '== bool 5'), at: '3m', samples: ['{job="mq",topic="orders"}'] },
+      ],
+    })
+  })
 }
