@@ -16,9 +16,9 @@
 // a group settled per message, and above in_flight for a floor-level one.
 //
 // The same check holds in_flight to what the group owes (design §5): every message in flight is
-// one it has not settled, so in_flight ≤ depth_g. Only for a group none of whose floors ackFloor()
-// has moved, or with no floor on a partition it does not settle per message
-// (GroupSnapshot.inFlightBounded; entities.ts G_FLOOR_MOVED_INT32): a floor-level
+// one it has not settled, so in_flight ≤ depth_g. Only for a group that has no floor ackFloor()
+// moved on a partition it does not settle per message (GroupSnapshot.inFlightBounded; entities.ts
+// G_FLOOR_MOVED_INT32): a floor-level
 // broker's ackFloor() precedes its delivered() and a worker can be caught between them, while a
 // group settled per message moves its floors and in_flight together under its lock. A quiet re-read
 // (the same numbers, nothing being written) with more in flight than owed is

@@ -55,14 +55,21 @@ export const T_PARTITIONS = 1
 export const T_GROUP_LEFT = 2
 export const G_WINDOWED = 3
 /**
- * Shared row, as the Int32 cell after G_WINDOWED's (the upper half of its slot): 1 once ackFloor()
- * has moved the group's floor on a partition (one it does not settle per message); 0 before. Only
- * such a floor moves ahead of the counts that go with it (ackFloor() before delivered()), so a
- * group without it never shows more in flight than it owes except by a mistake: the conservation
- * check holds it to in_flight ≤ depth (conservation.ts). Set before the floor is written, never
- * cleared while the group lives.
+ * Shared row, as the Int32 cell after G_WINDOWED's (the upper half of its slot): which partitions'
+ * floors ackFloor() has moved, a bit per class of partitions (floorMovedBit: partition mod 32); 0
+ * before any. Only such a floor moves ahead of the counts that go with it (ackFloor() before
+ * delivered()): a floor a group started at (`from`), or one expire() moved with its drops, never
+ * does. So a group none of whose floors on partitions without a window of it has its class's bit
+ * never shows more in flight than it owes except by a mistake: the conservation check holds it to
+ * in_flight ≤ depth (conservation.ts, reader.ts floorCanLead). A bit is set before the floor is
+ * written, never cleared while the group lives; partitions that share a class share a bit (the
+ * check then leaves the group alone: never a false alarm).
  */
 export const G_FLOOR_MOVED_INT32 = 1
+/** The bit of G_FLOOR_MOVED_INT32 that stands for `partition`. */
+export function floorMovedBit(partition: number): number {
+  return 1 << (partition & 31)
+}
 /**
  * A settlement window's header: a block of its own (W_HEADER slots, shared row only), apart from
  * the window's bits, so that a window's block is its bits alone (a whole number of 64-byte lines;

@@ -5,7 +5,7 @@ import { describe } from './labels'
 import { C_CLOSED, C_NEXT_CHUNK, C_NEXT_ROW, MAX_ROWS, SHARED_ROW, SLOTS_PER_CHUNK } from './layout'
 import { acquire, release } from './lock'
 import { Memory } from './memory'
-import { G_FLOOR_MOVED_INT32, G_LOCK, G_WINDOWED, GroupEntity, T_PARTITIONS, TopicEntity, W_BASE, W_PENDING, W_SETTLED } from './entities'
+import { floorMovedBit, G_FLOOR_MOVED_INT32, G_LOCK, G_WINDOWED, GroupEntity, T_PARTITIONS, TopicEntity, W_BASE, W_PENDING, W_SETTLED } from './entities'
 import { clearPassed, finishFloorMove, finishWindows } from './window'
 import { Chunk, GroupCell, checkCount, checkPartition, checkSeq, goneError } from './checks'
 import type { Recorder } from './recording'
@@ -129,7 +129,7 @@ export class Group {
   readonly #lockIndex: number
   /** In #lock's view (the group's shared Int32 cells): the index of its window count (entities.ts G_WINDOWED). */
   readonly #windowedIndex: number
-  /** In #lock's view: the index of its floor-moved flag (entities.ts G_FLOOR_MOVED_INT32). */
+  /** In #lock's view: the index of its floor-moved bits (entities.ts G_FLOOR_MOVED_INT32). */
   readonly #floorMovedIndex: number
   /** The topic's shared Int32 view and the index of its partition count (entities.ts T_PARTITIONS). */
   readonly #topicCells: Int32Array
@@ -396,9 +396,10 @@ export class Group {
       return false
     }
     const [cells, hints, cell] = this.#floorCells(partition) // may throw LimitError, nothing moved
-    // Flagged before the floor moves (entities.ts G_FLOOR_MOVED_INT32): a check that sees the
-    // floor moved sees the group as one whose floor can lead its counts.
-    if (floor > current && this.#lock[this.#floorMovedIndex] === 0) Atomics.store(this.#lock, this.#floorMovedIndex, 1)
+    // Marked before the floor moves (entities.ts G_FLOOR_MOVED_INT32): a check that sees the
+    // floor moved sees the partition as one whose floor can lead the group's counts.
+    const moved = floorMovedBit(partition)
+    if (floor > current && (this.#lock[this.#floorMovedIndex] & moved) === 0) Atomics.or(this.#lock, this.#floorMovedIndex, moved)
     cells[cell] = floor
     if (floor > hints[cell]) hints[cell] = floor
     return true

@@ -4,7 +4,7 @@
 // floors and groups as sorted arrays, so a read needs no per-topic layout of its own.
 import { SHARED_ROW, SLOTS_PER_CHUNK } from './layout'
 import { Memory } from './memory'
-import { G_DELIVERED, G_DLQ, G_DROPPED, G_FLOOR_MOVED_INT32, G_IN_FLIGHT, G_LOCK, G_RETRIES, G_START, G_START_HIGH, G_WINDOWED, P_BASE, T_GROUP_LEFT, W_PENDING, W_SETTLED, GroupEntity, TopicEntity } from './entities'
+import { floorMovedBit, G_DELIVERED, G_DLQ, G_DROPPED, G_FLOOR_MOVED_INT32, G_IN_FLIGHT, G_LOCK, G_RETRIES, G_START, G_START_HIGH, G_WINDOWED, P_BASE, T_GROUP_LEFT, W_PENDING, W_SETTLED, GroupEntity, TopicEntity } from './entities'
 import { leftClock, leftLately } from './left'
 import { release } from './lock'
 import { finishWindows } from './window'
@@ -209,7 +209,7 @@ export class SnapshotReader {
     return this.#topic(entity, false, only)
   }
 
-  /** A group's G_FLOOR_MOVED_INT32 cell (entities.ts): 1 once ackFloor() has moved one of its floors. Read after its floors. */
+  /** A group's G_FLOOR_MOVED_INT32 cell (entities.ts): the classes of partitions whose floor ackFloor() has moved. Read after its floors. */
   #floorMoved(slot: number): number {
     const c = slot >>> Chunk.Shift
     const cells = this.#sharedI32[c] ?? (this.#sharedI32[c] = this.#memory.sharedI32(c))
@@ -468,7 +468,7 @@ export class SnapshotReader {
         ackFloors ? (groupFloors as number[]) : undefined,
         startOf(this.#sharedOf(group.slot >>> Chunk.Shift), group.slot & Chunk.Mask),
         windows.length !== 0 && windows.length >= partitionCount,
-        this.#floorMoved(group.slot) === 0 || !floorCanLead(numbers, windows, group.floorPartitions),
+        !floorCanLead(numbers, windows, group.floorPartitions, this.#floorMoved(group.slot)),
       )
       delivered = addCount(delivered, snapshot.delivered)
       dropped = addCount(dropped, snapshot.dropped)
@@ -514,19 +514,22 @@ export class SnapshotReader {
 // values stored in it, so one first object with bigint counters (a Count may be one) settles that.
 
 /**
- * Whether a partition of `numbers` without a window of the group has a floor of it (ackFloor()'s
- * block): only such a floor can lead the group's counts. A group whose floor ackFloor() moved and
- * that then settles per message on the partitions it uses, the others never given a floor, is held
- * to in_flight ≤ depth again. All three ascending. A floor registered by another thread and not
- * known here yet is read as not moved (depth not lowered by it), so it cannot make a false excess.
+ * Whether a partition of `numbers` without a window of the group has a floor of it that ackFloor()
+ * has moved (a floor block, and its class's bit in `moved`, entities.ts G_FLOOR_MOVED_INT32): only
+ * such a floor can lead the group's counts. A group whose floor ackFloor() moved and that then
+ * settles per message on the partitions it used so is held to in_flight ≤ depth again, whatever
+ * floors it started at (`from`) or expire() moved elsewhere. The three arrays ascending. A floor
+ * registered by another thread and not known here yet is read as not moved (depth not lowered by
+ * it), so it cannot make a false excess.
  */
-function floorCanLead(numbers: readonly number[], windows: readonly number[], floors: readonly number[]): boolean {
+function floorCanLead(numbers: readonly number[], windows: readonly number[], floors: readonly number[], moved: number): boolean {
+  if (moved === 0) return false
   for (let p = 0, w = 0, f = 0; p < numbers.length; p++) {
     const n = numbers[p]
     while (w < windows.length && windows[w] < n) w++
     if (w < windows.length && windows[w] === n) continue
     while (f < floors.length && floors[f] < n) f++
-    if (f < floors.length && floors[f] === n) return true
+    if (f < floors.length && floors[f] === n && (moved & floorMovedBit(n)) !== 0) return true
   }
   return false
 }
