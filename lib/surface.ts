@@ -197,7 +197,7 @@ export class Surface extends EventEmitter {
   }
 
   /** design §6: re-evaluates the tier from this round; returns the new tier. */
-  replicationRound(round: { replicas: number; inSync: number }): QuorumState {
+  replicationRound(round: { replicas: number; inSync: number; lagging?: readonly string[] }): QuorumState {
     this.#assertOpen()
     const change = this.#quorum.round(round)
     if (change) this.#tell('quorum', change satisfies QuorumEvent)
@@ -411,6 +411,7 @@ export class Surface extends EventEmitter {
       leaderEpoch: this.#leaderEpoch,
       replicas: this.#quorum.replicas,
       inSync: this.#quorum.inSync,
+      lagging: this.#quorum.lagging,
       latency: this.config.e2e_latency ? this.#window.quantiles() : null,
     }
   }
@@ -454,6 +455,7 @@ export class Surface extends EventEmitter {
       leader: this.#leader,
       replicas: this.#quorum.replicas,
       in_sync: this.#quorum.inSync,
+      lagging: this.#quorum.lagging,
       uptime_seconds: process.uptime(),
       faults: this.#faults.total,
     }

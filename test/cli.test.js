@@ -254,6 +254,25 @@ t.test('a /stats view as a table', async (t) => {
   t.match(two.stdout, new RegExp(`\\n== ${b.url} \\(quorum_state 1 soft\\) ==\\n`))
 })
 
+t.test('the quorum view names the replicas out of sync that the broker gave (a real surface)', async (t) => {
+  const { surfaceOn, backends } = require('./helpers')
+  const surface = surfaceOn(t, backends().at(-1))
+  const { url } = await surface.listen({ port: 0, host: '127.0.0.1' })
+  const lagging = async () => /^lagging +(.*)$/m.exec((await run(['--url', url, 'quorum'])).stdout)?.[1]
+  surface.replicationRound({ replicas: 3, inSync: 1, lagging: ['node-2', 'node-3'] })
+  const r = await run(['--url', url, 'quorum'])
+  t.equal(r.code, 2)
+  t.match(r.stdout, /^key +value\nquorum_state +2\nstatus +read_only\nrunbook_level +0\nreplicas +3\nin_sync +1\nlagging +node-2, node-3\nleader_epoch +0\n/, 'one row, beside replicas and in_sync')
+  surface.replicationRound({ replicas: 3, inSync: 3, lagging: [] })
+  t.equal(await lagging(), '(none)', 'all in sync')
+  surface.replicationRound({ replicas: 3, inSync: 3 })
+  t.equal(await lagging(), '-', 'not named by the broker')
+  surface.replicationRound({ replicas: 3, inSync: 2, lagging: ['node\u202e3'] })
+  t.equal(await lagging(), 'node\\u202e3', 'a name that would reorder text is shown escaped')
+  const json = JSON.parse((await run(['--url', url, '--json', 'quorum'])).stdout)
+  t.same(json[0].view.lagging, ['node\u202e3'], '--json: the names as the broker gave them')
+})
+
 t.test('an unreachable broker: exit 3, one line on stderr, no stack trace', async (t) => {
   const port = await closedPort()
   const good = await broker(t, { state: 2 })

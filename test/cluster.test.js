@@ -44,11 +44,12 @@ t.test('partition: the cut-off leader goes read_only, the majority elects a high
   t.equal(next.epoch, 2, 'elected with a higher epoch')
   const cutHealth = await healthz(cut.url)
   t.match(cutHealth, { status: 'read_only', leader: true, leader_epoch: 1, in_sync: 1, replicas: 3 }, 'the cut-off node is read_only and still thinks it leads, at the old epoch')
+  t.same([...cutHealth.lagging].sort(), cluster.nodes.filter((n) => n.id !== cut.id).map((n) => n.id).sort(), 'it names the two followers it cannot reach')
   const before = produced(cluster.nodes.find((n) => n.id === cut.id))
   await until('writes on the new leader', () => produced(next) > 0)
   await sleep(150)
   t.equal(produced(cluster.nodes.find((n) => n.id === cut.id)), before, 'the cut-off node takes no writes')
-  for (const n of cluster.nodes.filter((x) => x.id !== cut.id)) t.match(await healthz(n.url), { status: 'soft', leader_epoch: 2, in_sync: 2 }, `${n.id}: the majority stays writable (soft)`)
+  for (const n of cluster.nodes.filter((x) => x.id !== cut.id)) t.match(await healthz(n.url), { status: 'soft', leader_epoch: 2, in_sync: 2, lagging: [cut.id] }, `${n.id}: the majority stays writable (soft), and names the node cut off`)
   t.ok(cluster.nodes.find((n) => n.id === cut.id).isolated, 'still cut off: every look above was inside the partition')
   await cluster.advance() // phase 2: nothing happens
   await cluster.advance() // phase 3: the heal

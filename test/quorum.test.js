@@ -77,12 +77,51 @@ for (const backend of backends()) {
     t.throws(() => surface.replicationRound(null), TypeError)
     // Own fields only, as the configuration reads its keys: an inherited field is not one the caller wrote.
     t.throws(() => surface.replicationRound(Object.create({ replicas: 3, inSync: 3 })), { name: 'TypeError', message: /^replicas must be an integer/ }, 'inherited fields are not read')
-    t.throws(() => surface.replicationRound([]), { name: 'TypeError', message: /expects { replicas, inSync }, got an array/ })
+    t.throws(() => surface.replicationRound([]), { name: 'TypeError', message: /expects { replicas, inSync, lagging\? }, got an array/ })
     // A misspelt field is an error, not a round read from the fields that happen to be right.
-    t.throws(() => surface.replicationRound({ replicas: 3, inSync: 3, insync: 1 }), { name: 'TypeError', message: 'unknown replicationRound field "insync" (known: replicas, inSync)' })
+    t.throws(() => surface.replicationRound({ replicas: 3, inSync: 3, insync: 1 }), { name: 'TypeError', message: 'unknown replicationRound field "insync" (known: replicas, inSync, lagging)' })
     t.throws(() => surface.replicationRound({ replicas: 3, in_sync: 3 }), TypeError)
     t.equal(surface.quorumState, 1, 'a refused round must not change the tier')
     t.match(surface.stats('quorum'), { replicas: 3, in_sync: 2 })
+  })
+
+  t.test(`${backend}: lagging names the replicas out of sync on /healthz, in stats('quorum') and the 'quorum' event; a wrong list is refused and changes nothing`, async (t) => {
+    const surface = surfaceOn(t, backend)
+    const server = await surface.listen({ port: 0 })
+    const events = []
+    surface.on('quorum', (e) => events.push(e))
+    const shown = async () => [(await (await fetch(`${server.url}/healthz`)).json()).lagging, surface.stats('quorum').lagging]
+    t.same(await shown(), [null, null], 'before any round: none named')
+    t.equal(surface.replicationRound({ replicas: 3, inSync: 2, lagging: ['node-3'] }), 1)
+    t.same(await shown(), [['node-3'], ['node-3']])
+    t.same(events.at(-1), { from: 0, to: 1, replicas: 3, inSync: 2, lagging: ['node-3'], at: events.at(-1).at })
+    const names = ['node-2', 'node-3']
+    surface.replicationRound({ replicas: 3, inSync: 1, lagging: names })
+    names.push('node-4') // the surface keeps its own copy
+    t.same(await shown(), [['node-2', 'node-3'], ['node-2', 'node-3']])
+    t.same(events.at(-1).lagging, ['node-2', 'node-3'])
+    t.ok(Object.isFrozen(surface.stats('quorum').lagging), 'a frozen copy')
+    // Wrong lists: nothing of the round is taken (the tier, the counts, the names stay).
+    const refused = [
+      [{ replicas: 3, inSync: 2, lagging: 'node-3' }, TypeError, /^lagging must be an array/],
+      [{ replicas: 3, inSync: 2, lagging: [3] }, TypeError, /^lagging must hold replica names \(strings\), got 3/],
+      [{ replicas: 3, inSync: 2, lagging: [] }, RangeError, /^lagging must name the 1 replica out of sync \(replicas − inSync\), got 0/],
+      [{ replicas: 3, inSync: 2, lagging: ['a', 'b'] }, RangeError, /^lagging must name the 1 replica out of sync/],
+      [{ replicas: 3, inSync: 1, lagging: ['a', 'a'] }, RangeError, /^lagging names a replica twice/],
+      [{ replicas: 3, inSync: 2, lagging: [''] }, RangeError, /1 to 256 characters, got 0/],
+      [{ replicas: 3, inSync: 2, lagging: ['x'.repeat(257)] }, RangeError, /1 to 256 characters, got 257/],
+      [{ replicas: 3, inSync: 2, lagging: ['node\u001b[2J'] }, RangeError, /no control character/],
+      [{ replicas: 3, inSync: 2, lagging: ['node\u0085'] }, RangeError, /no control character/],
+      [{ replicas: 3, inSync: 4, lagging: [] }, RangeError, /^inSync must be/],
+    ]
+    for (const [round, type, message] of refused) t.throws(() => surface.replicationRound(round), { name: type.name, message }, JSON.stringify(round))
+    t.same([surface.quorumState, surface.stats('quorum').in_sync, ...(await shown())], [2, 1, ['node-2', 'node-3'], ['node-2', 'node-3']], 'the last good round stands')
+    t.equal(events.length, 2, 'no event for a refused round')
+    surface.replicationRound({ replicas: 3, inSync: 3, lagging: [] })
+    t.same(await shown(), [[], []], 'all in sync: an empty list')
+    surface.replicationRound({ replicas: 3, inSync: 2 })
+    t.same(await shown(), [null, null], 'a round that names none: null, not the names of an older round')
+    t.equal(surface.replicationRound({ replicas: 300, inSync: 1, lagging: Array.from({ length: 299 }, (_, i) => `n${i}`) }), 2, 'many replicas')
   })
 
   t.test(`${backend}: 'quorum' events fire exactly on tier changes`, async (t) => {

@@ -25,6 +25,7 @@ function snapshot() {
     quorumState: 1,
     replicas: 3,
     inSync: 2,
+    lagging: ['node-3'],
     latency: { p50: 1.5, p90: 4.25, p99: 9.75, count: 1200 },
     topics: [
       {
@@ -118,7 +119,7 @@ t.test('quorum view', async (t) => {
     const ctx = context()
     ctx.snapshot.quorumState = state
     t.strictSame(statsView('quorum', {}, ctx), {
-      filter: 'quorum', quorum_state: state, status, runbook_level: level, replicas: 3, in_sync: 2, leader_epoch: 7,
+      filter: 'quorum', quorum_state: state, status, runbook_level: level, replicas: 3, in_sync: 2, lagging: ['node-3'], leader_epoch: 7,
       connections: 12, uptime_seconds: 3723.5,
     }, `quorum_state ${state} is ${status}, runbook level ${level}`)
   }

@@ -136,8 +136,8 @@ export async function runCluster(options: ClusterOptions): Promise<Cluster> {
   function round(): void {
     for (const node of nodes) {
       if (!node.alive || node.surface === undefined) continue
-      const peers = nodes.filter((other) => other !== node && reachable(node, other)).length
-      node.surface.replicationRound({ replicas: options.nodes, inSync: 1 + peers })
+      const lagging = nodes.filter((other) => other !== node && !reachable(node, other)).map((other) => other.id)
+      node.surface.replicationRound({ replicas: options.nodes, inSync: options.nodes - lagging.length, lagging })
     }
     // The side with a majority: every live node that is not cut off (isolation is one node alone).
     const side = nodes.filter((n) => n.alive && !n.isolated)

@@ -193,6 +193,8 @@ export function parseArgs(argv: readonly string[]): { help: boolean; options: De
 interface Round {
   replicas: number
   inSync: number
+  /** The followers out of sync, by name: /healthz and `mq-stats quorum` show them. */
+  lagging: string[]
 }
 
 /** design §6: no majority in sync → read_only. The broker knows its round before it reports it. */
@@ -204,9 +206,9 @@ function isReadOnly(round: Round): boolean {
 function roundSource(scenario: Scenario, phaseSeconds: number): (elapsedMs: number) => Round {
   if (scenario === 'degraded') {
     const phases: Round[] = [
-      { replicas: 3, inSync: 3 }, // healthy
-      { replicas: 3, inSync: 2 }, // soft: a follower lags
-      { replicas: 3, inSync: 1 }, // read_only: no majority
+      { replicas: 3, inSync: 3, lagging: [] }, // healthy
+      { replicas: 3, inSync: 2, lagging: ['follower-2'] }, // soft: a follower lags
+      { replicas: 3, inSync: 1, lagging: ['follower-1', 'follower-2'] }, // read_only: no majority
     ]
     return (elapsedMs) => phases[Math.floor(elapsedMs / (phaseSeconds * 1000)) % phases.length]
   }
@@ -215,7 +217,7 @@ function roundSource(scenario: Scenario, phaseSeconds: number): (elapsedMs: numb
   return () => {
     if (lagging > 0) lagging--
     else if (Math.random() < 1 / 120) lagging = 2 + Math.floor(Math.random() * 4)
-    return { replicas: 3, inSync: lagging > 0 ? 2 : 3 }
+    return lagging > 0 ? { replicas: 3, inSync: 2, lagging: ['follower-2'] } : { replicas: 3, inSync: 3, lagging: [] }
   }
 }
 

@@ -811,12 +811,17 @@ function clusterLine(name: string, brokers: BrokerRead[], colour: boolean): stri
 }
 
 /** A /stats body: scalars as key/value rows, each array of objects and each object as a table. */
+/** View fields that list names (the quorum view's replicas out of sync): one cell, `(none)` when empty. */
+const NAME_LISTS: ReadonlySet<string> = new Set(['lagging'])
+
 function renderView(body: JsonObject, colour: boolean): string {
   const scalars: Cell[][] = []
   const sections: { title: string; text: string }[] = []
   for (const [key, value] of Object.entries(body)) {
     if (key === 'filter') continue
-    if (Array.isArray(value) && value.every(isObject)) {
+    if (NAME_LISTS.has(key) && Array.isArray(value)) {
+      scalars.push([text(key), value.length === 0 ? text('(none)') : cell(value)])
+    } else if (Array.isArray(value) && value.every(isObject)) {
       const { header, rows } = flatten(value as JsonObject[])
       sections.push({ title: key, text: rows.length === 0 ? '(none)\n' : table(header, rows, colour) })
     } else if (isObject(value)) {

@@ -25,6 +25,7 @@ export interface ThreadFields {
   leaderEpoch: number
   replicas: number
   inSync: number
+  lagging: readonly string[] | null
   latency: LatencyQuantiles | null
 }
 
@@ -348,6 +349,7 @@ function snapshotOf(fields: ThreadFields, control: Int32Array, topics: TopicSnap
     quorumState: Atomics.load(control, C_QUORUM) as QuorumState,
     replicas: fields.replicas,
     inSync: fields.inSync,
+    lagging: fields.lagging,
     latency: fields.latency,
     topics,
     layout,

@@ -31,8 +31,13 @@ export interface QuorumEvent {
   to: QuorumState
   replicas: number
   inSync: number
+  /** The replicas out of sync, as the round named them; null when it named none (see Quorum.lagging). */
+  lagging: readonly string[] | null
   at: string
 }
+
+/** The longest name of a replica that `lagging` takes. */
+export const REPLICA_NAME_MAX = 256
 
 /** design §6: no majority → read_only; a majority but not all → soft; all in sync → healthy. */
 export function tierFor(replicas: number, inSync: number): QuorumState {
@@ -44,6 +49,11 @@ export class Quorum {
   readonly #control: Int32Array
   replicas = 0
   inSync = 0
+  /**
+   * The replicas out of sync by name, as the last round gave them (frozen; replicas − inSync of
+   * them), so that /healthz and mq-stats can say which follower lags; null when it named none.
+   */
+  lagging: readonly string[] | null = null
 
   constructor(control: Int32Array) {
     this.#control = control
@@ -60,10 +70,10 @@ export class Quorum {
   /** Validates the round, stores the new tier, and returns the change (or null if none). */
   round(round: unknown): QuorumEvent | null {
     if (!isPlainObject(round)) {
-      throw new TypeError(`replicationRound expects { replicas, inSync }, got ${describe(round)}`)
+      throw new TypeError(`replicationRound expects { replicas, inSync, lagging? }, got ${describe(round)}`)
     }
     for (const key of Object.keys(round)) {
-      if (key !== 'replicas' && key !== 'inSync') throw new TypeError(`unknown replicationRound field ${JSON.stringify(key)} (known: replicas, inSync)`)
+      if (key !== 'replicas' && key !== 'inSync' && key !== 'lagging') throw new TypeError(`unknown replicationRound field ${JSON.stringify(key)} (known: replicas, inSync, lagging)`)
     }
     const replicas = ownOption(round, 'replicas')
     const inSync = ownOption(round, 'inSync')
@@ -74,11 +84,32 @@ export class Quorum {
     if (typeof inSync !== 'number' || !Number.isSafeInteger(inSync) || inSync < 0 || inSync > replicas) {
       throw new (typeof inSync === 'number' ? RangeError : TypeError)(`inSync must be an integer from 0 to replicas (${replicas}), got ${describe(inSync)}`)
     }
+    const lagging = laggingOf(ownOption(round, 'lagging'), replicas - inSync)
     const from = this.state
     const to = tierFor(replicas, inSync)
     this.replicas = replicas
     this.inSync = inSync
+    this.lagging = lagging
     Atomics.store(this.#control, C_QUORUM, to)
-    return from === to ? null : { from, to, replicas, inSync, at: new Date().toISOString() }
+    return from === to ? null : { from, to, replicas, inSync, lagging, at: new Date().toISOString() }
   }
+}
+
+/**
+ * A round's `lagging`: undefined (names none: null), or the names of the replicas out of sync,
+ * exactly `out` of them (replicas − inSync), each a distinct string of 1 to REPLICA_NAME_MAX
+ * characters with no control character (an operator reads them in a terminal). A copy, frozen.
+ */
+function laggingOf(lagging: unknown, out: number): readonly string[] | null {
+  if (lagging === undefined) return null
+  if (!Array.isArray(lagging)) throw new TypeError(`lagging must be an array of the names of the replicas out of sync, got ${describe(lagging)}`)
+  const names = [...lagging]
+  for (const name of names) {
+    if (typeof name !== 'string') throw new TypeError(`lagging must hold replica names (strings), got ${describe(name)}`)
+    if (name.length === 0 || name.length > REPLICA_NAME_MAX) throw new RangeError(`a replica name in lagging must be 1 to ${REPLICA_NAME_MAX} characters, got ${name.length}`)
+    if (/[\u0000-\u001f\u007f-\u009f]/.test(name)) throw new RangeError(`a replica name in lagging must have no control character, got ${JSON.stringify(name)}`)
+  }
+  if (new Set(names).size !== names.length) throw new RangeError(`lagging names a replica twice: ${JSON.stringify(names)}`)
+  if (names.length !== out) throw new RangeError(`lagging must name the ${out} replica${out === 1 ? '' : 's'} out of sync (replicas − inSync), got ${names.length}: ${JSON.stringify(names)}`)
+  return Object.freeze(names)
 }

@@ -181,6 +181,8 @@ export interface Snapshot {
   /** From the last replication round (0 / 0 before the first round). */
   replicas: number
   inSync: number
+  /** The replicas out of sync, as the last round named them; null when it named none. */
+  lagging: readonly string[] | null
   /** null when the estimator is disabled or the window is empty (no samples). */
   latency: LatencyQuantiles | null
   /** Ascending by label, then by raw name (JS string order). */

@@ -63,6 +63,8 @@ export interface QuorumView {
   runbook_level: number
   replicas: number
   in_sync: number
+  /** The replicas out of sync, as the broker's last replicationRound() named them; null when it named none. */
+  lagging: readonly string[] | null
   leader_epoch: number
   connections: number
   uptime_seconds: number
@@ -365,6 +367,7 @@ function quorumView(snapshot: Snapshot): QuorumView {
     runbook_level: RUNBOOK_LEVELS[state],
     replicas: snapshot.replicas,
     in_sync: snapshot.inSync,
+    lagging: snapshot.lagging,
     leader_epoch: snapshot.leaderEpoch,
     // Beyond design §7's minimum: mq-stats' default view shows these beside the tier.
     connections: snapshot.connections,
