@@ -810,10 +810,10 @@ function clusterLine(name: string, brokers: BrokerRead[], colour: boolean): stri
   return `cluster${name === '' ? '' : ` ${terminalSafe(name)}`}  ${parts.join('  ')}\n`
 }
 
-/** A /stats body: scalars as key/value rows, each array of objects and each object as a table. */
 /** View fields that list names (the quorum view's replicas out of sync): one cell, `(none)` when empty. */
 const NAME_LISTS: ReadonlySet<string> = new Set(['lagging'])
 
+/** A /stats body: scalars (and lists of names) as key/value rows, each array of objects and each object as a table. */
 function renderView(body: JsonObject, colour: boolean): string {
   const scalars: Cell[][] = []
   const sections: { title: string; text: string }[] = []

@@ -59,8 +59,8 @@ export const G_WINDOWED = 3
  * floors ackFloor() has moved, a bit per class of partitions (floorMovedBit: partition mod 32); 0
  * before any. Only such a floor moves ahead of the counts that go with it (ackFloor() before
  * delivered()): a floor a group started at (`from`), or one expire() moved with its drops, never
- * does. So a group none of whose floors on partitions without a window of it has its class's bit
- * never shows more in flight than it owes except by a mistake: the conservation check holds it to
+ * does. So a group with no floor whose bit is set on a partition without a window of it never
+ * shows more in flight than it owes except by a mistake: the conservation check holds it to
  * in_flight ≤ depth (conservation.ts, reader.ts floorCanLead). A bit is set before the floor is
  * written, never cleared while the group lives; partitions that share a class share a bit (the
  * check then leaves the group alone: never a false alarm).

@@ -58,8 +58,8 @@ export interface GroupSnapshot {
   /**
    * Settled per message on every partition, or no ackFloor() has moved its floor on a partition
    * without a window of it (entities.ts G_FLOOR_MOVED_INT32, reader.ts floorCanLead): no floor of
-   * it leads its counts, so in_flight ≤ depth holds
-   * whenever no call is under way, and the conservation check holds it to that.
+   * it leads its counts, so in_flight ≤ depth holds whenever no call is under way, and the
+   * conservation check holds it to that.
    */
   inFlightBounded: boolean
   /**
