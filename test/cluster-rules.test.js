@@ -163,6 +163,34 @@ function main() {
     })
   })
 
+  // A split brain at one epoch: `b` takes writes beside `a` from 10m, neither told of a new epoch
+  // (MqClusterEpochsDisagree cannot fire), and each writes a burst every 4 minutes, 2 minutes
+  // apart. Neither counts as leading at the other's scrapes, so the count of nodes taking writes
+  // never reached 2 for 3 minutes: until 2026-11-29 nothing paged. Both serve topics while
+  // writable throughout, which a follower never does.
+  t.test('a split brain at one epoch between leaders that write in bursts fires MqClusterTwoLeaders', async (t) => {
+    const input = simulate(t, {
+      nodes: ['a', 'b', 'c'], seconds: 40 * 60, interval: 60, phase: { a: 0, b: 15, c: 30 },
+      second(now, cluster) {
+        if (now === 0) {
+          for (const id of ['a', 'b', 'c']) cluster.boot(id).surface.setLeaderEpoch(1)
+          cluster.node.a.surface.topic('orders')
+        }
+        if (now === 600) cluster.node.b.surface.topic('orders')
+        if (now % 240 === 5) cluster.node.a.surface.topic('orders').append(0, 100, 500)
+        if (now >= 600 && now % 240 === 125) cluster.node.b.surface.topic('orders').append(0, 100, 500)
+      },
+    })
+    check(t, 'a split brain at one epoch, bursty', {
+      input,
+      tests: [
+        { expr: fired('MqClusterTwoLeaders', '9m'), at: '9m', samples: [] },
+        { expr: 'max_over_time(job:mq_nodes_leading:count[29m])', at: '39m', samples: ['{job="mq"}'] },
+        { expr: fired('MqClusterTwoLeaders', '20m'), at: '30m', samples: ['{alertname="MqClusterTwoLeaders"}'] },
+      ],
+    })
+  })
+
   // Night traffic, one message every 4 minutes, while follower `c` is down for maintenance
   // (20m to 50m; `a` and `b` soft meanwhile). The leader is there and writable, its producers
   // merely quiet: MqClusterNoLeader (critical) paged on and off for this. Then, as a control,
