@@ -23,9 +23,10 @@ if (bin !== undefined) main()
 /**
  * A simulated cluster: `nodes` ids, `seconds` of simulated time, samples every `step` seconds
  * (the promtool input's interval), each node scraped every `interval` s from its `phase`.
- * `second(t, cluster)` makes second t's calls. Returns promtool's input_series lines.
+ * `second(t, cluster)` makes second t's calls; `fails(id, t)` true: that scrape fails (`up` 0, the
+ * node's series marked stale, as for a node down). Returns promtool's input_series lines.
  */
-function simulate(t, { nodes, seconds, step = 15, interval = 60, phase = {}, second }) {
+function simulate(t, { nodes, seconds, step = 15, interval = 60, phase = {}, second, fails = () => false }) {
   const cluster = {
     node: {},
     boot(id, config) {
@@ -49,7 +50,7 @@ function simulate(t, { nodes, seconds, step = 15, interval = 60, phase = {}, sec
     values[at] = value
   }
   const scrape = (id, at) => {
-    const node = cluster.node[id]
+    const node = fails(id, now) ? undefined : cluster.node[id]
     const before = last.get(id) ?? new Set()
     const seen = new Set()
     put(`up{job="mq",instance="${id}"}`, at, node === undefined ? '0' : '1')
@@ -168,27 +169,29 @@ function main() {
   // apart. Neither counts as leading at the other's scrapes, so the count of nodes taking writes
   // never reached 2 for 3 minutes: until 2026-11-29 nothing paged. Both serve topics while
   // writable throughout, which a follower never does.
-  t.test('a split brain at one epoch between leaders that write in bursts fires MqClusterTwoLeaders', async (t) => {
-    const input = simulate(t, {
-      nodes: ['a', 'b', 'c'], seconds: 40 * 60, interval: 60, phase: { a: 0, b: 15, c: 30 },
-      second(now, cluster) {
-        if (now === 0) {
-          for (const id of ['a', 'b', 'c']) cluster.boot(id).surface.setLeaderEpoch(1)
-          cluster.node.a.surface.topic('orders')
-        }
-        if (now === 600) cluster.node.b.surface.topic('orders')
-        if (now % 240 === 5) cluster.node.a.surface.topic('orders').append(0, 100, 500)
-        if (now >= 600 && now % 240 === 125) cluster.node.b.surface.topic('orders').append(0, 100, 500)
-      },
-    })
-    check(t, 'a split brain at one epoch, bursty', {
-      input,
-      tests: [
-        { expr: fired('MqClusterTwoLeaders', '9m'), at: '9m', samples: [] },
-        { expr: 'max_over_time(job:mq_nodes_leading:count[29m])', at: '39m', samples: ['{job="mq"}'] },
-        { expr: fired('MqClusterTwoLeaders', '20m'), at: '30m', samples: ['{alertname="MqClusterTwoLeaders"}'] },
-      ],
-    })
+  t.test('a split brain at one epoch between leaders that write in bursts fires MqClusterTwoLeaders, a scrape of the stale one failing now and then too', async (t) => {
+    for (const [name, fails] of [['every scrape answered', () => false], ['one scrape of b in 7 fails', (id, now) => id === 'b' && Math.floor((now - 15) / 60) % 7 === 3]]) {
+      const input = simulate(t, {
+        nodes: ['a', 'b', 'c'], seconds: 40 * 60, interval: 60, phase: { a: 0, b: 15, c: 30 }, fails,
+        second(now, cluster) {
+          if (now === 0) {
+            for (const id of ['a', 'b', 'c']) cluster.boot(id).surface.setLeaderEpoch(1)
+            cluster.node.a.surface.topic('orders')
+          }
+          if (now === 600) cluster.node.b.surface.topic('orders')
+          if (now % 240 === 5) cluster.node.a.surface.topic('orders').append(0, 100, 500)
+          if (now >= 600 && now % 240 === 125) cluster.node.b.surface.topic('orders').append(0, 100, 500)
+        },
+      })
+      check(t, `a split brain at one epoch, bursty: ${name}`, {
+        input,
+        tests: [
+          { expr: fired('MqClusterTwoLeaders', '9m'), at: '9m', samples: [] },
+          { expr: 'max_over_time(job:mq_nodes_leading:count[29m])', at: '39m', samples: ['{job="mq"}'] },
+          { expr: fired('MqClusterTwoLeaders', '20m'), at: '30m', samples: ['{alertname="MqClusterTwoLeaders"}'] },
+        ],
+      })
+    }
   })
 
   // Night traffic, one message every 4 minutes, while follower `c` is down for maintenance
