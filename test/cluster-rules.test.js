@@ -167,7 +167,7 @@ function main() {
   // A split brain at one epoch: `b` takes writes beside `a` from 10m, neither told of a new epoch
   // (MqClusterEpochsDisagree cannot fire), and each writes a burst every 4 minutes, 2 minutes
   // apart. Neither counts as leading at the other's scrapes, so the count of nodes taking writes
-  // never reached 2 for 3 minutes: until 2026-11-29 nothing paged. Both serve topics while
+  // never reaches 2 (the rule's first condition alone pages no one); both serve topics while
   // writable throughout, which a follower never does.
   t.test('a split brain at one epoch between leaders that write in bursts fires MqClusterTwoLeaders, a scrape of the stale one failing now and then too', async (t) => {
     for (const [name, fails] of [['every scrape answered', () => false], ['one scrape of b in 7 fails', (id, now) => id === 'b' && Math.floor((now - 15) / 60) % 7 === 3]]) {
@@ -272,8 +272,8 @@ function main() {
   })
 
   // The dashboard's rates by topic (grafana/mq-cluster.json), as Grafana sends them (its rate
-  // interval at a 15 s scrape: 1m). Until 2026-11-29 they read the recorded 5-minute rates, which
-  // went on showing a topic's traffic for 5 minutes after its writes stopped.
+  // interval at a 15 s scrape: 1m). The recorded 5-minute rates they would read otherwise go on
+  // showing a topic's traffic for 5 minutes after its writes stop.
   t.test("the dashboard's rates by topic show writes that stop within a rate interval, and the recorded rates where Prometheus holds only those", async (t) => {
     const dashboard = JSON.parse(fs.readFileSync(path.join(root, 'grafana', 'mq-cluster.json'), 'utf8'))
     const panel = (title) => dashboard.panels.find((p) => p.title === title).targets.map((x) => x.expr.replaceAll('$__rate_interval', '1m').replaceAll('$cluster', '').replaceAll('$namespace', '').replaceAll('$job', 'mq'))
@@ -310,6 +310,19 @@ function main() {
         { expr: is(produced, '< bool 21'), at: '31m30s', samples: ['{job="mq",topic="orders"}'] },
         { expr: is(delivered, '> bool 0'), at: '35m', samples: ['{job="mq",topic="orders"}'] },
       ],
+    })
+    // Scraped every minute, Grafana's data source left at its 15 s default: a 1m rate interval
+    // holds one sample between two scrapes, and the panels read 5-minute rates, not nothing.
+    const minutely = simulate(t, {
+      nodes: ['a', 'b'], seconds: 20 * 60, interval: 60, phase: { b: 30 },
+      second(now, cluster) {
+        if (now === 0) for (const id of ['a', 'b']) cluster.boot(id).surface.setLeaderEpoch(1)
+        cluster.node.a.surface.topic('orders').append(0, 100, 20)
+      },
+    })
+    check(t, "the dashboard's rates by topic at a 1-minute scrape interval", {
+      input: minutely,
+      tests: [{ expr: is(produced, '> bool 19') + ' and ' + is(produced, '< bool 21'), at: '15m30s', samples: ['{job="mq",topic="orders"}'] }],
     })
     // A global Prometheus that federates only the recorded series: the panels read those.
     const recorded = ['produced', 'delivered'].map((f) => `      - series: 'job_topic:mq_topic_messages_${f}:rate5m{job="mq",topic="orders"}'\n        values: '5+0x20'`)

@@ -108,19 +108,29 @@ for (const backend of backends()) {
       [{ replicas: 3, inSync: 2, lagging: [] }, RangeError, /^lagging must name the 1 replica out of sync \(replicas − inSync\), got 0/],
       [{ replicas: 3, inSync: 2, lagging: ['a', 'b'] }, RangeError, /^lagging must name the 1 replica out of sync/],
       [{ replicas: 3, inSync: 1, lagging: ['a', 'a'] }, RangeError, /^lagging names a replica twice/],
-      [{ replicas: 3, inSync: 2, lagging: [''] }, RangeError, /1 to 256 characters, got 0/],
-      [{ replicas: 3, inSync: 2, lagging: ['x'.repeat(257)] }, RangeError, /1 to 256 characters, got 257/],
+      [{ replicas: 3, inSync: 2, lagging: [''] }, RangeError, /of length 1 to 256, got 0/],
+      [{ replicas: 3, inSync: 2, lagging: ['x'.repeat(257)] }, RangeError, /of length 1 to 256, got 257/],
       [{ replicas: 3, inSync: 2, lagging: ['node\u001b[2J'] }, RangeError, /no control character/],
       [{ replicas: 3, inSync: 2, lagging: ['node\u0085'] }, RangeError, /no control character/],
+      [{ replicas: 3, inSync: 2, lagging: ['node\u20283'] }, RangeError, /line separator/],
+      [{ replicas: 3, inSync: 2, lagging: ['node\ud8003'] }, RangeError, /lone surrogate/],
+      [{ replicas: 3, inSync: 2, lagging: ['node\udc00'] }, RangeError, /lone surrogate/],
+      [{ replicas: 3, inSync: 2, lagging: [' '] }, RangeError, /must not begin or end with a space/],
+      [{ replicas: 3, inSync: 2, lagging: ['node-3 '] }, RangeError, /must not begin or end with a space/],
       [{ replicas: 3, inSync: 4, lagging: [] }, RangeError, /^inSync must be/],
     ]
-    for (const [round, type, message] of refused) t.throws(() => surface.replicationRound(round), { name: type.name, message }, JSON.stringify(round))
+    const ascii = (round) => JSON.stringify(round).replace(/[^\x20-\x7e]/g, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, '0')}`) // a U+2028 would end TAP's line
+    for (const [round, type, message] of refused) t.throws(() => surface.replicationRound(round), { name: type.name, message }, ascii(round))
     t.same([surface.quorumState, surface.stats('quorum').in_sync, ...(await shown())], [2, 1, ['node-2', 'node-3'], ['node-2', 'node-3']], 'the last good round stands')
     t.equal(events.length, 2, 'no event for a refused round')
     surface.replicationRound({ replicas: 3, inSync: 3, lagging: [] })
     t.same(await shown(), [[], []], 'all in sync: an empty list')
     surface.replicationRound({ replicas: 3, inSync: 2 })
     t.same(await shown(), [null, null], 'a round that names none: null, not the names of an older round')
+    surface.replicationRound({ replicas: 3, inSync: 2, lagging: ['rack 2/node \u{1f600}'] })
+    t.same(await shown(), [['rack 2/node \u{1f600}'], ['rack 2/node \u{1f600}']], 'a space inside a name, a surrogate pair')
+    surface.replicationRound({ replicas: 3, inSync: 2, lagging: null })
+    t.same(await shown(), [null, null], 'null, as /healthz shows it: names none')
     t.equal(surface.replicationRound({ replicas: 300, inSync: 1, lagging: Array.from({ length: 299 }, (_, i) => `n${i}`) }), 2, 'many replicas')
   })
 

@@ -93,7 +93,7 @@ export async function runCluster(options: ClusterOptions): Promise<Cluster> {
   async function boot(node: Node): Promise<void> {
     node.surface = createSurface({ max_in_flight: 10_000, e2e_latency: true })
     node.surface.setLeaderEpoch(node.epoch)
-    node.surface.on('quorum', (change: QuorumEvent) => event(`${node.id}: quorum ${TIERS[change.from]} -> ${TIERS[change.to]} (${change.inSync} of ${change.replicas} in sync)`))
+    node.surface.on('quorum', (change: QuorumEvent) => event(`${node.id}: quorum ${TIERS[change.from]} -> ${TIERS[change.to]} (${change.inSync} of ${change.replicas} in sync${change.lagging?.length ? `; lagging: ${change.lagging.join(', ')}` : ''})`))
     node.surface.on('fault', (fault: FaultRecord) => event(`${node.id}: FAULT ${fault.code} ${fault.metric} ${JSON.stringify(fault.labels)}`))
     node.server = await node.surface.listen({ port: node.port, host: options.host })
     node.port = node.server.port

@@ -308,7 +308,8 @@ export async function runDemo(input: DemoOptions = {}): Promise<Demo> {
       surface.setLeaderEpoch(++epoch)
       note += `; new leader, epoch ${epoch}`
     }
-    io.line(`quorum: ${TIERS[event.from]} -> ${TIERS[event.to]} (${event.replicas} replicas, ${event.inSync} in sync)${note}`)
+    const lagging = event.lagging === null || event.lagging.length === 0 ? '' : `; lagging: ${event.lagging.join(', ')}`
+    io.line(`quorum: ${TIERS[event.from]} -> ${TIERS[event.to]} (${event.replicas} replicas, ${event.inSync} in sync${lagging})${note}`)
   })
   const clients = names.length * 3 // per topic: one producer, one consumer per group
   for (let i = 0; i < clients; i++) surface.connectionOpened()

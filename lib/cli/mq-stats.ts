@@ -810,7 +810,7 @@ function clusterLine(name: string, brokers: BrokerRead[], colour: boolean): stri
   return `cluster${name === '' ? '' : ` ${terminalSafe(name)}`}  ${parts.join('  ')}\n`
 }
 
-/** View fields that list names (the quorum view's replicas out of sync): one cell, `(none)` when empty. */
+/** View fields that list names (the quorum view's replicas out of sync): one cell, `(none)` when empty, a name with a space quoted. */
 const NAME_LISTS: ReadonlySet<string> = new Set(['lagging'])
 
 /** A /stats body: scalars (and lists of names) as key/value rows, each array of objects and each object as a table. */
@@ -820,7 +820,8 @@ function renderView(body: JsonObject, colour: boolean): string {
   for (const [key, value] of Object.entries(body)) {
     if (key === 'filter') continue
     if (NAME_LISTS.has(key) && Array.isArray(value)) {
-      scalars.push([text(key), value.length === 0 ? text('(none)') : cell(value)])
+      // A name that holds a space is quoted: `"node 2, rack 3"` is one name, `a, b` two.
+      scalars.push([text(key), text(value.length === 0 ? '(none)' : value.map((name) => quoted(inline(name))).join(', '))])
     } else if (Array.isArray(value) && value.every(isObject)) {
       const { header, rows } = flatten(value as JsonObject[])
       sections.push({ title: key, text: rows.length === 0 ? '(none)\n' : table(header, rows, colour) })

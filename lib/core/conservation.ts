@@ -18,9 +18,9 @@
 // The same check holds in_flight to what the group owes (design §5): every message in flight is
 // one it has not settled, so in_flight ≤ depth_g. Only for a group that has no floor ackFloor()
 // moved on a partition it does not settle per message (GroupSnapshot.inFlightBounded; entities.ts
-// G_FLOOR_MOVED_INT32): a floor-level
-// broker's ackFloor() precedes its delivered() and a worker can be caught between them, while a
-// group settled per message moves its floors and in_flight together under its lock. A quiet re-read
+// G_FLOOR_MOVED_INT32): a floor-level broker's ackFloor() precedes its delivered() and a worker
+// can be caught between them, while a group settled per message moves its floors and in_flight
+// together under its lock. A quiet re-read
 // (the same numbers, nothing being written) with more in flight than owed is
 // `IN_FLIGHT_EXCEEDS_DEPTH`: a message counted in flight twice (dispatch() and send() before the
 // group's windows existed, docs/integration.md) or a dispatch() no settlement will ever end (a

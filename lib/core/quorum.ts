@@ -95,19 +95,24 @@ export class Quorum {
   }
 }
 
+/** A character a replica name cannot hold: a control character, a line or paragraph separator, half a surrogate pair. */
+const UNPRINTABLE = /[\u0000-\u001f\u007f-\u009f\u2028\u2029]|[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/
+
 /**
- * A round's `lagging`: undefined (names none: null), or the names of the replicas out of sync,
- * exactly `out` of them (replicas − inSync), each a distinct string of 1 to REPLICA_NAME_MAX
- * characters with no control character (an operator reads them in a terminal). A copy, frozen.
+ * A round's `lagging`: undefined or null (names none: null), or the names of the replicas out of
+ * sync, exactly `out` of them (replicas − inSync), each a distinct string of length 1 to
+ * REPLICA_NAME_MAX (UTF-16 code units) that an operator can read on one line of a terminal: no
+ * UNPRINTABLE character, no space at either end. A copy, frozen.
  */
 function laggingOf(lagging: unknown, out: number): readonly string[] | null {
-  if (lagging === undefined) return null
+  if (lagging === undefined || lagging === null) return null
   if (!Array.isArray(lagging)) throw new TypeError(`lagging must be an array of the names of the replicas out of sync, got ${describe(lagging)}`)
   const names = [...lagging]
   for (const name of names) {
     if (typeof name !== 'string') throw new TypeError(`lagging must hold replica names (strings), got ${describe(name)}`)
-    if (name.length === 0 || name.length > REPLICA_NAME_MAX) throw new RangeError(`a replica name in lagging must be 1 to ${REPLICA_NAME_MAX} characters, got ${name.length}`)
-    if (/[\u0000-\u001f\u007f-\u009f]/.test(name)) throw new RangeError(`a replica name in lagging must have no control character, got ${JSON.stringify(name)}`)
+    if (name.length === 0 || name.length > REPLICA_NAME_MAX) throw new RangeError(`a replica name in lagging must be of length 1 to ${REPLICA_NAME_MAX}, got ${name.length}`)
+    if (UNPRINTABLE.test(name)) throw new RangeError(`a replica name in lagging must have no control character, line separator or lone surrogate, got ${JSON.stringify(name)}`)
+    if (name.trim() !== name) throw new RangeError(`a replica name in lagging must not begin or end with a space, got ${JSON.stringify(name)}`)
   }
   if (new Set(names).size !== names.length) throw new RangeError(`lagging names a replica twice: ${JSON.stringify(names)}`)
   if (names.length !== out) throw new RangeError(`lagging must name the ${out} replica${out === 1 ? '' : 's'} out of sync (replicas − inSync), got ${names.length}: ${JSON.stringify(names)}`)

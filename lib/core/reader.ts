@@ -516,9 +516,9 @@ export class SnapshotReader {
 /**
  * Whether a partition of `numbers` without a window of the group has a floor of it that ackFloor()
  * has moved (a floor block, and its class's bit in `moved`, entities.ts G_FLOOR_MOVED_INT32): only
- * such a floor can lead the group's counts. A group whose floor ackFloor() moved and that then
- * settles per message on the partitions it used so is held to in_flight ≤ depth again, whatever
- * floors it started at (`from`) or expire() moved elsewhere. The three arrays ascending. A floor
+ * such a floor can lead the group's counts. A group that moved floors with ackFloor() and then
+ * settles those partitions per message is held to in_flight ≤ depth again, whatever floors it
+ * started at (`from`) or expire() moved on others. The three arrays ascending. A floor
  * registered by another thread and not known here yet is read as not moved (depth not lowered by
  * it), so it cannot make a false excess.
  */
