@@ -211,9 +211,7 @@ export class SnapshotReader {
 
   /** A group's G_FLOOR_MOVED_INT32 cell (entities.ts): the classes of partitions whose floor ackFloor() has moved. Read after its floors. */
   #floorMoved(slot: number): number {
-    const c = slot >>> Chunk.Shift
-    const cells = this.#sharedI32[c] ?? (this.#sharedI32[c] = this.#memory.sharedI32(c))
-    return Atomics.load(cells, ((slot & Chunk.Mask) + G_WINDOWED) * 2 + G_FLOOR_MOVED_INT32)
+    return Atomics.load(this.#sharedI32Of(slot >>> Chunk.Shift), ((slot & Chunk.Mask) + G_WINDOWED) * 2 + G_FLOOR_MOVED_INT32)
   }
 
   /**
@@ -231,8 +229,7 @@ export class SnapshotReader {
     const groups = only === undefined ? topic.groups : [only] // a group judged as it leaves: its own lock
     for (let g = 0; g < groups.length; g++) {
       const slot = groups[g].slot
-      const c = slot >>> Chunk.Shift
-      const cells = this.#sharedI32[c] ?? (this.#sharedI32[c] = this.#memory.sharedI32(c))
+      const cells = this.#sharedI32Of(slot >>> Chunk.Shift)
       const at = ((slot & Chunk.Mask) + G_LOCK) * 2
       const tag = Atomics.load(cells, at)
       if (tag === 0) {
@@ -299,6 +296,11 @@ export class SnapshotReader {
       this.#rows[c] = rows
     }
     return rows
+  }
+
+  /** Chunk `c`'s shared row as Int32 cells (locks, flags), cached as #sharedOf caches its Float64 view. */
+  #sharedI32Of(c: number): Int32Array {
+    return this.#sharedI32[c] ?? (this.#sharedI32[c] = this.#memory.sharedI32(c))
   }
 
   #sharedOf(c: number): Float64Array {
