@@ -217,6 +217,9 @@ t.test('--json: exact integers, one entry per broker', async (t) => {
   t.equal(view[0].leader, false, 'a view entry carries the leader flag too')
   const leading = await broker(t, { epoch: 3, leader: true })
   t.same(JSON.parse((await run(['--url', leading.url, '--url', a.url, '--json'])).stdout).map((x) => [x.leader, x.leader_epoch]), [[true, 3], [false, 7]], 'what a script needs to find a stale leader: each node\'s leader flag and epoch')
+  const viewed = JSON.parse((await run(['--url', leading.url, '--url', a.url, 'topics', '--json'])).stdout)
+  t.same(viewed.map((x) => [x.leader, x.leader_epoch]), [[true, 3], [false, 7]], 'with a VIEW too: each entry carries the epoch from /healthz')
+  t.same(Object.keys(viewed[0]), ['url', 'quorum_state', 'status', 'leader', 'leader_epoch', 'view'])
 })
 
 t.test('a /stats view as a table', async (t) => {
@@ -684,6 +687,13 @@ t.test('a password in a broker URL is used, and shown as *** (table, --json, std
   }
   t.ok(b.requests.length > 0 && b.requests.every((x) => x.authorization === `Basic ${Buffer.from('ops:s3cret').toString('base64')}`), 'the broker got the credentials')
 
+  // Credentials the request could not decode (a % not followed by hex): a usage error, not a broker unreachable.
+  for (const bad of [`http://ops:s3cret%zz@127.0.0.1:${port}`, `http://o%E0ps@127.0.0.1:${port}`, `http://{}:${port}`]) {
+    const r = await run(['--url', bad])
+    t.equal(r.code, 64, `${bad.replace("s3cret", "***")}: a usage error`)
+    t.match(r.stderr, /^mq-stats: --url (has credentials with a malformed %-escape|needs a host name or an IP address)/)
+    t.notMatch(r.stderr, /s3cret/)
+  }
   // Credentials end at the authority's last @, as the URL parser reads them.
   const at = await run(['--url', `http://ops:p@ss@127.0.0.1:${port}`, '--json'])
   t.equal(at.code, 0, at.stderr)
@@ -725,6 +735,8 @@ t.test('--urls-from FILE: one URL per line, or Prometheus file_sd JSON', async (
     'junk.txt': 'not a url\n',
     'typo.txt': 'htp:/oops\n', // a mistyped scheme, not a host named htp
     'v6.txt': '[::1]:1\n', // a line list whose first line starts with [, not JSON
+    'object.json': '{}\n', // one object, not an array of target groups
+    'star.txt': '*:1\n', // no host a broker can have
   })
   for (const file of ['nodes.txt', 'sd.json', 'bom.json', 'hosts.txt']) {
     const r = await run(['--urls-from', path.join(dir, file)])
@@ -760,7 +772,7 @@ t.test('--urls-from FILE: one URL per line, or Prometheus file_sd JSON', async (
   const twice = await run(['--url', a.url, '--urls-from', path.join(dir, 'nodes.txt')])
   t.equal(twice.stdout.split(a.url).length - 1, 2, 'a broker named twice is one row (and the cluster line names it as leader once)')
   t.notMatch(twice.stdout, /2 leaders/)
-  for (const [file, message] of [['missing.txt', /cannot read --urls-from "\S+missing\.txt": ENOENT/], ['empty.txt', /lists no URL/], ['bad.json', /file_sd JSON must be/], ['none.json', /lists no target/], ['sd.yml', /looks like file_sd YAML, which mq-stats does not read: give it the JSON form/], ['ftp.txt', /^mq-stats: --urls-from "\S+ftp\.txt" needs an http or https URL, got "ftp:\/\/127\.0\.0\.1:21"/], ['junk.txt', /^mq-stats: --urls-from "\S+junk\.txt" needs a URL \(http:\/\/host:port\) or host:port, got "not a url"/], ['typo.txt', /^mq-stats: --urls-from "\S+typo\.txt" needs a URL \(http:\/\/host:port\) or host:port, got "htp:\/oops"/]]) {
+  for (const [file, message] of [['missing.txt', /cannot read --urls-from "\S+missing\.txt": ENOENT/], ['empty.txt', /lists no URL/], ['bad.json', /file_sd JSON must be/], ['none.json', /lists no target/], ['sd.yml', /looks like file_sd YAML, which mq-stats does not read: give it the JSON form/], ['ftp.txt', /^mq-stats: --urls-from "\S+ftp\.txt" needs an http or https URL, got "ftp:\/\/127\.0\.0\.1:21"/], ['junk.txt', /^mq-stats: --urls-from "\S+junk\.txt" needs a URL \(http:\/\/host:port\) or host:port, got "not a url"/], ['typo.txt', /^mq-stats: --urls-from "\S+typo\.txt" needs a URL \(http:\/\/host:port\) or host:port, got "htp:\/oops"/], ['object.json', /file_sd JSON must be \[.*\]: an array of target groups, not one object/], ['star.txt', /^mq-stats: --urls-from "\S+star\.txt" needs a host name or an IP address, got "\*:1"/]]) {
     const r = await run(['--urls-from', path.join(dir, file)])
     t.equal(r.code, 64, `${file}: a usage error`)
     t.match(r.stderr, message)

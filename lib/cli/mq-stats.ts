@@ -271,6 +271,7 @@ function urlsFrom(file: string): { url: string; cluster: string }[] {
     if (out.length === 0) throw new UsageError(`--urls-from ${JSON.stringify(file)} lists no target`)
     return out
   }
+  if (/^\s*\{/.test(content)) throw new UsageError(`--urls-from ${JSON.stringify(file)}: file_sd JSON must be [{"targets": ["host:port", ...], "labels": {"name": "value", ...}}, ...]: an array of target groups, not one object`)
   if (/^\s*-?\s*targets\s*:/m.test(content)) {
     throw new UsageError(`--urls-from ${JSON.stringify(file)} looks like file_sd YAML, which mq-stats does not read: give it the JSON form ([{"targets": ["host:port", ...]}]) or one URL per line`)
   }
@@ -308,6 +309,8 @@ function readBounded(file: string, max: number): string {
 
 /** host:port as Prometheus writes a target: a name or IPv4 address, or an IPv6 one in brackets. */
 const BARE_TARGET = /^(\[[0-9a-f:.]+\]|[^/?#@\s:[\]]+)(:\d{1,5})?$/i
+/** A host a broker can have, as the URL parser leaves it: a DNS name (IDN in punycode) or IPv4, or IPv6 in brackets. */
+const HOST = /^(\[[0-9a-f:.]+\]|[a-z0-9_-]+(\.[a-z0-9_-]+)*\.?)$/i
 
 /**
  * `written` as a broker's base URL; `source` names where it came from in the error. With
@@ -329,6 +332,14 @@ function checkUrl(written: string, source = '--url', bareTarget = false): string
   }
   if (url.protocol !== 'http:' && url.protocol !== 'https:') {
     throw new UsageError(`${source} needs an http or https URL, got ${JSON.stringify(shownUrl(written))}`)
+  }
+  if (!HOST.test(url.hostname)) {
+    throw new UsageError(`${source} needs a host name or an IP address, got ${JSON.stringify(shownUrl(written))}`)
+  }
+  try {
+    decodeURIComponent(url.username), decodeURIComponent(url.password) // as the request decodes them
+  } catch {
+    throw new UsageError(`${source} has credentials with a malformed %-escape (a % not followed by the UTF-8 of a character in hex), got ${JSON.stringify(shownUrl(written))}`)
   }
   return value.replace(/\/+$/, '')
 }
@@ -406,7 +417,7 @@ async function collect(options: Options, signal: AbortSignal | undefined): Promi
   }
   const json = brokers.map((b) => {
     if (b.error !== undefined) return { url: b.url, error: b.error }
-    return options.view === undefined ? summaryRow(b) : { url: b.url, quorum_state: b.quorumState, status: b.status, leader: leaderOf(b), view: b.views[options.view] }
+    return options.view === undefined ? summaryRow(b) : { url: b.url, quorum_state: b.quorumState, status: b.status, leader: leaderOf(b), leader_epoch: epochOf(b), view: b.views[options.view] }
   })
   return { brokers, clusters, json, errors, status }
 }
@@ -640,6 +651,11 @@ function leaderOf(b: BrokerRead): boolean | null {
   return typeof b.healthz?.leader === 'boolean' ? b.healthz.leader : null
 }
 
+/** The broker's leader_epoch from /healthz (or its quorum view); null when neither has one. */
+function epochOf(b: BrokerRead): Json {
+  return b.healthz?.leader_epoch ?? b.views.quorum?.leader_epoch ?? null
+}
+
 function summaryRow(b: BrokerRead): JsonObject {
   const h = b.healthz!
   const quorum = b.views.quorum ?? {}
@@ -657,7 +673,7 @@ function summaryRow(b: BrokerRead): JsonObject {
     quorum_state: b.quorumState,
     status: b.status,
     leader: leaderOf(b),
-    leader_epoch: h.leader_epoch ?? quorum.leader_epoch ?? null,
+    leader_epoch: epochOf(b),
     connections: quorum.connections ?? null,
     uptime_seconds: h.uptime_seconds ?? quorum.uptime_seconds ?? null,
     produced: exact(totals.produced),
