@@ -167,6 +167,15 @@ t.test('a SIGINT at its first line (before "press Ctrl-C to stop") stops it clea
   t.match(stdout, /conservation: residual 0 in every group/, 'after draining')
 })
 
+t.test('a reader that goes away (mq-demo | head -4): a quiet exit 0, no stack trace', async (t) => {
+  const { child, out, url, exited } = startDemo(t, ['--port', '0', '--topics', '2', '--rate', '1000'])
+  await url
+  child.stdout.destroy() // the pipe's reading end closes: the demo's next line meets EPIPE
+  const end = await exited
+  t.same(end, { code: 0, signal: null }, out.stderr)
+  t.notMatch(out.stderr, /EPIPE|Error/, 'nothing on stderr')
+})
+
 t.test('usage errors exit 64 with the usage on stderr', async (t) => {
   const cases = [
     [['--bogus'], /unknown flag --bogus/],

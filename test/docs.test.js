@@ -166,3 +166,9 @@ t.test('every relative link in README.md, CHANGELOG.md, docs/ and the aedes exam
   t.same(brokenLinks(scratch), ['README.md: docs/gone.md', 'docs/guide.md: ../examples/demo/'], 'the check finds a broken link, and only those')
   t.end()
 })
+
+t.test('docs/faults.md gives the fault ring slot\'s size as the code has it', (t) => {
+  const { MAX_TEXT } = require('../dist/core/worker-faults')
+  t.match(fs.readFileSync(path.join(root, 'docs', 'faults.md'), 'utf8'), new RegExp(`ring slot of ${MAX_TEXT} characters`))
+  t.end()
+})

@@ -224,7 +224,7 @@ for (const backend of backends()) {
     t.same(broken && [broken.labels, broken.names], [{ topic: 'lossy_t', group: 'g_1' }, { topic: 'lossy.t', group: 'g 1' }])
     // From a worker: through the fault ring, with names; raw names too long for a ring slot leave
     // their labels, not the fault.
-    const long = 'n'.repeat(300) // its labels and names together pass a ring slot's 508 characters; its labels alone do not
+    const long = 'n'.repeat(300) // its labels and names together pass a ring slot's 504 characters; its labels alone do not
     await new Promise((resolve, reject) => {
       const worker = new Worker(`
         const { workerData } = require('node:worker_threads')

@@ -595,6 +595,13 @@ async function cli(argv: readonly string[]): Promise<number> {
 }
 
 if (require.main === module) {
+  // The reader went away (`mq-demo | head`): nothing more can be shown, so the demo ends, quietly
+  // and with 0, as mq-stats does; any other write error (a full disk) is 74, as sysexits' EX_IOERR.
+  process.stdout.on('error', (error: NodeJS.ErrnoException) => {
+    if (error.code === 'EPIPE') process.exit(0)
+    process.stderr.write(`mq-demo: cannot write its output: ${error.message}\n`)
+    process.exit(74)
+  })
   cli(process.argv.slice(2)).then(
     (code) => {
       process.exitCode = code

@@ -54,7 +54,8 @@ const LENGTH = 1
 const CURSOR = 2
 const WRITER = 3
 const TEXT = 4
-const MAX_TEXT = (SLOT_INTS - TEXT) * 2
+/** The longest record a slot holds, in UTF-16 units (docs/faults.md names the figure). */
+export const MAX_TEXT = (SLOT_INTS - TEXT) * 2
 /** How long a claimed slot may stay unpublished before the consumer gives its producer up for dead. */
 export const STUCK_MS = 5000
 /**
