@@ -235,6 +235,8 @@ t.test('statsFromQuery: validation before the context is built', async (t) => {
     ['filter=topics&topic=a&topic=b', 'INVALID_QUERY', /topic must be given at most once/],
     ['filter=groups&group=x&group=x', 'INVALID_QUERY', /group must be given at most once/],
     ['filter=topics&topic=', 'INVALID_QUERY', /topic must be a non-empty/],
+    ['filter=groups&group=', 'INVALID_QUERY', /group must be a non-empty/],
+    [`filter=topics&topic=${'t'.repeat(1025)}`, 'INVALID_QUERY', /^topic must be at most 1024 characters long, as a topic name is \(UTF-16 code units\), got 1025$/],
   ]
   for (const [query, code, message] of cases) {
     let built = 0
@@ -254,6 +256,9 @@ t.test('surface.stats(): a refused call reads nothing, so it raises and counts n
     ['no view', (s) => s.stats(), 'MISSING_FILTER'],
     ['a filter key typo', (s) => s.stats('topics', { topics: 'orders' }), 'INVALID_QUERY'],
     ['a filter value that is not a string', (s) => s.stats('groups', { group: 5 }), 'TypeError'],
+    ['an empty topic, as ?topic= is refused', (s) => s.stats('groups', { topic: '' }), 'INVALID_QUERY'],
+    ['an empty group', (s) => s.stats('groups', { group: '' }), 'INVALID_QUERY'],
+    ['a group longer than any name', (s) => s.stats('groups', { group: 'g'.repeat(1025) }), 'INVALID_QUERY'],
   ]
   for (const backend of backends()) {
     for (const [what, call, code] of refused) {
@@ -279,6 +284,7 @@ t.test('statsFromQuery: a good request', async (t) => {
   t.equal(answer.statusCode, 200)
   t.equal(built, 1, 'the context is built once')
   t.strictSame(answer.body.groups.map((g) => g.group), ['g/1'], 'percent-decoded exact raw names')
+  t.equal(statsFromQuery(new URLSearchParams(`filter=topics&topic=${'t'.repeat(1024)}`), () => context()).statusCode, 200, 'a filter of the longest name: answered')
   t.throws(() => statsFromQuery(new URLSearchParams('filter=topics'), () => { throw new Error('boom') }), /boom/, 'a failure to build the context is not a 400')
 })
 

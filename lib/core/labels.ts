@@ -1,6 +1,7 @@
 // design §3: label values are sanitized on the write side, then escaped on the output side.
 
-const MAX_NAME_LENGTH = 1024
+/** design §3.6: the longest topic or group name, in UTF-16 code units. */
+export const MAX_NAME_LENGTH = 1024
 
 /**
  * design §3.1: every character outside [A-Za-z0-9_-] becomes `_`, per Unicode code point — an emoji

@@ -9,7 +9,7 @@
 // The broker-wide views (quorum, latency, faults, config) ignore both.
 import { MqMetricsError, StatsErrorCode } from '../core/errors'
 import { Listing, materialize } from '../core/json'
-import { describe, isPlainObject, ownOption } from '../core/labels'
+import { describe, isPlainObject, MAX_NAME_LENGTH, ownOption } from '../core/labels'
 import type { ConservationReport } from '../core/conservation'
 import type { ResolvedConfig } from '../core/config'
 import type { FaultLogView } from '../core/faults'
@@ -265,11 +265,20 @@ function parseQuery(query: URLSearchParams): { view: string; filter: StatsFilter
     const values = query.getAll(key)
     if (values.length > 1) throw new StatsError('INVALID_QUERY', `${key} must be given at most once, got ${values.length} values`)
     if (values.length === 1) {
-      if (values[0] === '') throw new StatsError('INVALID_QUERY', `${key} must be a non-empty ${key} name`)
-      filter[key] = values[0]
+      filter[key] = checkFilterName(key, values[0])
     }
   }
   return { view: views[0], filter }
+}
+
+/**
+ * A topic or group filter is a name one can have (design §3.6): '' or one past the longest name
+ * could match nothing, and is refused as a mistake, the same from the query and from stats().
+ */
+function checkFilterName(key: 'topic' | 'group', name: string): string {
+  if (name === '') throw new StatsError('INVALID_QUERY', `${key} must be a non-empty ${key} name`)
+  if (name.length > MAX_NAME_LENGTH) throw new StatsError('INVALID_QUERY', `${key} must be at most ${MAX_NAME_LENGTH} characters long, as a ${key} name is (UTF-16 code units), got ${name.length}`)
+  return name
 }
 
 export interface Narrow {
@@ -289,6 +298,7 @@ function checkFilter(filter: unknown): Narrow {
   const group = ownOption(filter, 'group')
   for (const [key, value] of [['topic', topic], ['group', group]] as const) {
     if (value !== undefined && typeof value !== 'string') throw new TypeError(`stats filter ${key} must be a string (an exact raw name), got ${describe(value)}`)
+    if (value !== undefined) checkFilterName(key, value)
   }
   return { topic: topic as string | undefined, group: group as string | undefined }
 }
