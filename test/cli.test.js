@@ -69,12 +69,21 @@ async function broker(t, { state = 0, epoch = 7, leader = false, connections = 1
 }
 
 /** A port nobody listens on: bound, then released. */
+/**
+ * A port nothing listens on, and nothing will while the test runs: below the range from which the
+ * kernel hands out ports to listen(0) (every server of the suite, in every process), so a broker a
+ * test starts after it cannot take it (a port taken from that range and closed again could be).
+ */
 async function closedPort() {
-  const server = http.createServer()
-  await new Promise((resolve) => server.listen(0, '127.0.0.1', resolve))
-  const { port } = server.address()
-  await new Promise((resolve) => server.close(resolve))
-  return port
+  const [low] = (() => { try { return fs.readFileSync('/proc/sys/net/ipv4/ip_local_port_range', 'utf8').trim().split(/\s+/).map(Number) } catch { return [32768] } })()
+  for (let tries = 0; tries < 100; tries++) {
+    const port = 20000 + Math.floor(Math.random() * Math.max(1, Math.min(low, 65536) - 20000))
+    const server = http.createServer()
+    const free = await new Promise((resolve) => server.once('error', () => resolve(false)).listen(port, '127.0.0.1', () => resolve(true)))
+    if (free) await new Promise((resolve) => server.close(resolve))
+    if (free) return port
+  }
+  throw new Error('no closed port found below the ephemeral range')
 }
 
 /**
