@@ -8,6 +8,7 @@
 const t = require('tap')
 const http = require('node:http')
 const path = require('node:path')
+const fs = require('node:fs')
 const { Worker } = require('node:worker_threads')
 const { backends, surfaceOn, faultsOf, topicNumbers, lib, within, dist, waitFor, scriptedWorker } = require('./helpers')
 const { threadIdentity } = require('../dist/core/threads')
@@ -146,7 +147,8 @@ for (const backend of backends()) {
   t.test(`${backend}: previous and attempted are what faults.md's table says, code by code`, async (t) => {
     const surface = surfaceOn(t, backend, { max_in_flight: 2 })
     const seen = []
-    surface.on('fault', (f) => seen.push([f.code, f.previous, f.attempted]))
+    const metrics = []
+    surface.on('fault', (f) => (seen.push([f.code, f.previous, f.attempted]), metrics.push([f.code, f.metric])))
     const last = () => seen[seen.length - 1]
     const topic = surface.topic('t')
     const group = topic.group('g', { settle_window: 64 })
@@ -193,6 +195,13 @@ for (const backend of backends()) {
     t.same(last(), ['WRITE_WHILE_READ_ONLY', 100, 104], 'append(): last_seq, last_seq + count')
     t.equal(topic.produced(0, 101, 10), false)
     t.same(last(), ['WRITE_WHILE_READ_ONLY', 100, 101], 'produced(): last_seq, the seq given')
+    // And each fault's metric is the one faults.md's first table names for its code (its second
+    // table, of previous and attempted, lists the codes again).
+    const table = new Map()
+    for (const m of fs.readFileSync(path.join(__dirname, '..', 'docs', 'faults.md'), 'utf8').matchAll(/^\| `([A-Z_]+)` \| `([^`]*)` \|/gm)) if (!table.has(m[1])) table.set(m[1], m[2] === '""' ? '' : m[2])
+    t.ok(table.size >= 17, `faults.md's table read (${table.size} codes)`)
+    t.same(metrics.filter(([code, metric]) => table.get(code) !== metric), [], 'every fault\'s metric is faults.md\'s for its code')
+    t.same([...new Set(metrics.map(([code]) => code))].filter((code) => !table.has(code)), [], 'every code raised is in the table')
   })
 
   t.test(`${backend}: a fault names its raw topic and group beside their labels (names that sanitize alike are told apart)`, async (t) => {

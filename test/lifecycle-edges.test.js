@@ -834,3 +834,33 @@ for (const backend of backends()) {
     t.end()
   })
 }
+
+for (const backend of backends()) {
+  t.test(`${backend}: the edges of a window's reach and of a resumed log's base`, async (t) => {
+    const s = surfaceOn(t, backend)
+    // isInFlight() and isSettled() beyond the window: its bits at seq mod window are another
+    // seq's, so a seq more than settle_window above the floor is neither (a broker asking would
+    // otherwise skip a message it never sent).
+    const windowed = s.topic('windowed')
+    const w = windowed.group('g', { settle_window: 32 })
+    windowed.append(0, 1, 40)
+    t.ok(w.send(0, 1))
+    t.same([w.isInFlight(0, 1), w.isInFlight(0, 33), w.isSettled(0, 33)], [true, false, false], 'seq 33 shares seq 1\'s bits: in flight is 1, not 33')
+    t.ok(w.settle(0, 3, 'delivered'))
+    t.same([w.isSettled(0, 3), w.isSettled(0, 35), w.isInFlight(0, 35)], [true, false, false], 'seq 35 shares seq 3\'s bits: settled is 3, not 35')
+    // A resumed log (its first seq 1000, so its base is 999): expire() on a group keeping its floor
+    // by count drops from the base, not from 0; a topic with no group owes what was appended since
+    // the base.
+    const resumed = s.topic('resumed')
+    const counted = resumed.group('counted')
+    resumed.produced(0, 1000, 10, 1)
+    resumed.produced(0, 1003, 30, 3)
+    t.equal(counted.expire(0, 1002), 3, 'seqs 1000…1002 expire')
+    t.same([group(s, 'resumed', 'counted').dropped, counted.floor(0)], [3, 1002])
+    t.equal(s.stats('conservation').topics.find((x) => x.topic === 'resumed').groups[0].residual, 0, 'the books balance')
+    const lone = s.topic('lone')
+    lone.produced(0, 1000, 10, 1)
+    t.same(s.stats('partitions', { topic: 'lone' }).partitions.map((p) => [p.last_seq, p.depth]), [[1000, 1]], 'depth 1: the one message since the base')
+    t.match(await s.render(), /^mq_partition_depth\{topic="lone",partition="0"\} 1$/m, 'and on /metrics')
+  })
+}

@@ -307,6 +307,7 @@ t.test('labels: sanitize per code point, then escape (design §3.1–3.3)', asyn
   const sanitize = [
     ['orders', 'orders', 'allowed characters pass'],
     ['Az09_-', 'Az09_-', 'the whole allowed set'],
+    ['a-b.c_D9', 'a-b_c_D9', 'the allowed set kept where one character is not (the per-character path)'],
     ['a.b', 'a_b', 'a dot'],
     ['a b', 'a_b', 'a space'],
     ['ä', '_', 'a two-byte UTF-8 character is one _'],
