@@ -197,7 +197,7 @@ export class Surface extends EventEmitter {
   }
 
   /** design §6: re-evaluates the tier from this round; returns the new tier. */
-  replicationRound(round: { replicas: number; inSync: number; lagging?: readonly string[] }): QuorumState {
+  replicationRound(round: { replicas: number; inSync: number; lagging?: readonly string[] | null }): QuorumState {
     this.#assertOpen()
     const change = this.#quorum.round(round)
     if (change) this.#tell('quorum', change satisfies QuorumEvent)

@@ -126,11 +126,11 @@ for (const backend of backends()) {
     surface.replicationRound({ replicas: 3, inSync: 3, lagging: [] })
     t.same(await shown(), [[], []], 'all in sync: an empty list')
     surface.replicationRound({ replicas: 3, inSync: 2 })
-    t.same(await shown(), [null, null], 'a round that names none: null, not the names of an older round')
+    t.same(await shown(), [null, null], 'a round that does not name them: null, not the names of an older round')
     surface.replicationRound({ replicas: 3, inSync: 2, lagging: ['rack 2/node \u{1f600}'] })
     t.same(await shown(), [['rack 2/node \u{1f600}'], ['rack 2/node \u{1f600}']], 'a space inside a name, a surrogate pair')
     surface.replicationRound({ replicas: 3, inSync: 2, lagging: null })
-    t.same(await shown(), [null, null], 'null, as /healthz shows it: names none')
+    t.same(await shown(), [null, null], 'null, as /healthz shows it: not named')
     t.equal(surface.replicationRound({ replicas: 300, inSync: 1, lagging: Array.from({ length: 299 }, (_, i) => `n${i}`) }), 2, 'many replicas')
   })
 

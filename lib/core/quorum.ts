@@ -31,7 +31,7 @@ export interface QuorumEvent {
   to: QuorumState
   replicas: number
   inSync: number
-  /** The replicas out of sync, as the round named them; null when it named none (see Quorum.lagging). */
+  /** The replicas out of sync, as the round named them ([] when it said none lags); null when it did not name them (see Quorum.lagging). */
   lagging: readonly string[] | null
   at: string
 }
@@ -51,7 +51,7 @@ export class Quorum {
   inSync = 0
   /**
    * The replicas out of sync by name, as the last round gave them (frozen; replicas − inSync of
-   * them), so that /healthz and mq-stats can say which follower lags; null when it named none.
+   * them), so that /healthz and mq-stats can say which follower lags; null when it did not name them.
    */
   lagging: readonly string[] | null = null
 
@@ -99,7 +99,7 @@ export class Quorum {
 const UNPRINTABLE = /[\u0000-\u001f\u007f-\u009f\u2028\u2029]|[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/
 
 /**
- * A round's `lagging`: undefined or null (names none: null), or the names of the replicas out of
+ * A round's `lagging`: undefined or null (not named: null), or the names of the replicas out of
  * sync, exactly `out` of them (replicas − inSync), each a distinct string of length 1 to
  * REPLICA_NAME_MAX (UTF-16 code units) that an operator can read on one line of a terminal: no
  * UNPRINTABLE character, no space at either end. A copy, frozen.

@@ -181,7 +181,7 @@ export interface Snapshot {
   /** From the last replication round (0 / 0 before the first round). */
   replicas: number
   inSync: number
-  /** The replicas out of sync, as the last round named them; null when it named none. */
+  /** The replicas out of sync, as the last round named them ([] when it said none lags); null when it did not name them. */
   lagging: readonly string[] | null
   /** null when the estimator is disabled or the window is empty (no samples). */
   latency: LatencyQuantiles | null

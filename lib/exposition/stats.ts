@@ -63,7 +63,7 @@ export interface QuorumView {
   runbook_level: number
   replicas: number
   in_sync: number
-  /** The replicas out of sync, as the broker's last replicationRound() named them; null when it named none. */
+  /** The replicas out of sync, as the broker's last replicationRound() named them ([] when it said none lags); null when it did not name them. */
   lagging: readonly string[] | null
   leader_epoch: number
   connections: number
