@@ -5,12 +5,15 @@
 // STUCK_GAP_MS per drain, so such a worker is skipped and goes on late, often while the ring has
 // come round to its slot again. Every record delivered must be whole (its two labels agree: no
 // mixed text), delivered once and in its worker's order; records and suppressed summaries must
-// account for every fault counted, exactly. test/worker-faults.test.js forces each interleaving
-// deterministically; this looks for the ones nobody thought of. Seeded: a failure replays.
+// account for every fault counted, exactly. One lap over a late worker is forced (the fixture's
+// `sync`): worker 0 parks inside its first copy until another has found that slot's writer cell
+// held, so the give-up path runs in every run; the random pauses add more. test/worker-faults.test.js
+// forces each interleaving deterministically; this looks for the ones nobody thought of. Seeded:
+// a failure replays.
 const t = require('tap')
 const path = require('node:path')
 const { Worker } = require('node:worker_threads')
-const { WorkerFaultChannel, STUCK_GAP_MS } = require('../dist/core/worker-faults')
+const { WorkerFaultChannel, STUCK_GAP_MS, RING_SLOTS } = require('../dist/core/worker-faults')
 const { Memory } = require('../dist/core/memory')
 const { createArena } = require('../dist/core/backend')
 const { backends, prng } = require('./helpers')
@@ -31,6 +34,7 @@ function run(backend, seed) {
   let records = 0
   let suppressed = 0
   let held = 0
+  const sync = new SharedArrayBuffer(8)
   const take = (out) => {
     for (const f of out) {
       if (f.code === 'FAULTS_SUPPRESSED') { suppressed += f.attempted; continue }
@@ -63,7 +67,7 @@ function run(backend, seed) {
     let done = 0
     const deadline = Date.now() + 120_000
     for (let id = 0; id < THREADS; id++) {
-      const worker = new Worker(PRODUCER, { workerData: { shared: arena.share(), id, per: PER, long: 0.00005, longMs: 300, short: 0.001, seed: seed * 100 + id + 1 }, execArgv: [] })
+      const worker = new Worker(PRODUCER, { workerData: { shared: arena.share(), sync, late: 0, lap: 3 * RING_SLOTS, id, per: PER, long: 0.00005, longMs: 300, short: 0.001, seed: seed * 100 + id + 1 }, execArgv: [] })
       worker.on('message', (m) => { held += m.held })
       worker.on('error', (error) => errors.push(String(error)))
       worker.on('exit', () => done++)
