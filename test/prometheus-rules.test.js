@@ -211,4 +211,80 @@ ${input.join('\n')}
       t.equal(r.status, 0, 'MqConservationBroken fired for lossy, and never for offline, resub, churn nor flap (promtool test rules)', { output: `${r.stdout}${r.stderr}` })
     })
   }
+
+  // MqNearCardinalityCap against the library's own /metrics: broker `at` holds exactly 90% of each
+  // cap (900 topics of max_topics 1000, 230 groups on one topic, 3,686 partitions on another) and
+  // must stay quiet; broker `above` holds one more of each and must fire once per cap, after its 5
+  // minutes, and resolve for topics once its topics are removed. promtool's unit tests refuse a
+  // query over 5,000 samples, so the rule runs alone (its text cut from mq-alerts.yml), one broker
+  // at a time, with max_topics 1,000 written in place of the default (as the rule's comment tells
+  // an operator with another cap to do); the shipped figures must be the library's defaults.
+  t.test('MqNearCardinalityCap: quiet at 90% of each cap, firing above it, resolved once below', async (t) => {
+    const fs = require('node:fs')
+    const os = require('node:os')
+    const { surfaceOn } = require('./helpers')
+    const defaults = require('../dist/core/config.js').resolveConfig({})
+    const shipped = /\n(      - alert: MqNearCardinalityCap\n[^]*?)\n\n/.exec(fs.readFileSync(path.join(root, rules), 'utf8'))
+    t.ok(shipped, 'the rule is in mq-alerts.yml')
+    const rule = shipped[1]
+    const figures = [...rule.matchAll(/> 0\.9 \* (\d+), "cap", "(\w+)"/g)].map((m) => [m[2], Number(m[1])])
+    t.same(figures, ['max_topics', 'max_groups_per_topic', 'max_partitions_per_topic'].map((cap) => [cap, defaults[cap]]), "the rule's figures are the library's default caps")
+    const TOPICS = 1000
+    const lines = (instance, extra) => {
+      const s = surfaceOn(t, 'js', { max_topics: TOPICS }, { scrapeThread: false })
+      for (let i = 0; i < 0.9 * TOPICS - 2 + extra; i++) s.topic(`device-${i}`) // with `fan` and `wide`
+      const fan = s.topic('fan')
+      for (let i = 0; i < Math.floor(0.9 * defaults.max_groups_per_topic) + extra; i++) fan.group(`session-${i}`)
+      const wide = s.topic('wide')
+      for (let p = 0; p < Math.floor(0.9 * defaults.max_partitions_per_topic) + extra; p++) wide.append(p, 1)
+      const out = new Map() // series → its value now
+      for (const line of s.render().split('\n')) {
+        const m = /^(mq_topic_messages_produced_total|mq_group_in_flight|mq_partition_last_seq)\{(.*)\} (\S+)$/.exec(line)
+        if (m !== null) out.set(`${m[1]}{job="mq",instance="${instance}",${m[2]}}`, m[3])
+      }
+      s.close()
+      return out
+    }
+    // 13 minutes scraped; broker above's device topics go (removed: their series stale) at minute 8.
+    const gone = (key) => key.includes('"above:9464"') && key.startsWith('mq_topic') && key.includes('device-')
+    const series = (lines) => [...lines].map(([key, v]) => `      - { series: '${key}', values: '${gone(key) ? `${v}x7 stale` : `${v}x12`}' }`).join('\n')
+    const description = (value, cap, topic) => `${value} registered on above:9464${topic ? ` for topic ${topic}` : ''}, above 90% of ${cap} (the default cap; this rule's figure if yours differs). At the cap the library refuses to register more (LimitError LIMIT_REACHED): a broker that goes on counts nothing of what it refused, and no metric shows it. Look for names that should not be distinct (a topic or group per device, per session or per message), remove what is no longer used (removeTopic(), removeGroup(); the aedes example's \`idle\`), or raise the cap.`
+    const firing = (value, cap, topic) => `          - exp_labels: { severity: warning, job: mq, instance: 'above:9464', cap: ${cap}${topic ? `, topic: ${topic}` : ''} }
+            exp_annotations:
+              summary: ${JSON.stringify(`above:9464 is near its ${cap}${topic ? ` on topic ${topic}` : ''}`)}
+              description: ${JSON.stringify(description(value, cap, topic))}`
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'mq-cap-rule-'))
+    t.teardown(() => fs.rmSync(dir, { recursive: true, force: true }))
+    fs.writeFileSync(path.join(dir, 'cap.yml'), `groups:\n  - name: cap\n    rules:\n${rule.replace(`0.9 * ${defaults.max_topics}`, `0.9 * ${TOPICS}`)}\n`)
+    const run = (name, input, tests) => {
+      fs.writeFileSync(path.join(dir, name), `rule_files: [cap.yml]
+evaluation_interval: 1m
+tests:
+  - interval: 1m
+    input_series:
+${input}
+    alert_rule_test:
+${tests}
+`)
+      const r = spawnSync(bin, ['test', 'rules', name], { cwd: dir, encoding: 'utf8', timeout: 120_000 })
+      return { status: r.status, output: `${r.stdout}${r.stderr}`.slice(0, 4000) }
+    }
+    let r = run('at.test.yml', series(lines('at:9464', 0)), [4, 6, 12].map((m) => `      - { eval_time: ${m}m, alertname: MqNearCardinalityCap, exp_alerts: [] }`).join('\n'))
+    t.equal(r.status, 0, 'broker at (900 topics, 230 groups, 3,686 partitions): quiet (promtool test rules)', { output: r.output })
+    const above = lines('above:9464', 1)
+    t.equal([...above.keys()].filter((k) => k.startsWith('mq_topic')).length, 901, 'broker above has 901 topics in /metrics')
+    r = run('above.test.yml', series(above), `      - { eval_time: 4m, alertname: MqNearCardinalityCap, exp_alerts: [] }
+      - eval_time: 6m
+        alertname: MqNearCardinalityCap
+        exp_alerts:
+${firing(901, 'max_topics')}
+${firing(231, 'max_groups_per_topic', 'fan')}
+${firing(3687, 'max_partitions_per_topic', 'wide')}
+      - eval_time: 12m
+        alertname: MqNearCardinalityCap
+        exp_alerts:
+${firing(231, 'max_groups_per_topic', 'fan')}
+${firing(3687, 'max_partitions_per_topic', 'wide')}`)
+    t.equal(r.status, 0, 'broker above (901, 231, 3,687): quiet within the 5 minutes, then firing for each cap, the topics one resolved once its topics went (promtool test rules)', { output: r.output })
+  })
 }
