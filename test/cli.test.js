@@ -365,6 +365,13 @@ t.test('usage errors exit 64 with one line; --help exits 0', async (t) => {
     [['--watch', '.'], /--watch needs a number of seconds/],
     [['--watch'], /--watch needs a value/],
     [['--url', 'ftp://x'], /--url needs an http or https URL/],
+    // Port 0: the request went to port 80 and its answer was shown as the :0 URL's.
+    [['--url', 'http://127.0.0.1:0'], /--url needs a port from 1 to 65535/],
+    [['--url', 'https://127.0.0.1:000'], /--url needs a port from 1 to 65535/],
+    // A query or fragment took the paths read in (/?x=1/healthz): the broker was blamed (a 404, exit 3).
+    [['--url', 'http://127.0.0.1:9464?x=1'], /--url is a broker's base URL \(a path prefix at most\), without a query \(\?\) or fragment \(#\)/],
+    [['--url', 'http://127.0.0.1:9464/mq#top'], /without a query \(\?\) or fragment \(#\)/],
+    [['--url', 'http://127.0.0.1:9464/?'], /without a query \(\?\) or fragment \(#\)/],
     [['--url', 'localhost'], /--url needs an absolute http\(s\) URL/],
     [['--json=yes'], /--json takes no value/],
     [['--token', ''], /--token must not be empty/],
@@ -584,6 +591,61 @@ t.test('/healthz answering 503 with an error body is an error answer, not a read
   }
   const readOnly = await broker(t, { state: 2 })
   t.equal((await run(['--url', readOnly.url])).code, 2, "read_only's 503, with its health body, is still a reading")
+})
+
+t.test('port 0 in --urls-from (a list or file_sd) is a usage error, not a read of port 80', async (t) => {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'mq-stats-port0-'))
+  t.teardown(() => fs.rmSync(dir, { recursive: true, force: true }))
+  fs.writeFileSync(path.join(dir, 'list.txt'), '127.0.0.1:0\n')
+  fs.writeFileSync(path.join(dir, 'sd.json'), JSON.stringify([{ targets: ['127.0.0.1:0'] }]))
+  for (const file of ['list.txt', 'sd.json']) {
+    const r = await run(['--urls-from', path.join(dir, file)])
+    t.equal(r.code, 64, `${file}: exit 64`)
+    t.match(r.stderr, /needs a port from 1 to 65535/, `${file}: says so`)
+  }
+})
+
+t.test('a /healthz or quorum view whose fields have the wrong type: a bad answer, shown nowhere', async (t) => {
+  // Only quorum_state was checked: a leader_epoch "x" reached --json (which scripts read) and the
+  // judgement of leaders, an uptime of 1e400 was shown as "InfinitydNaNh".
+  const healthz = (fields) => JSON.stringify({ status: 'healthy', quorum_state: 0, runbook_level: 2, leader_epoch: 7, leader: false, replicas: 3, in_sync: 3, uptime_seconds: 12, faults: 0, ...fields })
+  const cases = [
+    [{ leader_epoch: 'x' }, /\/healthz has leader_epoch "x", not a count/],
+    [{ leader_epoch: -3 }, /leader_epoch -3, not a count/],
+    [{ leader_epoch: 1.5 }, /leader_epoch 1\.5, not a count/],
+    [{ leader: 'yes' }, /leader "yes", not true or false/],
+    [{ status: 5 }, /status 5, not "healthy"/],
+    [{ status: 'read_only' }, /status "read_only", not "healthy" \(its quorum_state is 0\)/],
+    [{ faults: {} }, /faults \{\}, not a count/],
+    [{ uptime_seconds: 'long' }, /uptime_seconds "long", not a number of seconds/],
+    [{ uptime_seconds: -1 }, /uptime_seconds -1, not a number of seconds/],
+  ]
+  for (const [fields, message] of cases) {
+    const b = await broker(t, { override: { '/healthz': [200, healthz(fields)] } })
+    for (const args of [[], ['--json'], ['quorum', '--json']]) {
+      const r = await run(['--url', b.url, ...args])
+      const label = `${JSON.stringify(fields)} ${args.join(' ')}`
+      t.equal(r.code, 3, `${label}: exit 3`)
+      t.match(r.stderr, message, `${label}: says which field`)
+      if (args.includes('--json')) t.same(Object.keys(JSON.parse(r.stdout)[0]), ['url', 'error'], `${label}: --json has the error, none of the body`)
+      else t.match(r.stdout, /bad answer/, `${label}: the table says bad answer`)
+    }
+  }
+  // 1e400 is parsed as Infinity
+  const inf = await broker(t, { override: { '/healthz': [200, healthz({}).replace('"uptime_seconds":12', '"uptime_seconds":1e400')] } })
+  const r = await run(['--url', inf.url])
+  t.equal(r.code, 3, 'uptime_seconds 1e400: exit 3')
+  t.notMatch(r.stdout, /Infinity|NaN/, 'nothing shows Infinity or NaN')
+  // The quorum view (the summary's connections and uptime, VIEW quorum)
+  const view = await broker(t, { override: { quorum: [200, JSON.stringify({ filter: 'quorum', quorum_state: 0, status: 'healthy', runbook_level: 2, replicas: 3, in_sync: 3, leader_epoch: 7, connections: 'many', uptime_seconds: 12 })] } })
+  const q = await run(['--url', view.url, 'quorum', '--json'])
+  t.equal(q.code, 3, 'the quorum view with connections "many": exit 3')
+  t.match(q.stderr, /\/stats\?filter=quorum has connections "many", not a count/)
+  // A broker too old to have a field leaves it out: still read.
+  const old = await broker(t, { override: { '/healthz': [200, JSON.stringify({ status: 'soft', quorum_state: 1 })] } })
+  const o = await run(['--url', old.url, '--json'])
+  t.equal(o.code, 1, 'a /healthz with only status and quorum_state: read (exit 1, soft)')
+  t.equal(JSON.parse(o.stdout)[0].leader, null, 'its leader: null')
 })
 
 t.test('an answer cut short: a bad answer, not unreachable', async (t) => {

@@ -336,6 +336,15 @@ function checkUrl(written: string, source = '--url', bareTarget = false): string
   if (!HOST.test(url.hostname)) {
     throw new UsageError(`${source} needs a host name or an IP address, got ${JSON.stringify(shownUrl(written))}`)
   }
+  // Port 0 is no port a broker listens on: the request would go to the scheme's default port
+  // (80 or 443) and its answer be shown as this URL's.
+  if (url.port === '0' || /^0+$/.test(url.port)) {
+    throw new UsageError(`${source} needs a port from 1 to 65535, got ${JSON.stringify(shownUrl(written))}`)
+  }
+  // The paths read are appended to the URL: a query or fragment would take them in.
+  if (/[?#]/.test(value)) {
+    throw new UsageError(`${source} is a broker's base URL (a path prefix at most), without a query (?) or fragment (#), got ${JSON.stringify(shownUrl(written))}`)
+  }
   try {
     decodeURIComponent(url.username), decodeURIComponent(url.password) // as the request decodes them
   } catch {
@@ -453,6 +462,8 @@ async function readBroker(url: string, views: StatsView[], token: string | undef
     ])
     const state = healthz.quorum_state
     if (state !== 0 && state !== 1 && state !== 2) throw new BrokerError(`/healthz has no quorum_state 0, 1 or 2`, 'bad answer')
+    checkShape('/healthz', healthz, state)
+    if (bodies.length !== 0 && views[0] === 'quorum') checkShape('/stats?filter=quorum', bodies[0], bodies[0].quorum_state)
     read.healthz = healthz
     read.quorumState = state
     read.status = typeof healthz.status === 'string' ? healthz.status : String(state)
@@ -463,6 +474,28 @@ async function readBroker(url: string, views: StatsView[], token: string | undef
     read.errorShort = error instanceof BrokerError ? error.short : 'error'
   }
   return read
+}
+
+/**
+ * The fields of /healthz (and the quorum view) that mq-stats shows or judges by, each of its type
+ * when present (a broker too old to have one leaves it out): a body that has one of another type
+ * is not an mq-metrics answer (a proxy's, a hostile endpoint's), and its values must not reach the
+ * table, --json, or the judgement of leaders.
+ */
+function checkShape(path: string, body: JsonObject, state: unknown): void {
+  const count = (v: unknown) => (typeof v === 'number' && Number.isSafeInteger(v) && v >= 0) || (typeof v === 'bigint' && v >= 0n)
+  const wrong = (field: string, what: string) => {
+    const value = toJSON(body[field])
+    return new BrokerError(`${path} has ${field} ${value.length > 40 ? `${value.slice(0, 40)}…` : value}, not ${what}`, 'bad answer')
+  }
+  if (body.status !== undefined && body.status !== TIER_WORDS[state as number]) throw wrong('status', `"${TIER_WORDS[state as number]}" (its quorum_state is ${String(state)})`)
+  if (body.quorum_state !== state) throw wrong('quorum_state', `0, 1 or 2`)
+  if (body.leader !== undefined && typeof body.leader !== 'boolean') throw wrong('leader', 'true or false')
+  for (const field of ['leader_epoch', 'connections', 'faults']) {
+    if (body[field] !== undefined && !count(body[field])) throw wrong(field, 'a count (an integer from 0)')
+  }
+  const uptime = body.uptime_seconds
+  if (uptime !== undefined && !(typeof uptime === 'number' && Number.isFinite(uptime) && uptime >= 0)) throw wrong('uptime_seconds', 'a number of seconds from 0')
 }
 
 async function getJson(base: string, path: string, token: string | undefined, interrupt: AbortSignal | undefined, okStatuses: number[]): Promise<JsonObject> {
