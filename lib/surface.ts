@@ -143,7 +143,8 @@ export class Surface extends EventEmitter {
         if (this.#scrapeThread?.recycle(body) !== true) this.#renderer.recycle(body)
       },
       healthz: () => this.#healthz().then((body) => ({ statusCode: body.quorum_state === 2 ? 503 : 200, body })),
-      stats: (query) => statsFromQueryLater(query, () => this.#statsContextLater()),
+      // A closed surface answers 503 whatever the query (a bad one included), as /metrics and /healthz do.
+      stats: (query) => (this.#assertOpen(), statsFromQueryLater(query, () => this.#statsContextLater())),
       // A request answered 500 INTERNAL: a bug of ours. Told to 'error' listeners if there are
       // any; never thrown (an 'error' event without a listener would end the broker).
       reportError: (error) => {
@@ -321,6 +322,8 @@ export class Surface extends EventEmitter {
   async #close(): Promise<void> {
     this.#closed = true
     this.#registry.close() // every handle, in every thread, throws ClosedError from its next call
+    // A scrape rendered here, under way or waiting: refused now (503 SURFACE_CLOSED), its timers cleared.
+    this.#scrapes.close(new ClosedError('this mq-metrics surface'))
     for (const timer of this.#timers) clearInterval(timer)
     // A listen() under way finishes first (and, seeing the surface closed, closes its server).
     await this.#starting?.catch(() => {})
@@ -424,6 +427,7 @@ export class Surface extends EventEmitter {
   async #statsContextLater(): Promise<StatsContext> {
     this.#assertOpen()
     const [snapshot, conservation] = await this.#observer.observeReport(() => this.#threadFields())
+    this.#assertOpen() // closed while it read: a request under way is answered 503, not with a closed surface's numbers
     this.#drainWorkerFaults()
     return this.#contextOf(snapshot, conservation)
   }
@@ -445,6 +449,7 @@ export class Surface extends EventEmitter {
   async #healthz() {
     this.#assertOpen()
     await this.#observer.checkSliced()
+    this.#assertOpen() // closed while it read (as #statsContextLater)
     this.#drainWorkerFaults()
     const state = this.#quorum.state
     return {

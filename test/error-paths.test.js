@@ -24,7 +24,9 @@ for (const backend of backends()) {
     const port = server.address().port
     t.equal((await get(port, '/metrics')).status, 200, 'before close(): served')
     await surface.close()
-    for (const path of ['/metrics', '/healthz', '/stats?filter=topics']) {
+    // A query the open surface refuses with 400 (no filter, an unknown view, an unknown or empty
+    // parameter) is answered 503 too: the surface is gone, whatever was asked (it was 400).
+    for (const path of ['/metrics', '/healthz', '/stats?filter=topics', '/stats', '/stats?filter=nope', '/stats?filter=topics&x=1', '/stats?filter=topics&topic=']) {
       const answer = await get(port, path)
       t.equal(answer.status, 503, `${path}: 503`)
       t.equal(answer.headers['content-type'], 'application/json; charset=utf-8')

@@ -356,6 +356,52 @@ for (const backend of backends()) {
     t.equal(strip((await waiting.answered).body.toString('latin1')), expected, 'one moment, taken when the wait was over')
   })
 
+  t.test(`${backend}: close() while a scrape is half rendered: 503 at once, no timer of it left`, async (t) => {
+    // A scrape whose render had begun went on after close(), in paced slices, and was answered 200
+    // with the closed surface's numbers up to ~1.8 s after close() resolved. Forced here: its
+    // first slice renders as little as it can and leaves the pacer 100 ms in debt (1 s to wait).
+    const surface = surfaceOn(t, backend, {}, { scrapeShare: 0.1, scrapeBurstMs: 0, scrapeThread: false })
+    fill(surface, 300)
+    const { Renderer } = require('../dist/exposition/render.js')
+    const realNow = performance.now
+    let offset = 0
+    performance.now = () => realNow.call(performance) + offset
+    const { begin } = Renderer.prototype
+    let firstSlice = true
+    let slices = 0
+    Renderer.prototype.begin = function (...args) {
+      const job = begin.apply(this, args)
+      const step = job.step
+      job.step = function (deadline) {
+        slices++
+        if (!firstSlice) return step.call(this, deadline)
+        firstSlice = false
+        const done = step.call(this, -Infinity) // the least it can do
+        offset += 100
+        return done
+      }
+      return job
+    }
+    t.teardown(() => {
+      performance.now = realNow
+      Renderer.prototype.begin = begin
+    })
+    const timers = () => process.getActiveResourcesInfo().filter((r) => r === 'Timeout' || r === 'Immediate').length
+    const before = timers()
+    const scrape = call(surface, '/metrics')
+    t.notOk(scrape.sync, 'its first slice did not finish it')
+    t.equal(slices, 1, 'one slice rendered')
+    t.ok(timers() > before, 'it waits on a timer for its next slice')
+    let answeredAt
+    scrape.answered.then(() => (answeredAt = slices))
+    await surface.close()
+    const res = await scrape.answered
+    t.equal(res.statusCode, 503, 'answered 503, not a body rendered after close()')
+    t.match(JSON.parse(res.body.toString('utf8')), { error: { code: 'SURFACE_CLOSED' } })
+    t.equal(answeredAt, 1, 'with no slice rendered after close()')
+    t.equal(timers(), before, 'no timer or immediate of it is left')
+  })
+
   t.test(`${backend}: close() while a scrape waits: it is answered with an error, nothing thrown`, async (t) => {
     const { surface, waiting } = await waitingScrape(t, backend)
     await surface.close()
@@ -443,6 +489,27 @@ t.test('ScrapeScheduler: one job at a time, in order of arrival; a failing job p
   t.equal(scheduler.waiting, 0)
   t.throws(() => scheduler.run(() => { throw new Error('begin failed') }, take), /begin failed/, 'a synchronous failure is thrown')
   t.equal(scheduler.run(job('after', 1), take), 'after', 'and the turn is free again')
+})
+
+t.test('ScrapeScheduler.close(): the job under way and those in line are rejected at once; later runs throw', async (t) => {
+  let now = 0
+  const pacer = new ScrapePacer(0.1, 0, () => now)
+  const scheduler = new ScrapeScheduler(pacer, 10)
+  const steps = []
+  const job = (name) => () => ({ name, step() { steps.push(name); now += 5; return false } }) // never done; each slice 5 ms: 50 ms to wait
+  const runs = [scheduler.run(job('a'), (j) => j.name), scheduler.run(job('b'), (j) => j.name), scheduler.run(job('c'), (j) => j.name)]
+  t.same(steps, ['a'], 'a ran its first slice inside the call')
+  t.equal(scheduler.waiting, 2)
+  const closed = new Error('closed')
+  scheduler.close(closed)
+  const settled = await Promise.allSettled(runs)
+  t.same(settled.map((r) => r.status), ['rejected', 'rejected', 'rejected'])
+  t.ok(settled.every((r) => r.reason === closed), 'each with close()\'s error')
+  t.equal(scheduler.waiting, 0)
+  now += 1000
+  await new Promise((resolve) => setTimeout(resolve, 80)) // a's timer (50 ms) would have fired by now
+  t.same(steps, ['a'], 'nothing ran after close()')
+  t.throws(() => scheduler.run(job('d'), (j) => j.name), closed, 'a run after close() throws its error')
 })
 
 for (const backend of backends()) {

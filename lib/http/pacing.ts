@@ -80,7 +80,11 @@ export class ScrapeScheduler {
   readonly #sliceMs: number
   /** A job has been started (or handed its turn) and has not finished. */
   #busy = false
-  readonly #queue: Array<() => void> = []
+  readonly #queue: Array<{ start: () => void; pending: Pending }> = []
+  /** Every scrape not answered yet (under way or waiting), with the timer or immediate it waits on. */
+  readonly #pending = new Set<Pending>()
+  /** close()'s error: every scrape after it is refused with it. */
+  #closed: Error | undefined
 
   constructor(pacer: ScrapePacer, sliceMs: number) {
     this.pacer = pacer
@@ -99,6 +103,7 @@ export class ScrapeScheduler {
    * so that requests nobody waits for any more cost no snapshot and no render.
    */
   run<J extends SteppedJob, T>(begin: () => J, take: (job: J) => T, abandoned?: () => boolean): T | Promise<T> {
+    if (this.#closed !== undefined) throw this.#closed
     const state: { begin: () => J; job: J | undefined } = { begin, job: undefined }
     if (!this.#busy && this.#queue.length === 0 && this.pacer.delay() === 0) {
       this.#busy = true
@@ -113,12 +118,38 @@ export class ScrapeScheduler {
         this.#release()
         return take(state.job!)
       }
-      return new Promise((resolve, reject) => setImmediate(this.#stepper(state, take, resolve, reject, abandoned)))
+      return new Promise((resolve, reject) => {
+        const pending = this.#track(reject)
+        pending.wait = setImmediate(this.#stepper(state, take, resolve, pending, abandoned))
+      })
     }
     return new Promise((resolve, reject) => {
-      this.#queue.push(this.#stepper(state, take, resolve, reject, abandoned))
+      const pending = this.#track(reject)
+      this.#queue.push({ start: this.#stepper(state, take, resolve, pending, abandoned), pending })
       this.#next()
     })
+  }
+
+  /**
+   * The surface is closed: every scrape under way or waiting is rejected with `error` now (its
+   * request answered 503, not a body of a closed surface's numbers seconds later), its timer
+   * cleared, and every later run() throws it. Nothing of the scheduler's runs after it.
+   */
+  close(error: Error): void {
+    this.#closed = error
+    this.#queue.length = 0
+    for (const pending of this.#pending) {
+      pending.done = true
+      if (pending.wait !== undefined) (clearTimeout(pending.wait as NodeJS.Timeout), clearImmediate(pending.wait as NodeJS.Immediate))
+      pending.reject(error)
+    }
+    this.#pending.clear()
+  }
+
+  #track(reject: (error: unknown) => void): Pending {
+    const pending: Pending = { reject, wait: undefined, done: false }
+    this.#pending.add(pending)
+    return pending
   }
 
   /** One slice of `state`'s job (starting it first if need be), charged to the pacer; true once done. */
@@ -135,31 +166,40 @@ export class ScrapeScheduler {
   /** The loop of one job that holds the turn: wait for the pacer, slice, yield; then answer and pass the turn on. */
   #stepper<J extends SteppedJob, T>(
     state: { begin: () => J; job: J | undefined }, take: (job: J) => T,
-    resolve: (value: T) => void, reject: (error: unknown) => void, abandoned?: () => boolean,
+    resolve: (value: T) => void, pending: Pending, abandoned?: () => boolean,
   ): () => void {
     const step = (): void => {
+      pending.wait = undefined
+      if (pending.done) return // closed meanwhile: rejected already
       let result: T
       try {
         if (state.job === undefined && abandoned?.() === true) throw new ScrapeAbandoned()
         const wait = this.pacer.delay()
         if (wait > 0) {
-          setTimeout(step, wait)
+          pending.wait = setTimeout(step, wait)
           return
         }
         if (!this.#slice(state)) {
-          setImmediate(step)
+          pending.wait = setImmediate(step)
           return
         }
         result = take(state.job!)
       } catch (error) {
-        this.#release()
-        reject(error)
+        this.#finish(pending)
+        pending.reject(error)
         return
       }
-      this.#release()
+      this.#finish(pending)
       resolve(result)
     }
     return step
+  }
+
+  /** `pending`'s scrape is answered: it leaves the set, and the next in line gets the turn. */
+  #finish(pending: Pending): void {
+    pending.done = true
+    this.#pending.delete(pending)
+    this.#release()
   }
 
   /** The job under way is finished: the next in line gets the turn. */
@@ -170,10 +210,17 @@ export class ScrapeScheduler {
 
   /** Hands the turn to the first waiting job, on a later turn of the event loop (never inside another job's answer). */
   #next(): void {
-    if (this.#busy) return
-    const start = this.#queue.shift()
-    if (start === undefined) return
+    if (this.#busy || this.#closed !== undefined) return
+    const first = this.#queue.shift()
+    if (first === undefined) return
     this.#busy = true
-    setImmediate(start)
+    first.pending.wait = setImmediate(first.start)
   }
+}
+
+/** A scrape not answered yet: how to refuse it, and what it waits on (cleared by close()). */
+interface Pending {
+  reject: (error: unknown) => void
+  wait: NodeJS.Timeout | NodeJS.Immediate | undefined
+  done: boolean
 }
