@@ -279,7 +279,7 @@ t.test('a /healthz answered later (a promise): a body that is not JSON is a 500,
   t.equal((await request(server.url, { path: '/stats?filter=topics' })).status, 200, 'the server still answers')
 })
 
-t.test('a bad request pipelined behind one whose answer is still being made: that answer goes out whole, then the connection closes; nothing more is read meanwhile', async (t) => {
+t.test('a bad request pipelined behind one whose answer is still being made: that answer goes out whole, then the error, then the connection closes; nothing more is read meanwhile', async (t) => {
   let release
   const server = await serve(t, fakeHost({ healthz: () => new Promise((resolve) => { release = () => resolve({ statusCode: 200, body: { ok: true } }) }) }))
   const warnings = []
@@ -304,9 +304,44 @@ t.test('a bad request pipelined behind one whose answer is still being made: tha
   t.equal(received, '', 'nothing written before the pending answer')
   release()
   await closed
-  t.match(received, /^HTTP\/1\.1 200 OK\r\n[^]*Connection: close\r\n\r\n\{"ok":true\}$/, 'the pending answer, whole, then the close')
+  t.match(received, /^HTTP\/1\.1 200 OK\r\n[^]*\r\n\r\n\{"ok":true\}HTTP\/1\.1 400 Bad Request\r\n[^]*Connection: close\r\n\r\n\{"error":\{"code":"BAD_REQUEST",[^]*\}\}$/, 'the pending answer, whole, then the JSON 400, then the close')
   await new Promise((resolve) => setImmediate(resolve))
   t.same(warnings, [], 'no warning (a listener per packet would be MaxListenersExceededWarning)')
+})
+
+t.test('good requests pipelined before a bad one are all answered, in order, before its error', async (t) => {
+  // Only the response then on the socket went out: the good requests queued behind it were
+  // dropped without a word, and the bad one got no answer either.
+  let release
+  const server = await serve(t, fakeHost({ metricsBody: () => new Promise((resolve) => { release = () => resolve(METRICS_BODY) }) }))
+  const socket = net.connect(server.port, '127.0.0.1')
+  let received = ''
+  socket.on('data', (chunk) => (received += chunk))
+  socket.on('error', () => {})
+  const closed = new Promise((resolve) => socket.on('close', resolve))
+  await new Promise((resolve) => socket.on('connect', resolve))
+  for (const [ending, code, status] of [['', 'BAD_REQUEST', '400 Bad Request'], ['FOO /metrics HTTP/1.1\r\nHost: a\r\n\r\n', 'METHOD_NOT_ALLOWED', '405 Method Not Allowed']]) {
+    const s = ending === '' ? socket : net.connect(server.port, '127.0.0.1')
+    let got = ''
+    if (s !== socket) {
+      s.on('data', (chunk) => (got += chunk))
+      s.on('error', () => {})
+      await new Promise((resolve) => s.on('connect', resolve))
+    }
+    const done = s === socket ? closed : new Promise((resolve) => s.on('close', resolve))
+    release = undefined
+    s.write('GET /metrics HTTP/1.1\r\nHost: a\r\n\r\nGET /healthz HTTP/1.1\r\nHost: a\r\n\r\nGET /stats?filter=topics HTTP/1.1\r\nHost: a\r\n\r\n' + (ending || 'BLAH\x00\x01 garbage\r\n\r\n'))
+    for (let i = 0; i < 200 && release === undefined; i++) await new Promise((resolve) => setTimeout(resolve, 5))
+    t.ok(release !== undefined, 'the /metrics answer is being made')
+    await new Promise((resolve) => setTimeout(resolve, 50))
+    release()
+    await done
+    const text = s === socket ? received : got
+    const statuses = [...text.matchAll(/HTTP\/1\.1 (\d{3} [A-Za-z ]+)\r\n/g)].map((m) => m[1])
+    t.same(statuses, ['200 OK', '200 OK', '200 OK', status], `${code}: /metrics, /healthz and /stats answered in order, then the error`)
+    t.ok(text.includes(METRICS_BODY.toString('latin1')), 'the /metrics body whole')
+    t.match(text, new RegExp(`\\{"error":\\{"code":"${code}"`), `then the ${code} JSON`)
+  }
 })
 
 t.test('a /metrics body the host renders in slices (a promise) is served like one given at once', async (t) => {

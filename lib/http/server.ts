@@ -258,6 +258,7 @@ export function listen(host: HttpHost, options: ListenOptions = {}): Promise<Htt
     // requireHostHeader: Node's own answer to a missing Host is an empty 400; ours is JSON (below).
     { maxHeaderSize: MAX_HEADER_SIZE, connectionsCheckingInterval: TIMEOUT_CHECK_INTERVAL_MS, requireHostHeader: false },
     (req, res) => {
+      lastResponse.set(req.socket, res) // pipelined requests are answered in order: this one's goes out last
       if (overCap.has(req.socket)) {
         sendError(req, res, 503, 'TOO_MANY_CONNECTIONS', `this server holds at most ${maxConnections} connections; try again shortly`, { 'Retry-After': String(RETRY_AFTER_SECONDS), Connection: 'close' })
         return
@@ -584,32 +585,39 @@ const URI_TOO_LONG: [number, string, string] = [414, 'URI Too Long', 'URI_TOO_LO
 const METHOD_NOT_ALLOWED: [number, string, string] = [405, 'Method Not Allowed', 'METHOD_NOT_ALLOWED']
 
 type ClientError = Error & { code?: string; rawPacket?: Buffer; bytesParsed?: number }
-/** Sockets whose parse error waits for the response under way to go out (onClientError). */
+/** Sockets whose parse error waits for the responses under way to go out (onClientError). */
 const closingAfter = new WeakSet<Socket>()
+/** Each connection's latest request's response: Node writes pipelined responses in order, so it goes out last. */
+const lastResponse = new WeakMap<Socket, ServerResponse>()
 
 /**
- * A request Node could not parse, or one that timed out: answer on the raw socket and close it
- * when no response is under way there (a reply would corrupt that one), else just destroy it. A
- * response still being made (/metrics or /healthz, answered once their read is done) for a good
- * request before it on the connection goes out whole first, then the connection closes.
+ * A request Node could not parse, or one that timed out: a JSON error on the raw socket, then it
+ * closes. The good requests before it on the connection (pipelined, or /metrics and /healthz
+ * still being read) are answered first, whole and in order: the error is written once the last
+ * of their responses has gone out (before, it would corrupt them). If one of them cannot go out
+ * whole (its client gone, a response cut), the connection just closes.
  */
 function onClientError(error: ClientError, socket: Socket): void {
-  const inFlight = (socket as Socket & { _httpMessage?: ServerResponse })._httpMessage
-  if (error.code !== 'ECONNRESET' && socket.writable && inFlight != null && !inFlight.headersSent && !inFlight.writableEnded && !inFlight.destroyed) {
-    // Read nothing more meanwhile: each packet would be another parse error.
-    if (closingAfter.has(socket)) return
-    closingAfter.add(socket)
-    socket.pause()
-    inFlight.shouldKeepAlive = false
-    inFlight.once('close', () => socket.destroy())
-    return
+  if (closingAfter.has(socket)) return // read nothing more meanwhile: each packet would be another parse error
+  const [status, reason, code] = clientErrorStatus(error)
+  const answer = (): void => {
+    if (error.code !== 'ECONNRESET' && socket.writable) {
+      rawError(socket, status, reason, code, `${reason.toLowerCase()} (${error.code ?? error.message})`, status === 405 ? `Allow: ${ALLOW}\r\n` : '')
+    } else {
+      socket.destroy()
+    }
   }
-  if (error.code !== 'ECONNRESET' && socket.writable && (inFlight == null || !inFlight.headersSent)) {
-    const [status, reason, code] = clientErrorStatus(error)
-    rawError(socket, status, reason, code, `${reason.toLowerCase()} (${error.code ?? error.message})`, status === 405 ? `Allow: ${ALLOW}\r\n` : '')
-  } else {
-    socket.destroy()
-  }
+  const last = lastResponse.get(socket)
+  if (last === undefined || last.writableFinished || error.code === 'ECONNRESET') return answer()
+  closingAfter.add(socket)
+  socket.pause()
+  if (last.destroyed) return void socket.destroy()
+  let finished = false
+  last.once('finish', () => {
+    finished = true
+    answer()
+  })
+  last.once('close', () => { if (!finished) socket.destroy() })
 }
 
 /**
