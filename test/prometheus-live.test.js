@@ -51,7 +51,7 @@ const FAMILIES = [
 const ALERTS = [
   'MqQuorumReadOnly', 'MqQuorumSoftTooLong', 'MqLeaderEpochDecreased', 'MqPartitionLastSeqDecreased',
   'MqDlqAboveDropped', 'MqGroupPinnedAtMaxInFlight', 'MqGroupNotAcknowledging', 'MqLatencyQuantilesOutOfOrder',
-  'MqConservationBroken', 'MqBrokerDown', 'MqBrokersAllDown', 'MqBrokerFlapping', 'MqNearCardinalityCap',
+  'MqConservationBroken', 'MqBrokerDown', 'MqBrokersAllDown', 'MqBrokerFlapping', 'MqBrokerRestarting', 'MqNearCardinalityCap',
 ]
 /**
  * Alerts that mean a bug, never expected on the demo's honest traffic. (MqConservationBroken
@@ -59,7 +59,7 @@ const ALERTS = [
  * check only proves the rule evaluates without error. MqQuorumSoftTooLong, MqGroupPinnedAtMaxInFlight
  * and MqGroupNotAcknowledging need 10, 15 and 20 minutes and are not judged here.)
  */
-const NEVER = ['MqNearCardinalityCap', 'MqDlqAboveDropped', 'MqPartitionLastSeqDecreased', 'MqLeaderEpochDecreased', 'MqConservationBroken', 'MqLatencyQuantilesOutOfOrder', 'MqBrokerDown', 'MqBrokersAllDown']
+const NEVER = ['MqNearCardinalityCap', 'MqBrokerRestarting', 'MqDlqAboveDropped', 'MqPartitionLastSeqDecreased', 'MqLeaderEpochDecreased', 'MqConservationBroken', 'MqLatencyQuantilesOutOfOrder', 'MqBrokerDown', 'MqBrokersAllDown']
 
 /**
  * The findings design §2 forces on `promtool check metrics`, and only those. design §2 fixes the
