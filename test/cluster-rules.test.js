@@ -317,7 +317,7 @@ function main() {
   // showing a topic's traffic for 5 minutes after its writes stop.
   t.test("the dashboard's rates by topic show writes that stop within a rate interval, and the recorded rates where Prometheus holds only those", async (t) => {
     const dashboard = JSON.parse(fs.readFileSync(path.join(root, 'grafana', 'mq-cluster.json'), 'utf8'))
-    const panel = (title) => dashboard.panels.find((p) => p.title === title).targets.map((x) => x.expr.replaceAll('$__rate_interval', '1m').replaceAll('$cluster', '').replaceAll('$namespace', '').replaceAll('$job', 'mq'))
+    const panel = (title) => dashboard.panels.find((p) => p.title === title).targets.map((x) => x.expr.replaceAll('$__rate_interval', '1m').replaceAll('$cluster', '').replaceAll('$namespace', '').replaceAll('$job', 'mq').replaceAll('$instance', '.*'))
     const [produced] = panel('Produce rate by topic')
     const [delivered] = panel('Deliver rate by topic')
     t.match(produced, /mq_topic_messages_produced_total/)
@@ -353,17 +353,35 @@ function main() {
       ],
     })
     // Scraped every minute, Grafana's data source left at its 15 s default: a 1m rate interval
-    // holds one sample between two scrapes, and the panels read 5-minute rates, not nothing.
+    // holds one sample between two scrapes, and the panels read 5-minute rates, not nothing
+    // (the per-node produce rate and the retries by group read nothing until 2026-11-29: an
+    // SRE's probe). `retried`: 2 messages a second, each sent twice.
+    const [perNode] = panel('Produce rate per node')
+    const [retries] = panel('Retries by group')
     const minutely = simulate(t, {
       nodes: ['a', 'b'], seconds: 20 * 60, interval: 60, phase: { b: 30 },
       second(now, cluster) {
         if (now === 0) for (const id of ['a', 'b']) cluster.boot(id).surface.setLeaderEpoch(1)
         cluster.node.a.surface.topic('orders').append(0, 100, 20)
+        const retried = cluster.node.a.surface.topic('retried')
+        const g = retried.group('billing')
+        for (let i = 0; i < 2; i++) {
+          const seq = retried.append(0, 100)
+          g.send(0, seq)
+          g.redeliver(0, seq)
+          g.settle(0, seq, 'delivered')
+        }
       },
     })
-    check(t, "the dashboard's rates by topic at a 1-minute scrape interval", {
+    check(t, "the dashboard's rates at a 1-minute scrape interval", {
       input: minutely,
-      tests: [{ expr: is(produced, '> bool 19') + ' and ' + is(produced, '< bool 21'), at: '15m30s', samples: ['{job="mq",topic="orders"}'] }],
+      tests: [
+        { expr: is(produced, '> bool 19') + ' and on (topic) {topic="orders"}', at: '15m30s', samples: ['{job="mq",topic="orders"}'] },
+        { expr: is(produced, '< bool 21') + ' and on (topic) {topic="orders"}', at: '15m30s', samples: ['{job="mq",topic="orders"}'] },
+        { expr: is(produced, '> bool 1.9') + ' and on (topic) {topic="retried"}', at: '15m30s', samples: ['{job="mq",topic="retried"}'] },
+        { expr: is(perNode, '> bool 21.5') + ' and ' + is(perNode, '< bool 22.5'), at: '15m30s', samples: ['{instance="a",job="mq"}'] },
+        { expr: is(retries, '> bool 1.9') + ' and ' + is(retries, '< bool 2.1'), at: '15m30s', samples: ['{group="billing",topic="retried"}'] },
+      ],
     })
     // A global Prometheus that federates only the recorded series: the panels read those.
     const recorded = ['produced', 'delivered'].map((f) => `      - series: 'job_topic:mq_topic_messages_${f}:rate5m{job="mq",topic="orders"}'\n        values: '5+0x20'`)
