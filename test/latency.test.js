@@ -175,11 +175,12 @@ t.test('bad values are rejected and nothing is recorded', async (t) => {
     { ms: NaN, error: RangeError, shown: 'NaN' },
     { ms: Infinity, error: RangeError, shown: 'Infinity' },
     { ms: -Infinity, error: RangeError, shown: '-Infinity' },
-    { ms: '3', error: TypeError, shown: '3' },
-    { ms: undefined, error: TypeError, shown: 'undefined' },
-    { ms: null, error: TypeError, shown: 'null' },
-    { ms: 3n, error: TypeError, shown: '3' },
-    { ms: new Number(3), error: TypeError, shown: '3' },
+    // As every other argument check says it (the string was "got string 3", null "got object null").
+    { ms: '3', error: TypeError, shown: 'got the string "3"' },
+    { ms: undefined, error: TypeError, shown: 'got undefined' },
+    { ms: null, error: TypeError, shown: 'got null' },
+    { ms: 3n, error: TypeError, shown: 'got the bigint 3n' },
+    { ms: new Number(3), error: TypeError, shown: 'got an object' },
   ]
   for (const { ms, error, shown } of cases) {
     const label = typeof ms === 'string' ? `'${ms}'` : typeof ms === 'bigint' ? `${ms}n` : typeof ms === 'object' && ms !== null ? 'new Number(3)' : String(ms)

@@ -137,6 +137,39 @@ for (const backend of backends()) {
     return { consumer, producer, producerOf, states, fault, clock, claim, publish, cells, wait, slotOf }
   }
 
+  t.test(`${backend}: workers terminated inside their queuing at once hold the records behind them up STUCK_MS in all, not STUCK_MS each`, (t) => {
+    // Four workers of a pool terminated together, each between its claim and its publish: the
+    // consumer waited out each slot in turn, and the records behind them came 20 s late (a
+    // broker author's probe). Slots claimed before the wait began have been unpublished all of it.
+    const { consumer, producer, fault, wait, claim, publish } = channel(t, backend)
+    producer.send(fault(1))
+    const dead = [claim(), claim(), claim(), claim()]
+    producer.send(fault(2))
+    t.same(consumer.drain().map((f) => f.labels.group), ['1'], 'the first drain stops at the first dead slot')
+    t.same(wait(STUCK_MS - STUCK_GAP_MS), [], 'nothing before STUCK_MS')
+    const after = wait(STUCK_GAP_MS).filter((f) => f.code !== 'FAULTS_SUPPRESSED')
+    t.same(after.map((f) => f.labels.group), ['2'], 'at STUCK_MS the four dead slots are skipped together, and the record behind them arrives')
+    // A slot claimed after the wait began is waited for in full: it has not been unpublished that long.
+    producer.send(fault(3))
+    claim()
+    producer.send(fault(4))
+    t.same(consumer.drain().map((f) => f.labels.group), ['3'], 'the next stops at the new claim')
+    t.same(wait(STUCK_MS - STUCK_GAP_MS), [], 'and waits STUCK_MS for it, from when it was found')
+    t.same(wait(STUCK_GAP_MS).map((f) => f.labels.group), ['4'], 'then skips it')
+    // A claim made while the consumer waited for another is not carried over either.
+    claim()
+    t.same(consumer.drain(), [], 'a wait begins')
+    t.same(wait(STUCK_MS - STUCK_GAP_MS), [], 'most of it passes')
+    claim() // claimed during the wait
+    producer.send(fault(5))
+    t.same(wait(STUCK_GAP_MS), [], 'the first skipped; the one claimed during the wait is waited for on its own')
+    t.same(wait(STUCK_MS - STUCK_GAP_MS), [], 'still')
+    t.same(wait(STUCK_GAP_MS).map((f) => f.labels.group), ['5'], 'then skipped too, and the record behind it arrives')
+    publish(dead[0], fault('late')) // a dead worker's slot, published after all: refused, never delivered
+    t.same(consumer.drain().filter((f) => f.code !== 'FAULTS_SUPPRESSED'), [], 'nothing from a skipped slot')
+    t.end()
+  })
+
   t.test(`${backend}: a producer paused between its claim and its publish loses nothing, however many drains pass meanwhile`, (t) => {
     // Before, two drains in a row that found the slot unpublished skipped it: a worker preempted
     // there (3 busy threads on 2 cores) lost its 'fault' event while a loop of stats() drained.

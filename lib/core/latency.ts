@@ -9,6 +9,7 @@
 // native/latency.cc holds the C++ twin of `quantilesFromCounts`; both must agree bit for bit.
 
 import { ClosedError } from './errors'
+import { describe } from './labels'
 import { C_CLOSED } from './layout'
 import type { LatencyQuantiles } from './snapshot'
 
@@ -46,7 +47,7 @@ function bucketIndexOf(ms: number): number {
 
 function throwBadLatency(ms: unknown): never {
   if (typeof ms !== 'number') {
-    throw new TypeError(`latency ms must be a number, got ${typeof ms} ${String(ms)}`)
+    throw new TypeError(`latency ms must be a number, got ${describe(ms)}`)
   }
   throw new RangeError(`latency ms must be a finite number ≥ 0, got ${ms}`)
 }

@@ -13,7 +13,8 @@
 //
 // A worker terminated between claiming a slot and publishing it would stop the ring: a slot that
 // has stayed unpublished for STUCK_MS of the main thread's monotonic clock is skipped (its count
-// was already taken). Of a gap between two drains at most STUCK_GAP_MS counts: a longer one is the
+// was already taken). Slots claimed before that wait began have been unpublished as long, and are
+// skipped with it (a pool terminated at once would otherwise hold the ring up STUCK_MS per worker). Of a gap between two drains at most STUCK_GAP_MS counts: a longer one is the
 // process stopped as a whole, the worker with it. The limit is time, not a number of drains:
 // drains can follow each other within microseconds (a loop of stats() calls) while a live worker
 // sits preempted between its claim and its publish on a busy machine, and its record must still
@@ -84,6 +85,8 @@ export class WorkerFaultChannel {
   #isStuck = false
   #stuckFor = 0
   #stuckSeenAt = 0
+  /** The write cursor when the wait began: a slot claimed before it has been unpublished all of #stuckFor. */
+  #stuckSince = 0
   readonly #suppressedSeen = new Map<string, bigint>()
 
   /**
@@ -167,11 +170,18 @@ export class WorkerFaultChannel {
         // Claimed, not published: a copy under way, or a worker that died in it.
         const now = this.#now()
         if (!this.#isStuck || this.#stuck !== read) {
+          // A slot claimed before the wait for the one before it began (several workers
+          // terminated inside their queuing at once) has been unpublished all that time: its
+          // wait goes on from there, not from 0 (each waited 5 s more, in turn).
+          const claimedBefore = this.#isStuck && ((this.#stuckSince - read) | 0) > 0
           this.#isStuck = true
           this.#stuck = read
-          this.#stuckFor = 0
-          this.#stuckSeenAt = now
-          break
+          if (!claimedBefore) {
+            this.#stuckFor = 0
+            this.#stuckSeenAt = now
+            this.#stuckSince = write
+            break
+          }
         }
         this.#stuckFor += Math.min(Math.max(now - this.#stuckSeenAt, 0), STUCK_GAP_MS)
         this.#stuckSeenAt = now
@@ -200,7 +210,8 @@ export class WorkerFaultChannel {
       // No cursor of this slot's (~read is never read mod RING_SLOTS): a later lap's mark published
       // without its text is never taken for a record by a cursor cell left from this one.
       Atomics.store(slot, at + CURSOR, ~read)
-      this.#isStuck = false
+      // The wait goes on for the slots claimed before it began (above), and ends past them.
+      if (((this.#stuckSince - read) | 0) <= 1) this.#isStuck = false
       read = (read + 1) | 0
       Atomics.store(cells, READ, read)
     }
