@@ -641,6 +641,10 @@ t.test('a /healthz or quorum view whose fields have the wrong type: a bad answer
   const q = await run(['--url', view.url, 'quorum', '--json'])
   t.equal(q.code, 3, 'the quorum view with connections "many": exit 3')
   t.match(q.stderr, /\/stats\?filter=quorum has connections "many", not a count/)
+  const tier = await broker(t, { override: { quorum: [200, JSON.stringify({ filter: 'quorum', quorum_state: 7, status: 'healthy', leader_epoch: 7, connections: 1, uptime_seconds: 12 })] } })
+  const q7 = await run(['--url', tier.url, 'quorum', '--json'])
+  t.equal(q7.code, 3, 'the quorum view with quorum_state 7: exit 3')
+  t.match(q7.stderr, /\/stats\?filter=quorum has quorum_state 7, not 0, 1 or 2/)
   // A broker too old to have a field leaves it out: still read.
   const old = await broker(t, { override: { '/healthz': [200, JSON.stringify({ status: 'soft', quorum_state: 1 })] } })
   const o = await run(['--url', old.url, '--json'])

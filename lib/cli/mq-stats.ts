@@ -488,8 +488,8 @@ function checkShape(path: string, body: JsonObject, state: unknown): void {
     const value = toJSON(body[field])
     return new BrokerError(`${path} has ${field} ${value.length > 40 ? `${value.slice(0, 40)}…` : value}, not ${what}`, 'bad answer')
   }
-  if (body.status !== undefined && body.status !== TIER_WORDS[state as number]) throw wrong('status', `"${TIER_WORDS[state as number]}" (its quorum_state is ${String(state)})`)
-  if (body.quorum_state !== state) throw wrong('quorum_state', `0, 1 or 2`)
+  if (state !== 0 && state !== 1 && state !== 2) throw wrong('quorum_state', '0, 1 or 2')
+  if (body.status !== undefined && body.status !== TIER_WORDS[state]) throw wrong('status', `"${TIER_WORDS[state]}" (its quorum_state is ${state})`)
   if (body.leader !== undefined && typeof body.leader !== 'boolean') throw wrong('leader', 'true or false')
   for (const field of ['leader_epoch', 'connections', 'faults']) {
     if (body[field] !== undefined && !count(body[field])) throw wrong(field, 'a count (an integer from 0)')

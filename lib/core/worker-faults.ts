@@ -14,8 +14,9 @@
 // A worker terminated between claiming a slot and publishing it would stop the ring: a slot that
 // has stayed unpublished for STUCK_MS of the main thread's monotonic clock is skipped (its count
 // was already taken). Slots claimed before that wait began have been unpublished as long, and are
-// skipped with it (a pool terminated at once would otherwise hold the ring up STUCK_MS per worker). Of a gap between two drains at most STUCK_GAP_MS counts: a longer one is the
-// process stopped as a whole, the worker with it. The limit is time, not a number of drains:
+// skipped with it (a pool terminated at once would otherwise hold the ring up STUCK_MS per
+// worker). Of a gap between two drains at most STUCK_GAP_MS counts: a longer one is the process
+// stopped as a whole, the worker with it. The limit is time, not a number of drains:
 // drains can follow each other within microseconds (a loop of stats() calls) while a live worker
 // sits preempted between its claim and its publish on a busy machine, and its record must still
 // arrive.
