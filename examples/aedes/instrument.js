@@ -14,7 +14,7 @@ const NAME_MAX = 1024 // the library's longest name; longer MQTT topics and clie
 // with it; published again, it starts from 0), checked every idle/4 ms (so it goes within 1.25 × idle): dynamic topics (a device's
 // own) do not pile up until max_topics. 0: they stay.
 function instrument(broker, surface, { window: WINDOW = 65536, idle: IDLE = 5 * 60_000 } = {}) {
-  if (!Number.isInteger(WINDOW / 32) || WINDOW < 64) throw new RangeError(`window must be a multiple of 32 from 64, got ${WINDOW}`)
+  if (!Number.isInteger(WINDOW / 32) || WINDOW < 64 || WINDOW > 131072) throw new RangeError(`window must be a multiple of 32 from 64 to 131072 (the library's largest settle_window), got ${WINDOW}`)
   if (!Number.isInteger(IDLE) || IDLE < 0 || IDLE / 4 > 2 ** 31 - 1) throw new RangeError(`idle must be a number of ms from 0 to ${4 * (2 ** 31 - 1)} (a timer's longest period, 4 times), got ${IDLE}`)
   const KEEP = WINDOW * 0.75
   const GROUP = { from: 'latest', max_in_flight: 65535, settle_window: WINDOW } // MQTT: ≤ 65,535 packet ids per client
@@ -248,9 +248,9 @@ function instrument(broker, surface, { window: WINDOW = 65536, idle: IDLE = 5 * 
   }
   // A clean session discards the one before it, and its own when it ends: subscriptions and queue.
   // 'clientReady' comes once aedes has emptied the session's queue, after the CONNACK: a clean
-  // session may have subscribed already (its groups are its own: m.client).
+  // session may have subscribed already (its groups are its own: m.client), and unsubscribed.
   // A persistent session back: aedes has restored its subscriptions (authorizeSubscribe) and replayed its queue; a group still offline was unsubscribed meanwhile.
-  broker.on('clientReady', (client) => session(client).forEach((m) => (client.clean ? m.client !== client && leave(m) : (m.unsubscribing || (m.offline && !m.ending)) && unsubscribe(m))))
+  broker.on('clientReady', (client) => session(client).forEach((m) => (client.clean ? (m.client !== client ? leave(m) : m.unsubscribing && unsubscribe(m)) : (m.unsubscribing || (m.offline && !m.ending)) && unsubscribe(m))))
   broker.on('clientDisconnect', (client) => (client.clean ? session(client).forEach((m) => (m.client === client || m.client.closed) && leave(m)) : away(client))) // not a newer connection's
   const away = (client) => session(client).forEach((m) => { // a persistent session goes offline (unless a takeover has restored it already)
     if (m.client === client) dark(m, true)

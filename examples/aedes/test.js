@@ -736,6 +736,48 @@ test('a clean session that subscribes before aedes has emptied its queue (a slow
   assert.deepEqual(faults.map((f) => f.code), [])
 }))
 
+test('a clean session that subscribes and unsubscribes before aedes has emptied its queue (a slow persistence): its group leaves at clientReady', () => withBroker(async (b, faults) => {
+  // The UNSUBSCRIBE waited for 'clientReady', which acted on it for persistent sessions only: the
+  // group stayed until the connection ended, every later message owed by it and kept by the glue,
+  // and all of them counted as dropped at the end (a review of the glue).
+  const stream = b.broker.persistence.outgoingStream.bind(b.broker.persistence)
+  b.broker.persistence.outgoingStream = (client) => {
+    const { Readable } = require('node:stream')
+    const inner = stream(client)
+    const out = new Readable({ objectMode: true, read() {} })
+    setTimeout(() => { inner.on('data', (d) => out.push(d)); inner.on('end', () => out.push(null)) }, 50)
+    return out
+  }
+  let ready = false
+  b.broker.on('clientReady', (c) => { if (c.id === 'dev-2') ready = true })
+  const s = await connect(b.mqttPort, { clientId: 'dev-2', clean: true })
+  await s.subscribeAsync('devices/dev-2/cmd', { qos: 1 })
+  await s.unsubscribeAsync('devices/dev-2/cmd')
+  assert.equal(ready, false, 'subscribed and unsubscribed before clientReady')
+  await until('clientReady', () => ready)
+  await until('the group left', () => groupOf(b, 'dev-2') === undefined)
+  const p = await connect(b.mqttPort, { clientId: 'ctl' })
+  for (let i = 0; i < 10; i++) await p.publishAsync('devices/dev-2/cmd', `cmd${i}`, { qos: 1 })
+  assert.equal(b.glue.pending(), 0, 'nothing kept for a topic without a group')
+  const [t] = b.surface.stats('topics', { topic: 'devices/dev-2/cmd' }).topics
+  assert.deepEqual([t.produced, t.delivered, t.dropped, t.groups], [10, 0, 0, 0], 'published, owed by no one')
+  await Promise.all([s.endAsync(), p.endAsync()])
+  assert.deepEqual(faults.map((f) => f.code), [])
+}))
+
+test('instrument() refuses a window the library cannot give a group, not at the first subscription inside aedes', () => {
+  const { instrument } = require('./instrument')
+  const aedes = require('aedes')()
+  const surface = require('mq-metrics').createSurface()
+  try {
+    assert.throws(() => instrument(aedes, surface, { window: 262144 }), { name: 'RangeError', message: /window must be a multiple of 32 from 64 to 131072/ })
+    assert.doesNotThrow(() => instrument(aedes, surface, { window: 131072, idle: 0 }))
+  } finally {
+    surface.close()
+    aedes.close()
+  }
+})
+
 test('what the glue keeps per topic stays small: settled messages are forgotten every 64, a topic nobody subscribes to keeps none', () => withBroker(async (b, faults) => {
   const s = await connect(b.mqttPort, { clientId: 'reader', clean: true })
   let received = 0
