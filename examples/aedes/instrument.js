@@ -25,7 +25,7 @@ function instrument(broker, surface, { window: WINDOW = 65536, idle: IDLE = 5 * 
   let tick = 0 // quarters of IDLE passed: a topic without a group holds the tick of its last use (t.used)
   // counters: aedes' counters of the topic's messages not yet settled by every group, increasing;
   // the message at index i has seq base + i (append() numbers a partition's messages one by one).
-  const topicOf = (name, subscribing) => topics.get(name) ?? (name.length <= NAME_MAX && (topics.size < surface.config.max_topics || (subscribing && evict())) ? register(name) : undefined) // full: no throw per publish
+  const topicOf = (name, subscribing) => topics.get(name) ?? (name.length !== 0 && name.length <= NAME_MAX && (topics.size < surface.config.max_topics || (subscribing && evict())) ? register(name) : undefined) // full: no throw per publish
   const register = (name) => limited(() => { const handle = surface.topic(name); idle.add(name); return topics.set(name, { name, handle, counters: [], base: handle.lastSeq(0) + 1, groups: new Map(), dark: new Set(), routing: new Map(), used: tick }).get(name) })
   const reap = () => { // the topics without a group unused for IDLE ms leave
     tick++

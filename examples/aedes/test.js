@@ -215,7 +215,7 @@ test('a persistent session taken over while a message is forwarded to both conne
   await second.endAsync()
 }))
 
-test('broker.publish() from code: the same packet object twice, no payload, a string payload', () => withBroker(async (b) => {
+test('broker.publish() from code: the same packet object twice, no payload, a string payload, an empty topic', () => withBroker(async (b) => {
   const s = await connect(b.mqttPort, { clientId: 'code-s' })
   let received = 0
   s.on('message', () => received++)
@@ -225,6 +225,10 @@ test('broker.publish() from code: the same packet object twice, no payload, a st
   await new Promise((resolve) => b.broker.publish(packet, resolve)) // aedes sends it twice
   await new Promise((resolve) => b.broker.publish({ topic: 'code', qos: 1 }, resolve)) // aedes sends an empty payload
   await new Promise((resolve) => b.broker.publish({ topic: 'code', payload: '€€€€', qos: 1 }, resolve)) // 12 bytes of UTF-8
+  // An empty topic (aedes refuses it from a client, not from code): not counted, nothing thrown
+  // (the library's names are 1 to 1,024 characters: its RangeError reached the caller).
+  await new Promise((resolve) => b.broker.publish({ topic: '', payload: 'x', qos: 0 }, resolve))
+  assert.equal(b.surface.stats('topics').topics.length, 1, 'no topic registered for it')
   const topic = () => b.surface.stats('topics').topics.find((t) => t.topic === 'code')
   await until('every copy settled', () => received === 4 && topic()?.delivered === 4)
   assert.deepEqual([topic().produced, topic().bytes], [4, 1 + 1 + 0 + 12])
