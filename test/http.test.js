@@ -29,6 +29,17 @@ function fakeHost(overrides = {}) {
   }
 }
 
+/** A raw TCP connection to `port`, connected: what it has received so far, and its close. */
+async function rawConnection(port) {
+  const socket = net.connect(port, '127.0.0.1')
+  let received = ''
+  socket.on('data', (chunk) => (received += chunk))
+  socket.on('error', () => {})
+  const closed = new Promise((resolve) => socket.on('close', resolve))
+  await new Promise((resolve) => socket.on('connect', resolve))
+  return { socket, received: () => received, closed }
+}
+
 async function serve(t, host) {
   const server = await listen(host, { port: 0, host: '127.0.0.1' })
   t.teardown(() => server.close())
@@ -286,12 +297,7 @@ t.test('a bad request pipelined behind one whose answer is still being made: tha
   const onWarning = (warning) => warnings.push(warning.name)
   process.on('warning', onWarning)
   t.teardown(() => process.off('warning', onWarning))
-  const socket = net.connect(server.port, '127.0.0.1')
-  let received = ''
-  socket.on('data', (chunk) => (received += chunk))
-  socket.on('error', () => {})
-  const closed = new Promise((resolve) => socket.on('close', resolve))
-  await new Promise((resolve) => socket.on('connect', resolve))
+  const { socket, received, closed } = await rawConnection(server.port)
   socket.write('GET /healthz HTTP/1.1\r\nHost: a\r\n\r\n')
   for (let i = 0; i < 100 && release === undefined; i++) await new Promise((resolve) => setTimeout(resolve, 5))
   socket.write('BOGUS\x01 / HTTP/1.1\r\n\r\n')
@@ -301,10 +307,10 @@ t.test('a bad request pipelined behind one whose answer is still being made: tha
     await new Promise((resolve) => setTimeout(resolve, 3))
   }
   await new Promise((resolve) => setTimeout(resolve, 100))
-  t.equal(received, '', 'nothing written before the pending answer')
+  t.equal(received(), '', 'nothing written before the pending answer')
   release()
   await closed
-  t.match(received, /^HTTP\/1\.1 200 OK\r\n[^]*\r\n\r\n\{"ok":true\}HTTP\/1\.1 400 Bad Request\r\n[^]*Connection: close\r\n\r\n\{"error":\{"code":"BAD_REQUEST",[^]*\}\}$/, 'the pending answer, whole, then the JSON 400, then the close')
+  t.match(received(), /^HTTP\/1\.1 200 OK\r\n[^]*\r\n\r\n\{"ok":true\}HTTP\/1\.1 400 Bad Request\r\n[^]*Connection: close\r\n\r\n\{"error":\{"code":"BAD_REQUEST",[^]*\}\}$/, 'the pending answer, whole, then the JSON 400, then the close')
   await new Promise((resolve) => setImmediate(resolve))
   t.same(warnings, [], 'no warning (a listener per packet would be MaxListenersExceededWarning)')
 })
@@ -314,33 +320,19 @@ t.test('good requests pipelined before a bad one are all answered, in order, bef
   // dropped without a word, and the bad one got no answer either.
   let release
   const server = await serve(t, fakeHost({ metricsBody: () => new Promise((resolve) => { release = () => resolve(METRICS_BODY) }) }))
-  const socket = net.connect(server.port, '127.0.0.1')
-  let received = ''
-  socket.on('data', (chunk) => (received += chunk))
-  socket.on('error', () => {})
-  const closed = new Promise((resolve) => socket.on('close', resolve))
-  await new Promise((resolve) => socket.on('connect', resolve))
-  for (const [ending, code, status] of [['', 'BAD_REQUEST', '400 Bad Request'], ['FOO /metrics HTTP/1.1\r\nHost: a\r\n\r\n', 'METHOD_NOT_ALLOWED', '405 Method Not Allowed']]) {
-    const s = ending === '' ? socket : net.connect(server.port, '127.0.0.1')
-    let got = ''
-    if (s !== socket) {
-      s.on('data', (chunk) => (got += chunk))
-      s.on('error', () => {})
-      await new Promise((resolve) => s.on('connect', resolve))
-    }
-    const done = s === socket ? closed : new Promise((resolve) => s.on('close', resolve))
+  for (const [bad, code, status] of [['BLAH\x00\x01 garbage\r\n\r\n', 'BAD_REQUEST', '400 Bad Request'], ['FOO /metrics HTTP/1.1\r\nHost: a\r\n\r\n', 'METHOD_NOT_ALLOWED', '405 Method Not Allowed']]) {
+    const { socket, received, closed } = await rawConnection(server.port)
     release = undefined
-    s.write('GET /metrics HTTP/1.1\r\nHost: a\r\n\r\nGET /healthz HTTP/1.1\r\nHost: a\r\n\r\nGET /stats?filter=topics HTTP/1.1\r\nHost: a\r\n\r\n' + (ending || 'BLAH\x00\x01 garbage\r\n\r\n'))
+    socket.write('GET /metrics HTTP/1.1\r\nHost: a\r\n\r\nGET /healthz HTTP/1.1\r\nHost: a\r\n\r\nGET /stats?filter=topics HTTP/1.1\r\nHost: a\r\n\r\n' + bad)
     for (let i = 0; i < 200 && release === undefined; i++) await new Promise((resolve) => setTimeout(resolve, 5))
     t.ok(release !== undefined, 'the /metrics answer is being made')
     await new Promise((resolve) => setTimeout(resolve, 50))
     release()
-    await done
-    const text = s === socket ? received : got
-    const statuses = [...text.matchAll(/HTTP\/1\.1 (\d{3} [A-Za-z ]+)\r\n/g)].map((m) => m[1])
+    await closed
+    const statuses = [...received().matchAll(/HTTP\/1\.1 (\d{3} [A-Za-z ]+)\r\n/g)].map((m) => m[1])
     t.same(statuses, ['200 OK', '200 OK', '200 OK', status], `${code}: /metrics, /healthz and /stats answered in order, then the error`)
-    t.ok(text.includes(METRICS_BODY.toString('latin1')), 'the /metrics body whole')
-    t.match(text, new RegExp(`\\{"error":\\{"code":"${code}"`), `then the ${code} JSON`)
+    t.ok(received().includes(METRICS_BODY.toString('latin1')), 'the /metrics body whole')
+    t.match(received(), new RegExp(`\\{"error":\\{"code":"${code}"`), `then the ${code} JSON`)
   }
 })
 

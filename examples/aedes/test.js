@@ -37,6 +37,18 @@ function holdPubacks(client, hold) {
   client._sendPacket = (packet, done, ...rest) => (packet.cmd === 'puback' ? hold(packet, send, done) : send(packet, done, ...rest))
   return send
 }
+/** aedes' persistence empties a session's queue 50 ms late, as a durable store may: 'clientReady' waits for it. */
+function slowQueue(b) {
+  const stream = b.broker.persistence.outgoingStream.bind(b.broker.persistence)
+  b.broker.persistence.outgoingStream = (client) => {
+    const { Readable } = require('node:stream')
+    const inner = stream(client)
+    const out = new Readable({ objectMode: true, read() {} })
+    setTimeout(() => { inner.on('data', (d) => out.push(d)); inner.on('end', () => out.push(null)) }, 50)
+    return out
+  }
+}
+
 function connect(port, options) {
   const client = mqtt.connect(`mqtt://127.0.0.1:${port}`, { reconnectPeriod: 0, protocolVersion: 4, ...options })
   return new Promise((resolve, reject) => { client.once('connect', () => resolve(client)); client.once('error', reject) })
@@ -714,14 +726,7 @@ test('aedes losing a persistent session\'s stored copy (two QoS 1 messages in on
 test('a clean session that subscribes before aedes has emptied its queue (a slow persistence): its groups are its own, counted', () => withBroker(async (b, faults) => {
   // aedes sends the CONNACK, and takes SUBSCRIBEs, before 'clientReady', which waits for the
   // persistence's outgoing stream: delayed here by 50 ms, as a durable store may take.
-  const stream = b.broker.persistence.outgoingStream.bind(b.broker.persistence)
-  b.broker.persistence.outgoingStream = (client) => {
-    const { Readable } = require('node:stream')
-    const inner = stream(client)
-    const out = new Readable({ objectMode: true, read() {} })
-    setTimeout(() => { inner.on('data', (d) => out.push(d)); inner.on('end', () => out.push(null)) }, 50)
-    return out
-  }
+  slowQueue(b)
   let ready = false
   b.broker.on('clientReady', (c) => { if (c.id === 'dev-1') ready = true })
   const s = await connect(b.mqttPort, { clientId: 'dev-1', clean: true })
@@ -744,14 +749,7 @@ test('a clean session that subscribes and unsubscribes before aedes has emptied 
   // The UNSUBSCRIBE waited for 'clientReady', which acted on it for persistent sessions only: the
   // group stayed until the connection ended, every later message owed by it and kept by the glue,
   // and all of them counted as dropped at the end (a review of the glue).
-  const stream = b.broker.persistence.outgoingStream.bind(b.broker.persistence)
-  b.broker.persistence.outgoingStream = (client) => {
-    const { Readable } = require('node:stream')
-    const inner = stream(client)
-    const out = new Readable({ objectMode: true, read() {} })
-    setTimeout(() => { inner.on('data', (d) => out.push(d)); inner.on('end', () => out.push(null)) }, 50)
-    return out
-  }
+  slowQueue(b)
   let ready = false
   b.broker.on('clientReady', (c) => { if (c.id === 'dev-2') ready = true })
   const s = await connect(b.mqttPort, { clientId: 'dev-2', clean: true })
