@@ -362,6 +362,56 @@ t.test('a /metrics body the host renders in slices (a promise) is served like on
   t.equal((await request(server.url, { path: '/metrics' })).status, 200, 'the next scrape succeeds')
 })
 
+t.test('an answer prepared for longer than the idle timeout is still given; the timeout applies again to its writing', async (t) => {
+  // A broker's own server with a 300 ms idle timeout: a body the host takes 900 ms to give (a
+  // render paced on the scrape thread, as a 553 MB body takes ~20 s against our 30 s) must not be
+  // cut while the client, rightly, just waits for it.
+  const IDLE_MS = 300
+  const slowly = (value, ms = 3 * IDLE_MS) => () => new Promise((resolve) => setTimeout(resolve, ms, value))
+  let body = METRICS_BODY
+  const handler = createHandler(fakeHost({
+    metricsBody: () => slowly(body)(),
+    stats: slowly({ statusCode: 200, body: { filter: 'topics', topics: [] } }, 6 * IDLE_MS),
+  }))
+  const broker = http.createServer((req, res) => { if (!handler(req, res)) { res.statusCode = 404; res.end() } })
+  broker.setTimeout(IDLE_MS)
+  const closed = [] // the server's side of each connection, by its close
+  broker.on('connection', (socket) => closed.push(new Promise((resolve) => socket.once('close', resolve))))
+  await new Promise((resolve) => broker.listen(0, '127.0.0.1', resolve))
+  t.teardown(() => new Promise((resolve) => { broker.closeAllConnections(); broker.close(resolve) }))
+  const { port } = broker.address()
+  const url = `http://127.0.0.1:${port}`
+
+  const metrics = await request(url, { path: '/metrics' })
+  t.equal(metrics.status, 200, '/metrics prepared for 3× the idle timeout: answered')
+  t.ok(metrics.body.equals(METRICS_BODY), 'whole')
+  const gz = await request(url, { path: '/metrics', headers: { 'Accept-Encoding': 'gzip' } })
+  t.ok(zlib.gunzipSync(gz.body).equals(METRICS_BODY), 'gzip: answered whole')
+  const stats = await request(url, { path: '/stats?filter=topics' })
+  t.equal(stats.status, 200, '/stats prepared for 6× the idle timeout: answered')
+
+  // Two requests pipelined on one connection, the second given 3× the idle timeout after the first
+  // is written: the timeout stays off until the second is written, and both are answered in order.
+  const pipelined = await rawConnection(port)
+  pipelined.socket.write('GET /metrics HTTP/1.1\r\nHost: x\r\n\r\nGET /stats?filter=topics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n')
+  await pipelined.closed
+  const statuses = [...pipelined.received().matchAll(/^HTTP\/1\.1 (\d+)/gm)].map((m) => m[1])
+  t.same(statuses, ['200', '200'], 'both pipelined answers came')
+  t.match(pipelined.received(), /"topics":\[\]\}$/, 'the second whole, last')
+
+  // Its writing is the client's turn again: a client that reads nothing of a 64 MiB body is cut by
+  // the idle timeout, not kept until the end of time. (A paused client does not see the close: the
+  // server's side of the connection tells.)
+  body = Buffer.alloc(64 * 1024 * 1024, 0x61)
+  const stalled = await rawConnection(port)
+  stalled.socket.pause()
+  stalled.socket.write('GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n')
+  const started = Date.now()
+  const cut = await Promise.race([closed.at(-1).then(() => true), new Promise((resolve) => setTimeout(resolve, 10_000, false))])
+  stalled.socket.destroy()
+  t.ok(cut, `a client that stops reading the body is cut (after ${Date.now() - started} ms)`)
+})
+
 t.test('bad requests never crash or stall the server', async (t) => {
   const server = await serve(t, fakeHost())
   const garbage = await raw(server.port, 'THIS IS NOT HTTP\r\n\r\n')

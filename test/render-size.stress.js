@@ -2,7 +2,9 @@
 // A /metrics body longer than V8's longest string (2^29 − 24 characters): surface.render() is a
 // RangeError that points to listen(), not V8's ERR_STRING_TOO_LONG, and GET /metrics still sends
 // the whole body. About 2.5 GB of memory per backend, one backend at a time; together they take
-// about 30 s, tap's default for a file run with plain node, so the file sets its own.
+// about 30 s, tap's default for a file run with plain node, so the file sets its own. The first
+// byte comes ~20 s after the request (the render is paced on the scrape thread): past the socket's
+// idle timeout on a loaded machine, which must not count while the broker prepares the answer.
 const t = require('tap')
 const http = require('node:http')
 const { constants } = require('node:buffer')

@@ -356,6 +356,7 @@ function closer(server: Server): () => Promise<void> {
 // --- endpoints ----------------------------------------------------------------------------------
 
 function serve(host: HttpHost, budget: ScrapeBudget, answers: ScrapeBudget, route: Route, query: string, req: IncomingMessage, res: ServerResponse): void {
+  if (route !== '/healthz') serverAtWork(req, res)
   try {
     if (route === '/metrics') {
       const encoding = acceptsGzip(req.headers['accept-encoding']) ? 'gzip' : 'plain'
@@ -549,6 +550,7 @@ function parseQValue(text: string): number {
 
 /** True when `body` went to `res` (false: the response was already sent or destroyed, or HEAD). */
 function send(req: IncomingMessage, res: ServerResponse, statusCode: number, headers: Record<string, string | number>, body: Buffer): boolean {
+  clientsTurn(res)
   if (res.headersSent || res.destroyed) return false
   res.statusCode = statusCode
   for (const [name, value] of Object.entries(headers)) res.setHeader(name, value)
@@ -575,6 +577,46 @@ function sendError(
 ): void {
   const body = Buffer.from(toJSON({ error: { code, message } }), 'utf8')
   send(req, res, statusCode, { ...headers, 'Content-Type': JSON_CONTENT_TYPE }, body)
+}
+
+/** Per connection: its responses being prepared, and the idle timeout its socket had before the first. */
+const atWork = new WeakMap<Socket, { responses: Set<ServerResponse>; timeout: number }>()
+/** Each response being prepared: its connection (a response that closes may have let go of it). */
+const preparing = new WeakMap<ServerResponse, Socket>()
+
+/**
+ * While a /metrics body or a /stats answer is prepared (a render paced on the scrape thread, its
+ * gzip, a view built in slices), the client has nothing to do: the socket's idle timeout (ours
+ * 30 s, or the broker's own server's when mounted) would cut it without an answer, and a 553 MB
+ * body renders in ~20 s on a quiet machine. The timeout is off from the request until its answer
+ * is written (clientsTurn), then as it was: it still drops a client that stops reading. Pipelined
+ * requests on one connection: off until the last of them being prepared is written.
+ */
+function serverAtWork(req: IncomingMessage, res: ServerResponse): void {
+  const socket = req.socket // a pipelined request's response has no socket until those before it are written
+  if (socket == null || typeof socket.setTimeout !== 'function') return
+  let work = atWork.get(socket)
+  if (work === undefined) {
+    const timeout = socket.timeout ?? 0
+    if (timeout === 0) return // no idle timeout to hold off
+    work = { responses: new Set(), timeout }
+    atWork.set(socket, work)
+    socket.setTimeout(0)
+  }
+  work.responses.add(res)
+  preparing.set(res, socket)
+  res.once('close', () => clientsTurn(res)) // answered or not, it is done
+}
+
+/** `res`'s answer is about to be written: its socket's idle timeout applies again (serverAtWork). */
+function clientsTurn(res: ServerResponse): void {
+  const socket = preparing.get(res)
+  if (socket === undefined) return
+  preparing.delete(res)
+  const work = atWork.get(socket)
+  if (work === undefined || !work.responses.delete(res) || work.responses.size > 0) return
+  atWork.delete(socket)
+  if (!socket.destroyed) socket.setTimeout(work.timeout)
 }
 
 const CLIENT_ERROR_STATUS: Record<string, [number, string, string]> = {
