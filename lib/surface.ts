@@ -537,7 +537,21 @@ export class Surface extends EventEmitter {
   override emit(event: 'newListener' | 'removeListener', name: string | symbol, listener: (...args: any[]) => void): boolean
   override emit(event: symbol, ...args: any[]): boolean
   override emit(event: string | symbol, ...args: any[]): boolean {
-    return super.emit(knownEvent(event), ...args)
+    const name = knownEvent(event)
+    // A listener of 'fault', 'quorum' or 'error' reads the payload as the surface sends it: one of
+    // another shape, emitted by hand (a test, a bridge), is refused here, not met in the listener.
+    const payload: unknown = args[0]
+    const record = payload !== null && typeof payload === 'object' ? (payload as Record<string, unknown>) : undefined
+    if (name === 'fault' && !(record !== undefined && typeof record.code === 'string' && typeof record.metric === 'string' && record.labels !== null && typeof record.labels === 'object')) {
+      throw new TypeError(`emit('fault', …) takes a fault record ({ code, metric, labels, previous, attempted, at }), got ${describe(payload)}`)
+    }
+    if (name === 'quorum' && !(record !== undefined && [0, 1, 2].includes(record.from as number) && [0, 1, 2].includes(record.to as number))) {
+      throw new TypeError(`emit('quorum', …) takes a quorum change ({ from, to, replicas, inSync, lagging, at }, from and to 0, 1 or 2), got ${describe(payload)}`)
+    }
+    if (name === 'error' && !(payload instanceof Error)) {
+      throw new TypeError(`emit('error', …) takes an Error, got ${describe(payload)}`)
+    }
+    return super.emit(name, ...args)
   }
 
   #fault(fault: FaultRecord): void {

@@ -231,6 +231,27 @@ t.test('a listener for an event a surface never emits is an error, not a silent 
       t.doesNotThrow(() => surface[method](event, noop), `${method}(${String(event)})`)
     }
   }
+  // emit() of a payload of another shape than the surface's own: refused, no listener called (a
+  // listener of 'fault' read f.code of a 1, and crashed or counted nothing).
+  let heard = 0
+  const count = () => heard++
+  for (const event of ['fault', 'quorum', 'error']) surface.on(event, count)
+  for (const [event, payload, message] of [
+    ['fault', 1, /emit\('fault', …\) takes a fault record .*got 1$/],
+    ['fault', { code: 'X' }, /takes a fault record/],
+    ['fault', null, /got null$/],
+    ['quorum', 'read_only', /emit\('quorum', …\) takes a quorum change .*got the string "read_only"$/],
+    ['quorum', { from: 0, to: 3 }, /takes a quorum change/],
+    ['error', 'boom', /emit\('error', …\) takes an Error, got the string "boom"$/],
+  ]) {
+    t.throws(() => surface.emit(event, payload), { name: 'TypeError', message }, `emit(${JSON.stringify(event)}, ${JSON.stringify(payload)})`)
+  }
+  t.equal(heard, 0, 'no listener was called')
+  surface.emit('fault', { code: 'DLQ_WITHOUT_DROP', metric: 'mq_topic_messages_dlq_total', labels: { topic: 't' }, previous: 0, attempted: 1, at: 'now' })
+  surface.emit('quorum', { from: 0, to: 1, replicas: 3, inSync: 2, lagging: null, at: 'now' })
+  surface.emit('error', new Error('bridged'))
+  t.equal(heard, 3, 'payloads of the surface\'s own shapes are emitted')
+  for (const event of ['fault', 'quorum', 'error']) surface.off(event, count)
   // events.once() (an 'error' listener beside the one asked for) works and sees the event.
   const change = require('node:events').once(surface, 'quorum')
   surface.replicationRound({ replicas: 3, inSync: 1 })
