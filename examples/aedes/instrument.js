@@ -21,6 +21,7 @@ function instrument(broker, surface, { window: WINDOW = 65536, idle: IDLE = 5 * 
   const topics = new Map() // MQTT topic → { name, handle, counters, base, groups: client id → group state, dark, routing }
   const owned = new Map() // client id → the topics it has a group on
   const exactly = new Map() // persistent client id → packet id → [group, seq] of its QoS 2 copy, until its PUBREC (≤ 65,535 per client)
+  const wills = new Map() // aedes counter → { id, t } of another node's will published here (aedes' checkAndPublish): its copies are this node's to count
   const idle = new Set() // topics without a group, oldest first: one leaves for a subscription's topic at max_topics, or once unused for IDLE ms
   let tick = 0 // quarters of IDLE passed: a topic without a group holds the tick of its last use (t.used)
   // counters: aedes' counters of the topic's messages not yet settled by every group, increasing;
@@ -51,6 +52,7 @@ function instrument(broker, surface, { window: WINDOW = 65536, idle: IDLE = 5 * 
     let floor = t.handle.lastSeq(0)
     for (const { g } of t.groups.values()) floor = Math.min(floor, g.floor(0))
     if (floor >= t.base) t.counters.splice(0, floor - t.base + 1), (t.base = floor + 1)
+    if (wills.size !== 0) for (const [counter, will] of wills) if (will.t === t && !(counter >= t.counters[0])) wills.delete(counter) // settled by every group
   }
   // A group's seqs up to m.lost are not its to count any more: before its subscription, given up, or all once it ended.
   const room = (m, seq) => { // keeps seq within the group's window (checked every WINDOW − KEEP seqs); true: the group left
@@ -60,7 +62,8 @@ function instrument(broker, surface, { window: WINDOW = 65536, idle: IDLE = 5 * 
     return m.ending && m.g.inFlight() === 0 && (leave(m), true) // its last copy in flight given up
   }
   const drop = (m, seq) => limited(() => room(m, seq) || m.g.settle(0, seq, 'dropped')) // a copy the group will never be sent
-  const groupOf = (client, packet) => (packet.brokerId === broker.id ? topics.get(packet.topic)?.groups.get(client.id) : undefined) // another node's message (a cluster): counted there
+  const ours = (packet) => packet.brokerId === broker.id || (wills.size !== 0 && wills.get(packet.brokerCounter)?.id === packet.brokerId) // not: another node's message (a cluster), counted there
+  const groupOf = (client, packet) => (ours(packet) ? topics.get(packet.topic)?.groups.get(client.id) : undefined)
   const acked = (m, seq, outcome) => { // a copy in flight is acknowledged (or can no longer be)
     try {
       if (seq > m.lost) m.g.settle(0, seq, outcome)
@@ -85,7 +88,7 @@ function instrument(broker, surface, { window: WINDOW = 65536, idle: IDLE = 5 * 
     if (t !== undefined) {
       const p = packet.payload
       const seq = appended(t, typeof p === 'string' ? Buffer.byteLength(p) : p?.length ?? 0) // 0: refused (read_only, or no room for the partition), not counted
-      if (seq !== 0 && (t.groups.size !== 0 || t.counters.length !== 0)) t.counters.push(this.counter + 1) // the counter aedes gives its copy of the packet, next
+      if (seq !== 0 && (t.groups.size !== 0 || t.counters.length !== 0)) t.counters.push(this.counter + 1), packet.brokerId && packet.brokerId !== this.id && wills.set(this.counter + 1, { id: packet.brokerId, t }) // the counter aedes gives its copy of the packet, next
       else if (seq !== 0) (t.base = seq + 1), (t.used = tick) // no group to settle it: nothing to keep
       if (client?.closed && !client.clean) away(client) // its will: aedes publishes it before 'clientDisconnect'
       if (seq !== 0 && t.dark.size !== 0) done = routed(t, seq, done)
@@ -104,7 +107,7 @@ function instrument(broker, surface, { window: WINDOW = 65536, idle: IDLE = 5 * 
   }
   const enqueue = broker.persistence.outgoingEnqueueCombi.bind(broker.persistence)
   broker.persistence.outgoingEnqueueCombi = function (subs, packet, done) { // a QoS 1 or 2 message stored for the persistent sessions that get a copy
-    const t = subs?.length && packet.brokerId === broker.id ? topics.get(packet.topic) : undefined // aedes calls it for every message: most store no copy
+    const t = subs?.length && ours(packet) ? topics.get(packet.topic) : undefined // aedes calls it for every message: most store no copy
     const stored = t?.routing.size ? t.routing.get(seqOf(t, packet.brokerCounter)) : undefined // routed() is waiting for it
     if (stored !== undefined) for (const sub of subs) stored.push(sub.clientId) // an offline session's copy is sent when it is back
     return enqueue(subs, packet, done)
@@ -221,7 +224,7 @@ function instrument(broker, surface, { window: WINDOW = 65536, idle: IDLE = 5 * 
     const t = m.t, last = t.handle.lastSeq(0)
     if (limited(() => (m.g.floor(0) < last && m.g.settleUpTo(0, last, 'dropped'), t.handle.removeGroup(m.id))) === undefined) return
     t.groups.delete(m.id), t.dark.delete(m), (m.lost = Infinity), (m.ending = false)
-    if (t.groups.size === 0) idle.add(t.name), (t.used = tick), (t.base += t.counters.length), (t.counters.length = 0) // nothing of it to keep
+    if (t.groups.size === 0) idle.add(t.name), (t.used = tick), (t.base += t.counters.length), (t.counters.length = 0), sweep(t) // nothing of it to keep
     if (owned.get(m.id)?.delete(t.name) && owned.get(m.id).size === 0) owned.delete(m.id), exactly.delete(m.id)
   }
   // An unsubscription: the copies in flight may still be acknowledged (MQTT 3.1.1 §3.10.4), the group leaves after them.
@@ -255,7 +258,7 @@ function instrument(broker, surface, { window: WINDOW = 65536, idle: IDLE = 5 * 
   const away = (client) => session(client).forEach((m) => { // a persistent session goes offline (unless a takeover has restored it already)
     if (m.client === client) dark(m, true)
   })
-  return { pending: () => [...topics.values()].reduce((n, t) => n + t.counters.length, 0), sweep: () => topics.forEach(sweep), clients: () => owned.size, awaitingPubrec: () => [...exactly.values()].reduce((n, ids) => n + ids.size, 0) }
+  return { pending: () => [...topics.values()].reduce((n, t) => n + t.counters.length, 0), sweep: () => topics.forEach(sweep), clients: () => owned.size, awaitingPubrec: () => [...exactly.values()].reduce((n, ids) => n + ids.size, 0), wills: () => wills.size }
 }
 
 module.exports = { instrument }

@@ -550,6 +550,31 @@ test('two brokers sharing one message bus (aedes\' cluster mode): each counts it
   }
 })
 
+test('a will another node of a cluster stored, published here once that node went silent: counted here like a publish of its own', () => withBroker(async (b, faults) => {
+  // aedes' checkAndPublish (aedes.js): a will whose node has stopped its heartbeats is published
+  // by a node still up, keeping the dead node's brokerId; this node numbers it (brokerCounter).
+  const online = subscriber(b.mqttPort, 'online', true, ['status'])
+  const away = subscriber(b.mqttPort, 'away', false, ['status'])
+  await online.open()
+  await away.open()
+  await away.client.endAsync() // a persistent session offline: aedes stores its copy
+  const will = (n) => new Promise((resolve, reject) => b.broker.publish({ cmd: 'publish', topic: 'status', payload: Buffer.from(`gone-${n}`), qos: 1, retain: false, dup: false, brokerId: 'a-node-gone-silent', clientId: `device-${n}` }, (err) => (err ? reject(err) : resolve())))
+  await will(1)
+  await will(2)
+  await until('the online session has both wills', () => online.seen.get('status').size === 2)
+  await away.open(false)
+  await until('the persistent session has both once back', () => away.seen.get('status').size === 2)
+  await until('every copy settled', () => ['online', 'away'].every((id) => groupOf(b, id, 'status')?.delivered === 2 && groupOf(b, id, 'status').in_flight === 0))
+  const topic = b.surface.stats('topics').topics.find((t) => t.topic === 'status')
+  assert.equal(topic.produced, 2, 'both wills produced here')
+  for (const id of ['online', 'away']) assert.equal(groupOf(b, id, 'status').lag, 0, `${id}: nothing owed`)
+  for (const t of b.surface.stats('conservation').topics) for (const g of t.groups) assert.equal(g.residual, 0, `${t.topic}/${g.group}: residual 0`)
+  assert.deepEqual(faults.map((f) => f.code), [], 'no faults')
+  b.glue.sweep()
+  assert.equal(b.glue.wills(), 0, 'settled by every group: the glue keeps nothing of them')
+  await Promise.all([online, away].map((s) => s.client.endAsync()))
+}))
+
 // A third review's cases: what aedes does around a session's end, a refused copy, and a
 // subscription ending while a wildcard one goes on.
 
