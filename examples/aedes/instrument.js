@@ -91,17 +91,19 @@ function instrument(broker, surface, { window: WINDOW = 65536, idle: IDLE = 5 * 
       if (seq !== 0 && (t.groups.size !== 0 || t.counters.length !== 0)) t.counters.push(this.counter + 1), packet.brokerId && packet.brokerId !== this.id && wills.set(this.counter + 1, { id: packet.brokerId, t }) // the counter aedes gives its copy of the packet, next
       else if (seq !== 0) (t.base = seq + 1), (t.used = tick) // no group to settle it: nothing to keep
       if (client?.closed && !client.clean) away(client) // its will: aedes publishes it before 'clientDisconnect'
-      if (seq !== 0 && t.dark.size !== 0) done = routed(t, seq, done)
+      if (seq !== 0 && t.dark.size !== 0) done = routed(t, seq, done, packet.retain)
       if (seq % 64 === 0) sweep(t)
     }
     return publish.call(this, packet, client, done)
   }
-  const routed = (t, seq, done) => { // once aedes has routed the message, a group away that got no copy, sent or stored, never will
-    const stored = []
+  const routed = (t, seq, done, retained) => { // once aedes has routed the message, a group away that got no copy, sent or stored, never will
+    // away when it was published (back meanwhile: its restored subscription came too late for it; but a
+    // SUBSCRIBE meanwhile is sent a retained message, perhaps later), or away when it was routed
+    const stored = [], away = retained ? [] : [...t.dark]
     t.routing.set(seq, stored)
     return (err) => {
       t.routing.delete(seq)
-      for (const m of t.dark) if (m.last !== seq && !stored.includes(m.id) && seq > m.lost && !m.g.isInFlight(0, seq) && !m.g.isSettled(0, seq)) drop(m, seq)
+      for (const groups of [away, t.dark]) for (const m of groups) if (m.last !== seq && !stored.includes(m.id) && seq > m.lost && !m.g.isInFlight(0, seq) && !m.g.isSettled(0, seq)) drop(m, seq)
       done?.(err)
     }
   }

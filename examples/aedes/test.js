@@ -433,6 +433,33 @@ test('a persistent session offline: retained messages aedes queues are counted, 
   await Promise.all([...subs, pub].map((c) => c.endAsync()))
 }))
 
+test('a persistent session back online before aedes has finished routing a message it got no copy of: that message is dropped for it', () => withBroker(async (b, faults) => {
+  const away = await connect(b.mqttPort, { clientId: 'back-0', clean: false })
+  await away.subscribeAsync('orders', { qos: 0 })
+  await away.endAsync() // offline at QoS 0: aedes keeps no copy for it
+  // Another subscriber of the bus that is slow to take the message (as a full socket is): aedes'
+  // routing waits for it, and back-0 comes back meanwhile. Its restored subscription is too late
+  // for this message, which it never gets.
+  const held = []
+  b.broker.mq.on('orders', (packet, done) => held.push(done))
+  const pub = await connect(b.mqttPort, { clientId: 'pub-routing' })
+  const published = pub.publishAsync('orders', 'routing', { qos: 1 })
+  await until('the routing waits on the slow subscriber', () => held.length === 1)
+  const ready = new Promise((resolve) => b.broker.on('clientReady', (c) => c.id === 'back-0' && resolve()))
+  let got = 0
+  const back = await connect(b.mqttPort, { clientId: 'back-0', clean: false })
+  back.on('message', () => got++)
+  await ready // its group is back online, the message still being routed
+  held.pop()()
+  await published
+  await pub.publishAsync('orders', 'after', { qos: 1 })
+  await until('back-0 has the next message, and its group is settled', () => got === 1 && groupOf(b, 'back-0').lag === 0 && groupOf(b, 'back-0').in_flight === 0)
+    .catch((e) => { throw new Error(`${e.message}: got ${got}, ${JSON.stringify(groupOf(b, 'back-0'))}`) })
+  assert.deepEqual([groupOf(b, 'back-0').delivered, groupOf(b, 'back-0').dropped], [1, 1], 'back-0: the message it never got dropped, the next delivered')
+  assert.deepEqual(faults.map((f) => f.code), [], 'no faults')
+  await Promise.all([back, pub].map((c) => c.endAsync()))
+}))
+
 test('a persistent session with an exact QoS 1 subscription and a wildcard QoS 0 one: aedes sends at QoS 0, settled at once', () => withBroker(async (b, faults) => {
   const s = await connect(b.mqttPort, { clientId: 'wild-p', clean: false })
   await s.subscribeAsync({ orders: { qos: 1 }, '#': { qos: 0 } })
