@@ -117,6 +117,7 @@ function instrument(broker, surface, { window: WINDOW = 65536, idle: IDLE = 5 * 
   const update = broker.persistence.outgoingUpdate.bind(broker.persistence)
   broker.persistence.outgoingUpdate = function (client, packet, done) { // a persistent session's copy numbered before it is sent
     if (packet.cmd === 'pubrel') received(client, packet.messageId) // or its PUBREC: aedes stores the PUBREL in the QoS 2 copy's place
+    else if (client[STATE] !== undefined) numbered(client[STATE], client, packet) // a discarded session's queued copy, numbered just now
     return update(client, packet, (err, c, p) => {
       if (err && p?.cmd === 'publish') settleStored(client, p, 'dropped') // aedes lost the copy (it cleared another's by mistake): never sent
       else if (!err && p?.qos === 2 && p.cmd === 'publish') awaitPubrec(client, p)
@@ -132,7 +133,7 @@ function instrument(broker, surface, { window: WINDOW = 65536, idle: IDLE = 5 * 
     const out = forward.call(this, client, packet)
     if (!out) return refused(client, packet), out
     const s = client[STATE] // a clean session's
-    if (s !== undefined && packet.messageId) return (s.next = client._nextId), out // a discarded session's queue
+    if (s !== undefined && packet.messageId) return out // a discarded session's queue (numbered())
     const zero = packet.qos === 0 || client[ZERO] === packet // aedes sends it with no packet id (to a QoS 0 subscription)
     const id = s !== undefined && !zero ? s.next : 0 // and numbers a clean session's other copies in this order
     if (id !== 0) (s.next = id === 65535 ? 1 : id + 1), s.sent[s.head] === -id && reused(s) // its id taken again: that copy cannot be acknowledged now
@@ -153,6 +154,15 @@ function instrument(broker, surface, { window: WINDOW = 65536, idle: IDLE = 5 * 
     else if (zero || m.qos === 0) m.g.settle(0, seq, 'delivered') // sent at QoS 0 (aedes sends at most at the subscription's QoS): no acknowledgement will come
     else m.g.send(0, seq), id !== 0 && s.sent.push(-id, m, seq) // −id: never equal to a seq
     m.last = seq
+  }
+  // aedes numbers a discarded session's queued copy with the clean session's next packet id, then
+  // stores it (outgoingUpdate) before it reaches authorizeForward: the live copies forwarded but not
+  // numbered yet, whose ids the glue took from that id on, each take the id after theirs.
+  const numbered = (s, client, packet) => {
+    const id = packet.messageId, next = (n) => (n === 65535 ? 1 : n + 1)
+    if (next(id) !== client._nextId || s.next === client._nextId) return // it came numbered, or the glue counted it
+    for (let at = s.sent.indexOf(-id, s.head); at >= 0 && at < s.sent.length; at += 3) s.sent[at] = -next(-s.sent[at])
+    s.next = next(s.next)
   }
   const refused = (client, packet) => { // the broker's own authorizeForward keeps this copy back: never sent
     const m = groupOf(client, packet), seq = m && seqOf(m.t, packet.brokerCounter)

@@ -460,6 +460,30 @@ test('a persistent session back online before aedes has finished routing a messa
   await Promise.all([back, pub].map((c) => c.endAsync()))
 }))
 
+test('a clean session that replaces a persistent one while aedes still empties its queue (a slow persistence), forwarded a live copy meanwhile: counted as delivered', async () => {
+  // aedes numbers each queued copy (the clean session's next packet id), then stores it, slowly
+  // here, before it reaches authorizeForward; a live copy forwarded meanwhile takes the id after it.
+  const persistence = require('aedes-persistence')()
+  const update = persistence.outgoingUpdate.bind(persistence)
+  persistence.outgoingUpdate = (client, packet, done) => update(client, packet, (...args) => setTimeout(() => done(...args), 50))
+  await withBroker(async (b, faults) => {
+    const before = await connect(b.mqttPort, { clientId: 'dev', clean: false })
+    await before.subscribeAsync('orders', { qos: 1 })
+    await before.endAsync()
+    const pub = await connect(b.mqttPort, { clientId: 'pub-replay' })
+    for (let i = 0; i < 4; i++) await pub.publishAsync('orders', `queued-${i}`, { qos: 1 }) // queued for the persistent session
+    const now = await connect(b.mqttPort, { clientId: 'dev', clean: true }) // discards it: aedes empties its queue without sending it
+    let got = 0
+    now.on('message', () => got++)
+    await now.subscribeAsync('orders', { qos: 1 })
+    await pub.publishAsync('orders', 'live', { qos: 1 }) // forwarded while the queue is still being emptied
+    await until('the live copy received and acknowledged', () => got === 1 && groupOf(b, 'dev')?.delivered === 1 && groupOf(b, 'dev').in_flight === 0)
+      .catch((e) => { throw new Error(`${e.message}: got ${got}, ${JSON.stringify(groupOf(b, 'dev'))}`) })
+    assert.deepEqual(faults.map((f) => f.code), [], 'no faults')
+    await Promise.all([now, pub].map((c) => c.endAsync()))
+  }, undefined, undefined, { persistence })
+})
+
 test('a persistent session with an exact QoS 1 subscription and a wildcard QoS 0 one: aedes sends at QoS 0, settled at once', () => withBroker(async (b, faults) => {
   const s = await connect(b.mqttPort, { clientId: 'wild-p', clean: false })
   await s.subscribeAsync({ orders: { qos: 1 }, '#': { qos: 0 } })
