@@ -373,7 +373,16 @@ t.test('an answer prepared for longer than the idle timeout is still given; the 
     metricsBody: () => slowly(body)(),
     stats: slowly({ statusCode: 200, body: { filter: 'topics', topics: [] } }, 6 * IDLE_MS),
   }))
-  const broker = http.createServer((req, res) => { if (!handler(req, res)) { res.statusCode = 404; res.end() } })
+  const broker = http.createServer((req, res) => {
+    if (handler(req, res)) return
+    if (req.url === '/export') { // the broker's own slow route, which sets its connection's idle timeout its way
+      req.setTimeout(20 * IDLE_MS)
+      setTimeout(() => res.end('exported'), 5 * IDLE_MS)
+      return
+    }
+    res.statusCode = 404
+    res.end()
+  })
   broker.setTimeout(IDLE_MS)
   const closed = [] // the server's side of each connection, by its close
   broker.on('connection', (socket) => closed.push(new Promise((resolve) => socket.once('close', resolve))))
@@ -398,6 +407,14 @@ t.test('an answer prepared for longer than the idle timeout is still given; the 
   const statuses = [...pipelined.received().matchAll(/^HTTP\/1\.1 (\d+)/gm)].map((m) => m[1])
   t.same(statuses, ['200', '200'], 'both pipelined answers came')
   t.match(pipelined.received(), /"topics":\[\]\}$/, 'the second whole, last')
+
+  // The broker's own route pipelined behind /metrics sets the idle timeout its way: /metrics,
+  // written first, leaves it so, and the route's answer, written later, is not cut.
+  const mixed = await rawConnection(port)
+  mixed.socket.write('GET /metrics HTTP/1.1\r\nHost: x\r\n\r\nGET /export HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n')
+  await mixed.closed
+  t.same([...mixed.received().matchAll(/^HTTP\/1\.1 (\d+)/gm)].map((m) => m[1]), ['200', '200'], 'a broker route behind /metrics is answered too')
+  t.match(mixed.received(), /exported$/, 'whole, last')
 
   // Its writing is the client's turn again: a client that reads nothing of a 64 MiB body is cut by
   // the idle timeout, not kept until the end of time. (A paused client does not see the close: the

@@ -55,7 +55,9 @@ for major in 22 24 26; do
       echo "ok $n - node $version: $file" >> "$out"
     else
       echo "not ok $n - node $version: $file" >> "$out"
-      grep -E 'not ok|Error' "$dir/tap.log" | head -n 20 | sed 's/^/  # /' >> "$out"
+      # That file's own failures, each with its diagnostics (the file's block of the TAP log).
+      awk -v f="$file" '$0 == "# Subtest: " f { on = 1 } on { print } on && $0 ~ ("^(not )?ok [0-9]+ - " f) { exit }' "$dir/tap.log" \
+        | grep -E -A 14 '^ *not ok' | head -n 80 | sed 's/^/  # /' >> "$out"
     fi
   done
 done

@@ -590,7 +590,8 @@ const preparing = new WeakMap<ServerResponse, Socket>()
  * 30 s, or the broker's own server's when mounted) would cut it without an answer, and a 553 MB
  * body renders in ~20 s on a quiet machine. The timeout is off from the request until its answer
  * is written (clientsTurn), then as it was: it still drops a client that stops reading. Pipelined
- * requests on one connection: off until the last of them being prepared is written.
+ * requests on one connection: off until the last of them being prepared is written; a timeout a
+ * mounted broker's own route set meanwhile is left as it set it.
  */
 function serverAtWork(req: IncomingMessage, res: ServerResponse): void {
   const socket = req.socket // a pipelined request's response has no socket until those before it are written
@@ -616,7 +617,9 @@ function clientsTurn(res: ServerResponse): void {
   const work = atWork.get(socket)
   if (work === undefined || !work.responses.delete(res) || work.responses.size > 0) return
   atWork.delete(socket)
-  if (!socket.destroyed) socket.setTimeout(work.timeout)
+  // Unless the broker's own route, pipelined behind, has set the timeout its way meanwhile (to
+  // anything but 0: a 0 it set cannot be told from this one).
+  if (!socket.destroyed && (socket.timeout ?? 0) === 0) socket.setTimeout(work.timeout)
 }
 
 const CLIENT_ERROR_STATUS: Record<string, [number, string, string]> = {
