@@ -21,15 +21,18 @@ function instrument(broker, surface, { window: WINDOW = 65536, idle: IDLE = 5 * 
   const topics = new Map() // MQTT topic → { name, handle, counters, base, groups: client id → group state, dark, routing }
   const owned = new Map() // client id → the topics it has a group on
   const exactly = new Map() // persistent client id → packet id → [group, seq] of its QoS 2 copy, until its PUBREC (≤ 65,535 per client)
-  const wills = new Map() // aedes counter → { id, t } of another node's will published here (aedes' checkAndPublish): its copies are this node's to count
+  // Another node's wills published here (aedes' checkAndPublish): their copies are this node's to
+  // count. Per topic (t.wills: aedes counter → that node's id) until every group has settled them.
+  const willing = new Set() // the topics that keep some
   const idle = new Set() // topics without a group, oldest first: one leaves for a subscription's topic at max_topics, or once unused for IDLE ms
   let tick = 0 // quarters of IDLE passed: a topic without a group holds the tick of its last use (t.used)
   // counters: aedes' counters of the topic's messages not yet settled by every group, increasing;
   // the message at index i has seq base + i (append() numbers a partition's messages one by one).
   const topicOf = (name, subscribing) => topics.get(name) ?? (name.length !== 0 && name.length <= NAME_MAX && (topics.size < surface.config.max_topics || (subscribing && evict())) ? register(name) : undefined) // full: no throw per publish
-  const register = (name) => limited(() => { const handle = surface.topic(name); idle.add(name); return topics.set(name, { name, handle, counters: [], base: handle.lastSeq(0) + 1, groups: new Map(), dark: new Set(), routing: new Map(), used: tick }).get(name) })
+  const register = (name) => limited(() => { const handle = surface.topic(name); idle.add(name); return topics.set(name, { name, handle, counters: [], base: handle.lastSeq(0) + 1, groups: new Map(), dark: new Set(), routing: new Map(), used: tick, wills: undefined }).get(name) })
   const reap = () => { // the topics without a group unused for IDLE ms leave
     tick++
+    willing.forEach(sweep) // a will given up on by a group's window, on a quiet topic
     for (const name of idle) { const t = topics.get(name); if (tick - t.used > 4 && limited(() => surface.removeTopic(name)) === true) idle.delete(name), topics.delete(name) }
   }
   if (IDLE > 0) {
@@ -52,7 +55,7 @@ function instrument(broker, surface, { window: WINDOW = 65536, idle: IDLE = 5 * 
     let floor = t.handle.lastSeq(0)
     for (const { g } of t.groups.values()) floor = Math.min(floor, g.floor(0))
     if (floor >= t.base) t.counters.splice(0, floor - t.base + 1), (t.base = floor + 1)
-    if (wills.size !== 0) for (const [counter, will] of wills) if (will.t === t && !(counter >= t.counters[0])) wills.delete(counter) // settled by every group
+    if (t.wills !== undefined) for (const counter of t.wills.keys()) if (!(counter >= t.counters[0])) t.wills.delete(counter), t.wills.size === 0 && ((t.wills = undefined), willing.delete(t)) // settled by every group
   }
   // A group's seqs up to m.lost are not its to count any more: before its subscription, given up, or all once it ended.
   const room = (m, seq) => { // keeps seq within the group's window (checked every WINDOW − KEEP seqs); true: the group left
@@ -62,7 +65,7 @@ function instrument(broker, surface, { window: WINDOW = 65536, idle: IDLE = 5 * 
     return m.ending && m.g.inFlight() === 0 && (leave(m), true) // its last copy in flight given up
   }
   const drop = (m, seq) => limited(() => room(m, seq) || m.g.settle(0, seq, 'dropped')) // a copy the group will never be sent
-  const ours = (packet) => packet.brokerId === broker.id || (wills.size !== 0 && wills.get(packet.brokerCounter)?.id === packet.brokerId) // not: another node's message (a cluster), counted there
+  const ours = (packet) => packet.brokerId === broker.id || (willing.size !== 0 && topics.get(packet.topic)?.wills?.get(packet.brokerCounter) === packet.brokerId) // not: another node's message (a cluster), counted there
   const groupOf = (client, packet) => (ours(packet) ? topics.get(packet.topic)?.groups.get(client.id) : undefined)
   const acked = (m, seq, outcome) => { // a copy in flight is acknowledged (or can no longer be)
     try {
@@ -71,6 +74,7 @@ function instrument(broker, surface, { window: WINDOW = 65536, idle: IDLE = 5 * 
       if (error.code !== 'LIMIT_REACHED') throw error // its first settlement, with no room for its window
     }
     if (m.ending && m.g.inFlight() === 0) leave(m)
+    if (m.t.wills !== undefined) sweep(m.t) // perhaps another node's will, settled by its last group now
   }
 
   const appended = (t, bytes) => {
@@ -88,22 +92,27 @@ function instrument(broker, surface, { window: WINDOW = 65536, idle: IDLE = 5 * 
     if (t !== undefined) {
       const p = packet.payload
       const seq = appended(t, typeof p === 'string' ? Buffer.byteLength(p) : p?.length ?? 0) // 0: refused (read_only, or no room for the partition), not counted
-      if (seq !== 0 && (t.groups.size !== 0 || t.counters.length !== 0)) t.counters.push(this.counter + 1), packet.brokerId && packet.brokerId !== this.id && wills.set(this.counter + 1, { id: packet.brokerId, t }) // the counter aedes gives its copy of the packet, next
+      const will = seq !== 0 && !!packet.brokerId && packet.brokerId !== this.id && t.groups.size !== 0 // another node's
+      if (seq !== 0 && (t.groups.size !== 0 || t.counters.length !== 0)) t.counters.push(this.counter + 1) // the counter aedes gives its copy of the packet, next
       else if (seq !== 0) (t.base = seq + 1), (t.used = tick) // no group to settle it: nothing to keep
+      if (will) (t.wills ??= new Map()).set(this.counter + 1, packet.brokerId), willing.add(t)
       if (client?.closed && !client.clean) away(client) // its will: aedes publishes it before 'clientDisconnect'
-      if (seq !== 0 && t.dark.size !== 0) done = routed(t, seq, done, packet.retain)
+      if (seq !== 0 && (t.dark.size !== 0 || will)) done = routed(t, seq, done, packet.retain, will)
       if (seq % 64 === 0) sweep(t)
     }
     return publish.call(this, packet, client, done)
   }
-  const routed = (t, seq, done, retained) => { // once aedes has routed the message, a group away that got no copy, sent or stored, never will
+  const routed = (t, seq, done, retained, will) => { // once aedes has routed the message, a group away that got no copy, sent or stored, never will
     // away when it was published (back meanwhile: its restored subscription came too late for it; but a
-    // SUBSCRIBE meanwhile is sent a retained message, perhaps later), or away when it was routed
-    const stored = [], away = retained ? [] : [...t.dark]
+    // SUBSCRIBE meanwhile is sent a retained message, perhaps later), or away when it was routed. Any
+    // group for another node's will: aedes skips the copy of a subscriber that has had a message of
+    // that node's with a higher counter (its duplicate check), and the will carries this node's.
+    const stored = [], away = will ? [...t.groups.values()] : retained ? [] : [...t.dark]
     t.routing.set(seq, stored)
     return (err) => {
       t.routing.delete(seq)
       for (const groups of [away, t.dark]) for (const m of groups) if (m.last !== seq && !stored.includes(m.id) && seq > m.lost && !m.g.isInFlight(0, seq) && !m.g.isSettled(0, seq)) drop(m, seq)
+      if (will) sweep(t)
       done?.(err)
     }
   }
@@ -157,11 +166,15 @@ function instrument(broker, surface, { window: WINDOW = 65536, idle: IDLE = 5 * 
   }
   // aedes numbers a discarded session's queued copy with the clean session's next packet id, then
   // stores it (outgoingUpdate) before it reaches authorizeForward: the live copies forwarded but not
-  // numbered yet, whose ids the glue took from that id on, each take the id after theirs.
+  // numbered yet, whose ids the glue took from that id on, each take the id after theirs. (A queued
+  // copy numbered before, in the session it came from, with the id of the clean session's last
+  // live copy still in flight would be taken for one numbered now: one chance in 65,535.)
   const numbered = (s, client, packet) => {
     const id = packet.messageId, next = (n) => (n === 65535 ? 1 : n + 1)
-    if (next(id) !== client._nextId || s.next === client._nextId) return // it came numbered, or the glue counted it
-    for (let at = s.sent.indexOf(-id, s.head); at >= 0 && at < s.sent.length; at += 3) s.sent[at] = -next(-s.sent[at])
+    if (next(id) !== client._nextId) return // it came numbered
+    const at = s.sent.indexOf(-id, s.head) // the first live copy whose id it took, if one is waiting for its number
+    if (at < 0 && s.next !== id) return // none, and the glue's next id is not the one it took: it came numbered
+    for (let i = at; i >= 0 && i < s.sent.length; i += 3) s.sent[i] = -next(-s.sent[i])
     s.next = next(s.next)
   }
   const refused = (client, packet) => { // the broker's own authorizeForward keeps this copy back: never sent
@@ -270,7 +283,7 @@ function instrument(broker, surface, { window: WINDOW = 65536, idle: IDLE = 5 * 
   const away = (client) => session(client).forEach((m) => { // a persistent session goes offline (unless a takeover has restored it already)
     if (m.client === client) dark(m, true)
   })
-  return { pending: () => [...topics.values()].reduce((n, t) => n + t.counters.length, 0), sweep: () => topics.forEach(sweep), clients: () => owned.size, awaitingPubrec: () => [...exactly.values()].reduce((n, ids) => n + ids.size, 0), wills: () => wills.size }
+  return { pending: () => [...topics.values()].reduce((n, t) => n + t.counters.length, 0), sweep: () => topics.forEach(sweep), clients: () => owned.size, awaitingPubrec: () => [...exactly.values()].reduce((n, ids) => n + ids.size, 0), wills: () => [...willing].reduce((n, t) => n + t.wills.size, 0) }
 }
 
 module.exports = { instrument }
