@@ -51,9 +51,9 @@ function worker(s, mode, extra = {}) {
   const hs = new Int32Array(new SharedArrayBuffer(12)) // state, go, and (some modes) the call returned
   const w = new Worker(WORKER, { workerData: { shared: s.share(), hs, mode, ...extra }, execArgv: [] })
   const message = new Promise((resolve, reject) => (w.once('message', resolve), w.once('error', reject)))
-  /** Resolves once the worker's state cell leaves 0 (it reached its point), within 20 s. */
+  /** Resolves once the worker's state cell leaves 0 (it reached its point), within 60 s (a loaded machine starts a worker slowly). */
   const reached = async () => {
-    const until = Date.now() + 20_000
+    const until = Date.now() + 60_000
     while (Atomics.load(hs, 0) === 0 && Date.now() < until) await new Promise((resolve) => setTimeout(resolve, 1))
     return Atomics.load(hs, 0)
   }
