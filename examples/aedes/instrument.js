@@ -4,6 +4,7 @@
 // is appended when the broker takes it, before any copy is forwarded; aedes' packet counter leads
 // every copy back to its seq until every group has settled it. QoS 0, 1 and 2 (a QoS 2 copy settles at
 // its PUBREC in a persistent session, its PUBCOMP in a clean one); wildcard subscriptions are not counted.
+const { pipeline, Transform } = require('node:stream')
 const STATE = Symbol.for('mq-metrics') // on aedes' client objects of clean sessions
 const ZERO = Symbol('mq-metrics QoS 0') // on every client: the packet its deliver0 sends now (no packet id)
 const NAME_MAX = 1024 // the library's longest name; longer MQTT topics and client ids are not counted
@@ -97,17 +98,17 @@ function instrument(broker, surface, { window: WINDOW = 65536, idle: IDLE = 5 * 
       else if (seq !== 0) (t.base = seq + 1), (t.used = tick) // no group to settle it: nothing to keep
       if (will) (t.wills ??= new Map()).set(this.counter + 1, packet.brokerId), willing.add(t)
       if (client?.closed && !client.clean) away(client) // its will: aedes publishes it before 'clientDisconnect'
-      if (seq !== 0 && (t.dark.size !== 0 || will)) done = routed(t, seq, done, packet.retain, will)
+      if (seq !== 0 && (t.dark.size !== 0 || will)) done = routed(t, seq, done, will)
       if (seq % 64 === 0) sweep(t)
     }
     return publish.call(this, packet, client, done)
   }
-  const routed = (t, seq, done, retained, will) => { // once aedes has routed the message, a group away that got no copy, sent or stored, never will
-    // away when it was published (back meanwhile: its restored subscription came too late for it; but a
-    // SUBSCRIBE meanwhile is sent a retained message, perhaps later), or away when it was routed. Any
-    // group for another node's will: aedes skips the copy of a subscriber that has had a message of
-    // that node's with a higher counter (its duplicate check), and the will carries this node's.
-    const stored = [], away = will ? [...t.groups.values()] : retained ? [] : [...t.dark]
+  const routed = (t, seq, done, will) => { // once aedes has routed the message, a group away that got no copy, sent or stored, never will
+    // away when it was published (back meanwhile: its restored subscription came too late for it; a
+    // retained message's copy sent on a SUBSCRIBE is aedes' own, not this one), or away when it was
+    // routed. Any group for another node's will: aedes skips the copy of a subscriber that has had a
+    // message of that node's with a higher counter (its duplicate check), and the will carries this node's.
+    const stored = [], away = will ? [...t.groups.values()] : [...t.dark]
     t.routing.set(seq, stored)
     return (err) => {
       t.routing.delete(seq)
@@ -126,7 +127,7 @@ function instrument(broker, surface, { window: WINDOW = 65536, idle: IDLE = 5 * 
   const update = broker.persistence.outgoingUpdate.bind(broker.persistence)
   broker.persistence.outgoingUpdate = function (client, packet, done) { // a persistent session's copy numbered before it is sent
     if (packet.cmd === 'pubrel') received(client, packet.messageId) // or its PUBREC: aedes stores the PUBREL in the QoS 2 copy's place
-    else if (client[STATE] !== undefined) numbered(client[STATE], client, packet) // a discarded session's queued copy, numbered just now
+    else if (client[STATE] !== undefined) numbered(client[STATE], packet) // a discarded session's queued copy, numbered just now
     return update(client, packet, (err, c, p) => {
       if (err && p?.cmd === 'publish') settleStored(client, p, 'dropped') // aedes lost the copy (it cleared another's by mistake): never sent
       else if (!err && p?.qos === 2 && p.cmd === 'publish') awaitPubrec(client, p)
@@ -164,17 +165,22 @@ function instrument(broker, surface, { window: WINDOW = 65536, idle: IDLE = 5 * 
     else m.g.send(0, seq), id !== 0 && s.sent.push(-id, m, seq) // −id: never equal to a seq
     m.last = seq
   }
-  // aedes numbers a discarded session's queued copy with the clean session's next packet id, then
-  // stores it (outgoingUpdate) before it reaches authorizeForward: the live copies forwarded but not
-  // numbered yet, whose ids the glue took from that id on, each take the id after theirs. (A queued
-  // copy numbered before, in the session it came from, with the id of the clean session's last
-  // live copy still in flight would be taken for one numbered now: one chance in 65,535.)
-  const numbered = (s, client, packet) => {
-    const id = packet.messageId, next = (n) => (n === 65535 ? 1 : n + 1)
-    if (next(id) !== client._nextId) return // it came numbered
-    const at = s.sent.indexOf(-id, s.head) // the first live copy whose id it took, if one is waiting for its number
-    if (at < 0 && s.next !== id) return // none, and the glue's next id is not the one it took: it came numbered
-    for (let i = at; i >= 0 && i < s.sent.length; i += 3) s.sent[i] = -next(-s.sent[i])
+  // aedes numbers a discarded session's queued copy with the clean session's next packet id (unless
+  // it came numbered: noted as the queue is read), then stores it (outgoingUpdate) before it reaches
+  // authorizeForward: every copy forwarded but not numbered yet, whose ids the glue took from that
+  // id on (counted or not), takes the id after its own.
+  const queued = (packet) => `${packet.brokerId} ${packet.brokerCounter}`
+  const stream = broker.persistence.outgoingStream.bind(broker.persistence)
+  broker.persistence.outgoingStream = function (client) { // read as a clean session starts: the queue of the one it discards
+    const s = client[STATE]
+    if (s === undefined) return stream(client)
+    return pipeline(stream(client), new Transform({ objectMode: true, transform (packet, _, next) { if (!packet.messageId) s.fresh.add(queued(packet)); next(null, packet) } }), () => {})
+  }
+  const numbered = (s, packet) => {
+    if (!s.fresh.delete(queued(packet))) return // it came numbered
+    const id = packet.messageId, next = (n) => (n === 65535 ? 1 : n + 1), end = s.next
+    const waiting = (n) => (id <= end ? n >= id && n < end : n >= id || n < end) // ids from the one it took to the glue's next
+    for (let i = s.head; i < s.sent.length; i += 3) if (waiting(-s.sent[i])) s.sent[i] = -next(-s.sent[i])
     s.next = next(s.next)
   }
   const refused = (client, packet) => { // the broker's own authorizeForward keeps this copy back: never sent
@@ -188,6 +194,7 @@ function instrument(broker, surface, { window: WINDOW = 65536, idle: IDLE = 5 * 
   }
   const clear = broker.persistence.outgoingClearMessageId.bind(broker.persistence)
   broker.persistence.outgoingClearMessageId = function (client, packet, done) { // a PUBACK, or a QoS 2 copy's PUBCOMP
+    if (packet.cmd === 'publish') refused(client, packet) // a persistent session's copy aedes stored and then did not send (its duplicate check, or authorizeForward)
     const s = packet.cmd === 'puback' || packet.cmd === 'pubcomp' ? client[STATE] : undefined // a clean session's: aedes keeps no packet for it
     if (s === undefined) return clear(client, packet, packet.cmd === 'puback' ? (err, copy) => (copy?.cmd === 'publish' && settleStored(client, copy, 'delivered'), done(err, copy)) : done) // a persistent session's: aedes hands back the stored copy
     const at = s.sent.indexOf(-packet.messageId, s.head) // acks come in order: at the head
@@ -250,6 +257,7 @@ function instrument(broker, surface, { window: WINDOW = 65536, idle: IDLE = 5 * 
     if (limited(() => (m.g.floor(0) < last && m.g.settleUpTo(0, last, 'dropped'), t.handle.removeGroup(m.id))) === undefined) return
     t.groups.delete(m.id), t.dark.delete(m), (m.lost = Infinity), (m.ending = false)
     if (t.groups.size === 0) idle.add(t.name), (t.used = tick), (t.base += t.counters.length), (t.counters.length = 0), sweep(t) // nothing of it to keep
+    else if (t.wills !== undefined) sweep(t) // it may have owed a will last
     if (owned.get(m.id)?.delete(t.name) && owned.get(m.id).size === 0) owned.delete(m.id), exactly.delete(m.id)
   }
   // An unsubscription: the copies in flight may still be acknowledged (MQTT 3.1.1 §3.10.4), the group leaves after them.
@@ -267,7 +275,7 @@ function instrument(broker, surface, { window: WINDOW = 65536, idle: IDLE = 5 * 
     m.ending = true, dark(m, m.offline)
   }
   const session = (client) => [...(owned.get(client.id) ?? [])].map((name) => topics.get(name).groups.get(client.id))
-  broker.on('client', (client) => { if (client.clean) client[STATE] = { next: client._nextId, sent: [], head: 0 } }) // a clean session's copies in flight
+  broker.on('client', (client) => { if (client.clean) client[STATE] = { next: client._nextId, sent: [], head: 0, fresh: new Set() } }) // a clean session's copies in flight
   const ended = (client, names) => names.forEach((name) => { const m = topics.get(name)?.groups.get(client.id); if (m !== undefined && !m.ending) unsubscribe(m) })
   broker.on('unsubscribe', (names, client) => ended(client, names.filter((name) => !client.subscriptions[name]))) // not subscribed again meanwhile
   const remove = broker.persistence.removeSubscriptions.bind(broker.persistence)
