@@ -127,7 +127,7 @@ function instrument(broker, surface, { window: WINDOW = 65536, idle: IDLE = 5 * 
   const update = broker.persistence.outgoingUpdate.bind(broker.persistence)
   broker.persistence.outgoingUpdate = function (client, packet, done) { // a persistent session's copy numbered before it is sent
     if (packet.cmd === 'pubrel') received(client, packet.messageId) // or its PUBREC: aedes stores the PUBREL in the QoS 2 copy's place
-    else if (client[STATE] !== undefined) numbered(client[STATE], packet) // a discarded session's queued copy, numbered just now
+    if (client[STATE] !== undefined) numbered(client[STATE], packet) // a clean session's: the queue of the one it discards, each in the order read
     return update(client, packet, (err, c, p) => {
       if (err && p?.cmd === 'publish') settleStored(client, p, 'dropped') // aedes lost the copy (it cleared another's by mistake): never sent
       else if (!err && p?.qos === 2 && p.cmd === 'publish') awaitPubrec(client, p)
@@ -166,18 +166,19 @@ function instrument(broker, surface, { window: WINDOW = 65536, idle: IDLE = 5 * 
     m.last = seq
   }
   // aedes numbers a discarded session's queued copy with the clean session's next packet id (unless
-  // it came numbered: noted as the queue is read), then stores it (outgoingUpdate) before it reaches
-  // authorizeForward: every copy forwarded but not numbered yet, whose ids the glue took from that
-  // id on (counted or not), takes the id after its own.
-  const queued = (packet) => `${packet.brokerId} ${packet.brokerCounter}`
+  // it came numbered: noted as the queue is read, one flag per item in order, as aedes takes them),
+  // then stores it (outgoingUpdate) before it reaches authorizeForward: every copy forwarded but not
+  // numbered yet, whose ids the glue took from that id on (counted or not), takes the id after its own.
   const stream = broker.persistence.outgoingStream.bind(broker.persistence)
   broker.persistence.outgoingStream = function (client) { // read as a clean session starts: the queue of the one it discards
     const s = client[STATE]
     if (s === undefined) return stream(client)
-    return pipeline(stream(client), new Transform({ objectMode: true, transform (packet, _, next) { if (!packet.messageId) s.fresh.add(queued(packet)); next(null, packet) } }), () => {})
+    return pipeline(stream(client), new Transform({ objectMode: true, transform (packet, _, next) { s.fresh.push(!packet.messageId); next(null, packet) } }), () => {})
   }
   const numbered = (s, packet) => {
-    if (!s.fresh.delete(queued(packet))) return // it came numbered
+    const fresh = s.fresh[s.read++]
+    if (s.read >= s.fresh.length) (s.fresh.length = 0), (s.read = 0)
+    if (fresh !== true || packet.cmd !== 'publish') return // it came numbered
     const id = packet.messageId, next = (n) => (n === 65535 ? 1 : n + 1), end = s.next
     const waiting = (n) => (id <= end ? n >= id && n < end : n >= id || n < end) // ids from the one it took to the glue's next
     for (let i = s.head; i < s.sent.length; i += 3) if (waiting(-s.sent[i])) s.sent[i] = -next(-s.sent[i])
@@ -275,7 +276,7 @@ function instrument(broker, surface, { window: WINDOW = 65536, idle: IDLE = 5 * 
     m.ending = true, dark(m, m.offline)
   }
   const session = (client) => [...(owned.get(client.id) ?? [])].map((name) => topics.get(name).groups.get(client.id))
-  broker.on('client', (client) => { if (client.clean) client[STATE] = { next: client._nextId, sent: [], head: 0, fresh: new Set() } }) // a clean session's copies in flight
+  broker.on('client', (client) => { if (client.clean) client[STATE] = { next: client._nextId, sent: [], head: 0, fresh: [], read: 0 } }) // a clean session's copies in flight
   const ended = (client, names) => names.forEach((name) => { const m = topics.get(name)?.groups.get(client.id); if (m !== undefined && !m.ending) unsubscribe(m) })
   broker.on('unsubscribe', (names, client) => ended(client, names.filter((name) => !client.subscriptions[name]))) // not subscribed again meanwhile
   const remove = broker.persistence.removeSubscriptions.bind(broker.persistence)

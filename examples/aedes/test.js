@@ -683,6 +683,30 @@ test('another node\'s will: its note goes when the last group that owed it leave
   await keep.endAsync()
 }, undefined, { idle: 0 }))
 
+test('a clean session emptying the queue of a persistent one with overlapping subscriptions (two queued copies of each message), a persistence answering late: its later copies are counted', async () => {
+  const persistence = require('aedes-persistence')()
+  const update = persistence.outgoingUpdate.bind(persistence)
+  persistence.outgoingUpdate = (client, packet, done) => setTimeout(() => update(client, packet, done), 10) // the queue is read ahead meanwhile
+  await withBroker(async (b, faults) => {
+    const pub = await connect(b.mqttPort, { clientId: 'pub-overlap' })
+    const before = await connect(b.mqttPort, { clientId: 'dev', clean: false })
+    await before.subscribeAsync({ orders: { qos: 1 }, '+': { qos: 1 } })
+    await before.endAsync()
+    for (let i = 0; i < 2; i++) await pub.publishAsync('orders', `queued-${i}`, { qos: 1 })
+    const ready = new Promise((resolve) => b.broker.on('clientReady', (c) => c.id === 'dev' && c.clean && resolve()))
+    const now = await connect(b.mqttPort, { clientId: 'dev', clean: true })
+    let got = 0
+    now.on('message', () => got++)
+    await ready // the queue emptied
+    await now.subscribeAsync({ orders: { qos: 1 } })
+    for (let i = 0; i < 3; i++) await pub.publishAsync('orders', `live-${i}`, { qos: 1 })
+    await until('the live copies acknowledged', () => got === 3 && groupOf(b, 'dev', 'orders')?.delivered === 3 && groupOf(b, 'dev', 'orders').in_flight === 0)
+      .catch((e) => { throw new Error(`${e.message}: got ${got}, ${JSON.stringify(groupOf(b, 'dev', 'orders'))}`) })
+    assert.deepEqual(faults.map((f) => f.code), [], 'no faults')
+    await Promise.all([now, pub].map((c) => c.endAsync()))
+  }, undefined, undefined, { persistence })
+})
+
 for (const how of ['a retained copy sent on SUBSCRIBE', 'a wildcard subscription\'s copy']) {
   test(`a clean session emptying the queue of the persistent one it replaced while ${how} (forwarded, not counted) waits for its packet id: later copies are still counted`, async () => {
     // The uncounted copy takes a packet id too; a queued copy numbered before it takes that id first.
