@@ -184,7 +184,7 @@ function instrument(broker, surface, { window: WINDOW = 65536, idle: IDLE = 5 * 
     for (let i = s.head; i < s.sent.length; i += 3) if (waiting(-s.sent[i])) s.sent[i] = -next(-s.sent[i])
     s.next = next(s.next)
   }
-  const refused = (client, packet) => { // the broker's own authorizeForward keeps this copy back: never sent
+  const refused = (client, packet) => { // aedes keeps this copy back (the broker's own authorizeForward, or its duplicate check): never sent
     const m = groupOf(client, packet), seq = m && seqOf(m.t, packet.brokerCounter)
     if (seq > m?.lost && !m.ending && !m.g.isInFlight(0, seq) && !m.g.isSettled(0, seq)) drop(m, seq)
   }
