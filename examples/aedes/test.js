@@ -49,6 +49,11 @@ function slowQueue(b) {
   }
 }
 
+/** Another cluster node's will, as aedes' checkAndPublish publishes it here once that node went silent: its brokerId, no counter. */
+const otherNodesWill = (b, payload) => new Promise((resolve, reject) => b.broker.publish({ cmd: 'publish', topic: 'status', payload: Buffer.from(payload), qos: 1, retain: false, dup: false, brokerId: 'a-node-gone-silent', clientId: `device-${payload}` }, (err) => (err ? reject(err) : resolve())))
+/** That node's own message of 'status', while it was up: its brokerId, and a counter above any of this node's. */
+const otherNodesOwn = () => ({ cmd: 'publish', topic: 'status', payload: Buffer.from('up'), qos: 1, retain: false, dup: false, brokerId: 'a-node-gone-silent', brokerCounter: 1e6 })
+
 function connect(port, options) {
   const client = mqtt.connect(`mqtt://127.0.0.1:${port}`, { reconnectPeriod: 0, protocolVersion: 4, ...options })
   return new Promise((resolve, reject) => { client.once('connect', () => resolve(client)); client.once('error', reject) })
@@ -624,12 +629,12 @@ test('a will another node of a cluster stored, published here once that node wen
   // A subscriber that had a message of that node's own, with a higher counter than this node's
   // (through the shared bus, while it was up): aedes' duplicate check skips the wills' copies for it.
   await seen.open()
-  await new Promise((resolve) => b.broker.mq.emit({ cmd: 'publish', topic: 'status', payload: Buffer.from('up'), qos: 1, retain: false, dup: false, brokerId: 'a-node-gone-silent', brokerCounter: 1e6 }, resolve))
+  await new Promise((resolve) => b.broker.mq.emit(otherNodesOwn(), resolve))
   await until('the other node\'s own message received', () => seen.seen.get('status').size === 1)
   await online.open()
   await away.open()
   await away.client.endAsync() // a persistent session offline: aedes stores its copy
-  const will = (n) => new Promise((resolve, reject) => b.broker.publish({ cmd: 'publish', topic: 'status', payload: Buffer.from(`gone-${n}`), qos: 1, retain: false, dup: false, brokerId: 'a-node-gone-silent', clientId: `device-${n}` }, (err) => (err ? reject(err) : resolve())))
+  const will = (n) => otherNodesWill(b, `gone-${n}`)
   await will(1)
   await will(2)
   await until('the online session has both wills', () => online.seen.get('status').size === 2)
@@ -651,12 +656,12 @@ test('another node\'s will that aedes stores for an online persistent session an
   const seen = subscriber(b.mqttPort, 'seen', false, ['status'])
   await seen.open()
   // That node's own message, stored by it in the shared persistence and sent through the shared bus.
-  const own = { cmd: 'publish', topic: 'status', payload: Buffer.from('up'), qos: 1, retain: false, dup: false, brokerId: 'a-node-gone-silent', brokerCounter: 1e6 }
+  const own = otherNodesOwn()
   await new Promise((resolve) => b.broker.persistence.outgoingEnqueueCombi([{ clientId: 'seen', topic: 'status', qos: 1 }], own, resolve))
   await new Promise((resolve) => b.broker.mq.emit(own, resolve))
   await until('the other node\'s own message received', () => seen.seen.get('status').size === 1)
   // aedes stores the will's copy for the session, then skips sending it and clears the stored copy.
-  await new Promise((resolve, reject) => b.broker.publish({ cmd: 'publish', topic: 'status', payload: Buffer.from('gone'), qos: 1, retain: false, dup: false, brokerId: 'a-node-gone-silent', clientId: 'device' }, (err) => (err ? reject(err) : resolve())))
+  await otherNodesWill(b, 'gone')
   await seen.client.endAsync()
   await seen.open(false) // nor is it in the session's queue
   await until('nothing owed', () => groupOf(b, 'seen', 'status').lag === 0)
@@ -674,7 +679,7 @@ test('another node\'s will: its note goes when the last group that owed it leave
   const gone = await connect(b.mqttPort, { clientId: 'gone' })
   holdPubacks(gone, (packet, send, done) => done?.()) // never acknowledges
   await gone.subscribeAsync('status', { qos: 1 })
-  await new Promise((resolve, reject) => b.broker.publish({ cmd: 'publish', topic: 'status', payload: Buffer.from('gone'), qos: 1, retain: false, dup: false, brokerId: 'a-node-gone-silent', clientId: 'device' }, (err) => (err ? reject(err) : resolve())))
+  await otherNodesWill(b, 'gone')
   await until('keep acknowledged it, gone did not', () => groupOf(b, 'keep')?.delivered === 1 && groupOf(b, 'gone')?.in_flight === 1)
   gone.stream.destroy()
   await until('gone left', () => groupOf(b, 'gone') === undefined)
