@@ -89,6 +89,7 @@ for (const backend of backends()) {
       ['the same seq again (one message counted twice)', 10, 1, 10, /would not increase: a batch of 1 ending at seq 10 starts at 10, not above last_seq 10/],
       ['a batch reaching back to last_seq', 12, 3, 10, /a batch of 3 ending at seq 12 starts at 10/],
       ['a batch reaching below it', 11, 5, 7, /starts at 7/],
+      ['a batch reaching below seq 1', 11, 15, -3, /a batch of 15 ending at seq 11 would start at seq -3, and a partition's seqs start at 1/],
       ['a lower seq', 9, 1, 9, /would decrease from 10 to 9/],
       ['a lower seq with count 0', 9, 0, 9, /would decrease from 10 to 9/],
     ]
@@ -100,7 +101,8 @@ for (const backend of backends()) {
     }
     const fresh = surface.topic('fresh')
     t.throws(() => fresh.produced(0, 0, 1, 1), { code: 'SEQ_REGRESSION', previous: 0, attempted: 0 }, 'seq 0 for a message: sequences count from 1')
-    t.throws(() => fresh.produced(1, 2, 1, 3), { code: 'SEQ_REGRESSION', previous: 0, attempted: 0 }, 'a first batch of 3 cannot end at 2')
+    t.throws(() => fresh.produced(1, 2, 1, 3), { code: 'SEQ_REGRESSION', previous: 0, attempted: 0, message: /a batch of 3 ending at seq 2 would start at seq 0, and a partition's seqs start at 1/ }, 'a first batch of 3 cannot end at 2')
+    t.throws(() => fresh.produced(1, 5, 1, 10), { code: 'SEQ_REGRESSION', previous: 0, attempted: -4, message: /a batch of 10 ending at seq 5 would start at seq -4/ }, 'nor a first batch of 10 at 5: the message names the batch')
     t.equal(fresh.produced(0, 0, 0, 0), true, 'count 0 at seq 0: nothing appended, allowed')
     t.equal(fresh.produced(0, 3, 30, 3), true, 'a first batch of 3 ends at 3')
     t.equal(fresh.produced(0, 3, 0, 0), true, 'count 0 at last_seq: nothing appended, allowed')

@@ -159,7 +159,7 @@ export class Topic {
     // batch are all refused (a repeated append would count its messages twice). `seq − count` is
     // written out each time: a local for it took produced() past 16 registers and its bytecode
     // budget (below).
-    const slot = known ?? this.#resolvePartition(partition, seq - count)
+    const slot = known ?? this.#resolvePartition(partition, seq, count)
     const row = this.#rowChunks[slot >>> Chunk.Shift]
     const hints = this.#sharedChunks[slot >>> Chunk.Shift]
     const at = slot & Chunk.Mask
@@ -245,7 +245,7 @@ export class Topic {
       this.#refuseReadOnly(number, (known === undefined ? this.lastSeqKnown(number) : this.#recorder.highest(known)) + count, known)
       return 0
     }
-    const seq = this.#appendLocked(known ?? this.#resolvePartition(partition, 0), bytes, count)
+    const seq = this.#appendLocked(known ?? this.#resolvePartition(partition, 0, 0), bytes, count)
     if (seq === 0) throw new RangeError(`append() of ${count} message(s) to partition ${String(partition)} would number seqs past 2^53 - 1 (last_seq ${this.lastSeq(partition)}): seqs are safe integers; nothing was appended`)
     return seq
   }
@@ -366,8 +366,7 @@ export class Topic {
 
   /**
    * design §5: a last_seq decrease is fatal (fault, then throw; the stored value is kept), and so is
-   * an append of `seq − before` messages whose first seq (`attempted`) is not above last_seq. `seq`
-   * is NaN when the caller knows only `before` (#resolvePartition).
+   * an append of `seq − before` messages whose first seq (`attempted`) is not above last_seq.
    */
   #regression(partition: number, seq: number, before: number): never {
     const slot = this.#lastSeqSlots[partition]
@@ -381,10 +380,12 @@ export class Topic {
     }
     const labels = this.#labels(partition)
     const first = seq === before ? seq : before + 1 // count 0 appends nothing: seq itself
-    const batch = Number.isNaN(seq) ? 'a batch' : `a batch of ${seq - before} ending at seq ${seq}`
+    const batch = `a batch of ${seq - before} ending at seq ${seq}`
     const message = seq < previous
       ? undefined // a plain decrease: the standard message
-      : `would not increase: ${batch} starts at ${first}, not above last_seq ${previous} (the n-th message of a partition has seq n)`
+      : first < 1
+        ? `would not increase: ${batch} would start at seq ${first}, and a partition's seqs start at 1`
+        : `would not increase: ${batch} starts at ${first}, not above last_seq ${previous} (the n-th message of a partition has seq n)`
     this.#recorder.fault('SEQ_REGRESSION', 'mq_partition_last_seq', labels, previous, first, this.#names())
     throw new FatalInvariantError('SEQ_REGRESSION', 'mq_partition_last_seq', labels, this.#names(), previous, first, message)
   }
@@ -516,14 +517,16 @@ export class Topic {
   /**
    * produced()'s first call on a partition in this thread: registers the partition if it is new,
    * claims its last_seq hint (see Recorder.claimLastSeq) and caches the slot. Only writers pass
-   * here: #lastSeqSlots holds exactly the partitions this thread has claimed or joined.
+   * here: #lastSeqSlots holds exactly the partitions this thread has claimed or joined. `seq` is the
+   * batch's last, `count` its length (append() passes 0, 0: it numbers after last_seq).
    */
-  #resolvePartition(partition: unknown, before: number): number {
+  #resolvePartition(partition: unknown, seq: number, count: number): number {
     const number = checkPartition(partition)
+    const before = seq - count
     this.alive()
     // A batch that starts at or below seq 0 is refused before the partition is registered: a
     // refused call must not make a new partition's series appear.
-    if (before < 0) this.#regression(number, NaN, before)
+    if (before < 0) this.#regression(number, seq, before)
     const slot = this.#recorder.registry.partition(this.entity, number)
     this.#recorder.resolveChunk(slot)
     // Each step may have waited for the registration lock: checked again before each write —
