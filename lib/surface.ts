@@ -26,7 +26,7 @@ import type { SharedSurface } from './worker'
 import { QuorumState, Snapshot, SnapshotWithPartitions, withPartitions } from './core/snapshot'
 import { ResolvedSurfaceOptions, SurfaceOptions, resolveSurfaceOptions } from './http/options'
 import { ScrapePacer, ScrapeScheduler } from './http/pacing'
-import { StatsContext, StatsView, StatsViews, statsFromQueryLater, statsRequest, statsViewOf } from './exposition/stats'
+import { StatsContext, StatsRequest, StatsView, StatsViews, THREAD_VIEWS, statsFromQueryLater, statsPlanOf, statsRequest, statsViewOf } from './exposition/stats'
 import { WorkerFaultChannel } from './core/worker-faults'
 import { ScrapeThread, ScrapeThreadState } from './scrape/thread'
 
@@ -144,7 +144,7 @@ export class Surface extends EventEmitter {
       },
       healthz: () => this.#healthz().then((body) => ({ statusCode: body.quorum_state === 2 ? 503 : 200, body })),
       // A closed surface answers 503 whatever the query (a bad one included), as /metrics and /healthz do.
-      stats: (query) => (this.#assertOpen(), statsFromQueryLater(query, () => this.#statsContextLater())),
+      stats: (query) => (this.#assertOpen(), statsFromQueryLater(query, (request) => this.#statsAnswer(request))),
       // A request answered 500 INTERNAL: a bug of ours. Told to 'error' listeners if there are
       // any; never thrown (an 'error' event without a listener would end the broker).
       reportError: (error) => {
@@ -393,7 +393,7 @@ export class Surface extends EventEmitter {
 
   /** Where GET /metrics is rendered and how the scrape thread has fared (docs/scrape-thread.md). */
   get scrapeThread(): ScrapeThreadState {
-    return this.#scrapeThread?.state ?? { mode: 'main', scrapes: 0, failures: 0, lastFailure: undefined }
+    return this.#scrapeThread?.state ?? { mode: 'main', scrapes: 0, views: 0, failures: 0, lastFailure: undefined }
   }
 
   /** The snapshot and the conservation check (lib/core/observer.ts), and the worker threads' faults. */
@@ -417,6 +417,19 @@ export class Surface extends EventEmitter {
       lagging: this.#quorum.lagging,
       latency: this.config.e2e_latency ? this.#window.quantiles() : null,
     }
+  }
+
+  /**
+   * A /stats view over HTTP: its JSON built in the scrape thread (the large views, docs/scrape-thread.md),
+   * else the view as planned here, from a read in slices (#statsContextLater).
+   */
+  async #statsAnswer(request: StatsRequest): Promise<unknown> {
+    if (this.#scrapeThread !== undefined && THREAD_VIEWS.has(request.view)) {
+      const json = await this.#scrapeThread.stats(request)
+      this.#assertOpen() // closed meanwhile (as #statsContextLater)
+      if (json !== undefined) return this.#scraped(json)
+    }
+    return statsPlanOf(request, await this.#statsContextLater())
   }
 
   /**

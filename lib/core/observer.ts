@@ -43,6 +43,8 @@ export class Observer {
   readonly #suspects: SuspectEpisodes | undefined
   /** The reader of checkSliced() (/healthz), made at its first use. */
   #probeReader: SnapshotReader | undefined
+  /** The reader of observeReportSliced() (/stats on the scrape thread), made at its first use. */
+  #statsReader: SnapshotReader | undefined
   /** The check checkSliced() has under way. */
   #probe: Promise<void> | undefined
   /** The read observeReport() has under way, and the one queued behind it (see observeReport). */
@@ -185,6 +187,20 @@ export class Observer {
     }
     const [topics, layout] = read.finish()
     return snapshotOf(fields, memory.control, topics, layout)
+  }
+
+  /**
+   * observe(fields, true, true) for /stats on the scrape thread: the snapshot with every ack floor
+   * and the conservation report, read in slices as observeSliced() reads. A reader of its own, so
+   * /metrics' reads keep their caches and layout.
+   */
+  observeReportSliced(fields: ThreadFields, holdMs = SLICE_HOLD_MS): [Snapshot, ConservationReport] {
+    const registry = this.#handles.recorder.registry
+    const report: ConservationTopic[] = []
+    const read = this.#slices((this.#statsReader ??= new SnapshotReader(registry)), holdMs, true, report, true)
+    for (let at = read.step(); at !== undefined; at = read.step()) registry.memory.letWaiterIn(SLICE_GAP_MS)
+    const [topics, layout] = read.finish()
+    return [snapshotOf(fields, registry.memory.control, topics, layout), { topics: report }]
   }
 
   /**

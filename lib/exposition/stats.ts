@@ -220,17 +220,27 @@ export function statsFromQuery(query: URLSearchParams, makeContext: () => StatsC
 }
 
 /**
- * statsFromQuery() with a context made asynchronously (/stats over HTTP: read in slices, the
- * event loop free between them). A bad query is answered at once, before anything is read. The
- * body is the view as planned (statsPlanOf): its lists are built as it is written.
+ * statsFromQuery() answered asynchronously (/stats over HTTP): a bad query is answered at once,
+ * before anything is read; a good one by `answer`, with its body: the view as planned (statsPlanOf,
+ * its lists built as it is written), or the view's JSON already written (a Buffer: the scrape
+ * thread's, docs/scrape-thread.md).
  */
-export function statsFromQueryLater(query: URLSearchParams, makeContext: () => Promise<StatsContext>): { statusCode: number; body: unknown } | Promise<{ statusCode: number; body: unknown }> {
-  let parsed: { view: string; filter: StatsFilter } | undefined
-  const refused = answered(() => (parsed = parseQuery(query)))
-  if (parsed === undefined) return refused
-  const { view, filter } = parsed
-  return makeContext().then((context) => answered(() => statsPlanOf(statsRequest(view, filter), context)))
+export function statsFromQueryLater(query: URLSearchParams, answer: (request: StatsRequest) => Promise<unknown>): { statusCode: number; body: unknown } | Promise<{ statusCode: number; body: unknown }> {
+  let request: StatsRequest | undefined
+  const refused = answered(() => {
+    const { view, filter } = parseQuery(query)
+    request = statsRequest(view, filter)
+  })
+  if (request === undefined) return refused
+  return answer(request).then((body) => ({ statusCode: 200, body }))
 }
+
+/**
+ * The views the scrape thread builds for /stats over HTTP (docs/scrape-thread.md): the large ones,
+ * read from the snapshot and the conservation report alone. The others are small, and two of them
+ * hold what only the main thread has (its fault log; where its backend came from).
+ */
+export const THREAD_VIEWS: ReadonlySet<StatsView> = new Set<StatsView>(['topics', 'partitions', 'groups', 'conservation', 'collisions'])
 
 /** 200 with what `make` returns, or the StatsError it throws as its status and JSON error. */
 function answered(make: () => unknown): { statusCode: number; body: unknown } {

@@ -36,7 +36,7 @@ export interface HttpHost {
   metricsSent?(body: Buffer): void
   /** /healthz: status code and a JSON-able body (bigints allowed), once the conservation check has run. */
   healthz(): { statusCode: number; body: unknown } | Promise<{ statusCode: number; body: unknown }>
-  /** /stats, including its own 400s (missing or unknown filter). */
+  /** /stats, including its own 400s (missing or unknown filter). A Buffer body is the JSON, written already. */
   stats(query: URLSearchParams): { statusCode: number; body: unknown } | Promise<{ statusCode: number; body: unknown }>
   /** Told about a host method that threw (answered 500); optional. */
   reportError?(error: unknown): void
@@ -413,6 +413,7 @@ function serve(host: HttpHost, budget: ScrapeBudget, answers: ScrapeBudget, rout
       respond(host, req, res, statusCode, JSON_CONTENT_TYPE, body)
     }
     const json = (answer: { statusCode: number; body: unknown }): Promise<void> | void => {
+      if (Buffer.isBuffer(answer.body)) return written(answer.statusCode, answer.body) // written as JSON already (the scrape thread's)
       // A client gone meanwhile: the rest is not built (nobody to answer).
       const body = toJSONSliced(answer.body, SLICE_HOLD_MS, { ...IMMEDIATE_SLICES, gone: () => res.destroyed === true })
       if (Buffer.isBuffer(body)) return written(answer.statusCode, body)

@@ -18,6 +18,7 @@ import { ClosedError, MqMetricsError } from '../core/errors'
 import type { FaultRecord } from '../core/faults'
 import type { Suspect, ThreadFields } from '../core/observer'
 import type { GzipBody } from '../exposition/gzip'
+import type { StatsRequest } from '../exposition/stats'
 import { ScrapeAbandoned } from '../http/pacing'
 
 /** What the worker is started with. */
@@ -33,13 +34,20 @@ export interface ScrapeRequest {
   id: number
   gzip: boolean
   fields: ThreadFields
+  /** /stats views to build from one read (every one waiting shares it), instead of a /metrics body. */
+  stats?: StatsRequest[]
   /** Memory this thread lends for a plain body (moved, not copied): a body sent earlier, or a new one. */
   buffer?: ArrayBuffer
 }
 
-/** Either way the answer carries `spare`: the lent buffer, when the thread did not need it. */
+/**
+ * Either way the answer carries `spare`: the lent buffer, when the thread did not need it. A
+ * /stats request's answer has `views` instead of `body`: each view's JSON, in the order asked, or
+ * null for one to build on the main thread (a conservation view whose read found a suspect).
+ */
 export type ScrapeReply =
   | { id: number; ok: true; body: ArrayBuffer; length: number; faults: FaultRecord[]; suspects: Suspect[]; spare?: ArrayBuffer }
+  | { id: number; ok: true; views: (ArrayBuffer | null)[]; faults: FaultRecord[]; suspects: Suspect[]; spare?: ArrayBuffer }
   | { id: number; ok: false; error: { name: string; message: string; code: string | undefined }; faults: FaultRecord[]; suspects: Suspect[]; spare?: ArrayBuffer }
 
 /** What the scrape thread needs from its surface. */
@@ -64,18 +72,18 @@ export interface ScrapeThreadState {
   readonly mode: 'thread' | 'main'
   /** Scrapes the thread answered. */
   readonly scrapes: number
+  /** /stats views the thread built. */
+  readonly views: number
   /** Times the thread failed (it died, or could not start). */
   readonly failures: number
   /** Why it last failed, if it did. */
   readonly lastFailure: string | undefined
 }
 
-interface Job {
-  gzip: boolean
-  abandoned: (() => boolean) | undefined
-  resolve: (body: Buffer | GzipBody | Promise<Buffer | GzipBody>) => void
-  reject: (error: unknown) => void
-}
+/** A /metrics scrape, or (`stats`) a /stats view: its JSON, or undefined for the main thread to build it. */
+type Job =
+  | { gzip: boolean; stats?: undefined; abandoned: (() => boolean) | undefined; resolve: (body: Buffer | GzipBody | Promise<Buffer | GzipBody>) => void; reject: (error: unknown) => void }
+  | { gzip: false; stats: StatsRequest; abandoned: undefined; resolve: (json: Buffer | undefined) => void; reject: (error: unknown) => void }
 
 const FIRST_BACKOFF_MS = 1000
 const MAX_BACKOFF_MS = 60_000
@@ -85,13 +93,15 @@ export class ScrapeThread {
   readonly #host: ScrapeThreadHost
   #worker: Worker | undefined
   #nextId = 1
-  #current: (Job & { id: number }) | undefined
+  /** What the thread has under way: one scrape, or the /stats views of one read. */
+  #current: { id: number; jobs: Job[] } | undefined
   readonly #queue: Job[] = []
   /** While the thread failed lately: no new thread before this time (ms since the epoch); scrapes are served in this thread. */
   #retryAt = 0
   #backoff = FIRST_BACKOFF_MS
   #closed = false
   #scrapes = 0
+  #views = 0
   #failures = 0
   #lastFailure: string | undefined
   /**
@@ -111,7 +121,7 @@ export class ScrapeThread {
   }
 
   get state(): ScrapeThreadState {
-    return { mode: this.#available() ? 'thread' : 'main', scrapes: this.#scrapes, failures: this.#failures, lastFailure: this.#lastFailure }
+    return { mode: this.#available() ? 'thread' : 'main', scrapes: this.#scrapes, views: this.#views, failures: this.#failures, lastFailure: this.#lastFailure }
   }
 
   /** The body of one scrape: plain, or (`gzip`) a gzip member. */
@@ -119,6 +129,20 @@ export class ScrapeThread {
     if (this.#closed) return Promise.reject(new ClosedError('this mq-metrics surface'))
     return new Promise((resolve, reject) => {
       this.#queue.push({ gzip, abandoned, resolve, reject })
+      this.#pump()
+    })
+  }
+
+  /**
+   * One /stats view (THREAD_VIEWS), built in the thread: its JSON, or undefined when the main thread
+   * is to build it (the thread is down, or a conservation view's read found a suspect, which only
+   * the main thread can judge: docs/scrape-thread.md). Views asked while one read is under way
+   * share the next.
+   */
+  stats(request: StatsRequest): Promise<Buffer | undefined> {
+    if (this.#closed) return Promise.reject(new ClosedError('this mq-metrics surface'))
+    return new Promise((resolve, reject) => {
+      this.#queue.push({ gzip: false, stats: request, abandoned: undefined, resolve, reject })
       this.#pump()
     })
   }
@@ -187,15 +211,18 @@ export class ScrapeThread {
           continue
         }
       }
+      // Every /stats view waiting is built from this one read: a burst of them costs one.
+      const jobs = job.stats === undefined ? [job] : [job, ...this.#take((other) => other.stats !== undefined)]
       let request: ScrapeRequest
       try {
         request = { id: this.#nextId++, gzip: job.gzip, fields: this.#host.fields() }
       } catch (error) {
-        job.reject(error)
+        for (const one of jobs) one.reject(error)
         continue
       }
-      this.#current = { ...job, id: request.id }
-      if (!job.gzip && this.#expected > 0) {
+      if (job.stats !== undefined) request.stats = jobs.map((one) => one.stats!)
+      this.#current = { id: request.id, jobs }
+      if (!job.gzip && job.stats === undefined && this.#expected > 0) {
         // A spare too small for this body comes back unused with the answer (the thread allocates).
         request.buffer = this.#spare ?? new ArrayBuffer(this.#expected)
         this.#spare = undefined
@@ -223,20 +250,38 @@ export class ScrapeThread {
     return worker
   }
 
+  /** The waiting jobs that `which` picks, out of the queue, in order. */
+  #take(which: (job: Job) => boolean): Job[] {
+    const taken = this.#queue.filter(which)
+    if (taken.length > 0) this.#queue.splice(0, this.#queue.length, ...this.#queue.filter((job) => !which(job)))
+    return taken
+  }
+
   #answer(worker: Worker, reply: ScrapeReply): void {
-    const job = this.#current
+    const current = this.#current
     if (reply.spare !== undefined) this.#keep(reply.spare)
-    if (worker !== this.#worker || job === undefined || job.id !== reply.id) return
+    if (worker !== this.#worker || current === undefined || current.id !== reply.id) return
     this.#current = undefined
     try {
       for (const fault of reply.faults) this.#host.fault(fault)
       if (reply.suspects.length > 0) this.#host.confirm(reply.suspects)
     } catch (error) {
       // A 'fault' listener that threw: the scrape fails as it does when rendered on this thread.
-      job.reject(error)
+      for (const job of current.jobs) job.reject(error)
       this.#pump()
       return
     }
+    if (reply.ok && 'views' in reply) {
+      this.#backoff = FIRST_BACKOFF_MS
+      current.jobs.forEach((job, i) => {
+        const json = reply.views[i]
+        if (json !== null) this.#views++
+        ;(job.resolve as (json: Buffer | undefined) => void)(json === null ? undefined : Buffer.from(json))
+      })
+      this.#pump()
+      return
+    }
+    const job = current.jobs[0] as Extract<Job, { stats?: undefined }>
     if (reply.ok) {
       this.#scrapes++
       this.#backoff = FIRST_BACKOFF_MS
@@ -271,6 +316,10 @@ export class ScrapeThread {
   }
 
   #serveHere(job: Job): void {
+    if (job.stats !== undefined) {
+      job.resolve(undefined) // the main thread builds it
+      return
+    }
     if (job.abandoned?.() === true) {
       job.reject(new ScrapeAbandoned())
       return
@@ -283,7 +332,7 @@ export class ScrapeThread {
   }
 
   #pending(): Job[] {
-    const pending: Job[] = this.#current === undefined ? [] : [this.#current]
+    const pending: Job[] = this.#current === undefined ? [] : [...this.#current.jobs]
     this.#current = undefined
     pending.push(...this.#queue.splice(0))
     return pending

@@ -1,6 +1,7 @@
 // The scrape thread itself (docs/scrape-thread.md): a worker of the library's own that maps the
 // surface's shared memory like a recording worker, and answers each /metrics request from the main
-// thread with the finished body — snapshot, conservation check, render and gzip all done here.
+// thread with the finished body — snapshot, conservation check, render and gzip all done here —
+// and each batch of /stats views with their JSON, from one read.
 // Started and fed by ./thread.ts; nothing else loads this file.
 import { parentPort, workerData } from 'node:worker_threads'
 import { gzipSync } from 'node:zlib'
@@ -15,6 +16,9 @@ import { Recorder } from '../core/recording'
 import { Registry } from '../core/registry'
 import { GZIP_LEVEL } from '../exposition/gzip'
 import { Renderer } from '../exposition/render'
+import { THREAD_VIEWS, statsPlanOf, type StatsContext, type StatsRequest } from '../exposition/stats'
+import { materialize, toJSON } from '../core/json'
+import type { Suspect } from '../core/observer'
 import { ScrapePacer, ScrapeScheduler } from '../http/pacing'
 import type { ScrapeReply, ScrapeRequest, ScrapeThreadData } from './thread'
 
@@ -47,6 +51,7 @@ port.on('message', (request: ScrapeRequest) => {
   if (process.env.MQ_METRICS_SCRAPE_THREAD_EXIT === '1') process.exit(1)
   faults = []
   lent = request.buffer
+  if (request.stats !== undefined) return views(request, request.stats)
   let answer: Buffer | Promise<Buffer>
   try {
     answer = scrapes.run(
@@ -68,6 +73,56 @@ port.on('message', (request: ScrapeRequest) => {
   if (Buffer.isBuffer(answer)) reply(request, answer)
   else answer.then((body) => reply(request, body), (error: unknown) => fail(request, error))
 })
+
+/**
+ * /stats views from one read (the snapshot with ack floors and the conservation report, in slices
+ * as a scrape reads), each written as JSON here: the main thread only hands the bytes to the
+ * socket. A conservation view whose read found a suspect is left to the main thread (null): only
+ * it can tell its own batch caught half-way from a real imbalance, and the view shows residuals.
+ */
+function views(request: ScrapeRequest, asked: StatsRequest[]): void {
+  let suspects: Suspect[] = []
+  let answer: (ArrayBuffer | null)[] | Promise<(ArrayBuffer | null)[]>
+  try {
+    answer = scrapes.run(
+      () => {
+        const [snapshot, conservation] = observer.observeReportSliced(request.fields)
+        suspects = observer.takeSuspects()
+        const context = { snapshot, conservation, config: data.config } as StatsContext // the views built here read nothing else
+        const built: (ArrayBuffer | null)[] = []
+        return {
+          built,
+          step(deadline: number): boolean {
+            do {
+              const one = asked[built.length]
+              if (!THREAD_VIEWS.has(one.view)) throw new Error(`the scrape thread builds no ${one.view} view`)
+              built.push(one.view === 'conservation' && suspects.length > 0 ? null : encoded(toJSON(materialize(statsPlanOf(one, context)))))
+            } while (built.length < asked.length && performance.now() < deadline)
+            return built.length === asked.length
+          },
+        }
+      },
+      (job) => job.built,
+    )
+  } catch (error) {
+    fail(request, error, suspects)
+    return
+  }
+  const send = (built: (ArrayBuffer | null)[]): void => {
+    const message: ScrapeReply = { id: request.id, ok: true, views: built, faults, suspects: [...suspects, ...observer.takeSuspects()], spare: unused() }
+    faults = []
+    port.postMessage(message, built.filter((json) => json !== null))
+  }
+  if (Array.isArray(answer)) send(answer)
+  else answer.then(send, (error: unknown) => fail(request, error, suspects))
+}
+
+/** `text` in memory of its own, to be moved to the main thread. */
+function encoded(text: string): ArrayBuffer {
+  const memory = new ArrayBuffer(Buffer.byteLength(text, 'utf8'))
+  Buffer.from(memory).write(text, 'utf8')
+  return memory
+}
 
 /**
  * The body in memory this thread may move (transfer, not copy) to the main thread: the buffer the
@@ -102,14 +157,14 @@ function reply(request: ScrapeRequest, body: Buffer): void {
   port.postMessage(message, spare === undefined ? [message.body] : [message.body, spare])
 }
 
-function fail(request: ScrapeRequest, error: unknown): void {
+function fail(request: ScrapeRequest, error: unknown, found: Suspect[] = []): void {
   const { name, message, code } = error as { name?: unknown; message?: unknown; code?: unknown }
   const answer: ScrapeReply = {
     id: request.id,
     ok: false,
     error: { name: String(name ?? 'Error'), message: String(message ?? error), code: typeof code === 'string' ? code : undefined },
     faults,
-    suspects: observer.takeSuspects(),
+    suspects: [...found, ...observer.takeSuspects()],
     spare: unused(),
   }
   faults = []
