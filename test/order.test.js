@@ -1,10 +1,9 @@
 'use strict'
 // Every read lists the live topics ascending by label, then raw name (design §3), however topics
 // come and go between reads (lib/core/reader.ts sorts again whenever what its thread knows has
-// changed). Names are drawn from a few that sanitize alike,
-// so labels collide and a removed name comes back as a new topic; a worker thread registers some,
-// which the main thread learns from the registration log. Both the main thread's reads
-// (snapshot(), /healthz's check) and the scrape thread's (/stats) are checked.
+// changed). Names are drawn from a few that sanitize alike, so labels collide and a removed name
+// comes back as a new topic; a worker thread registers some, which the main thread learns from the
+// registration log. The main thread's reads (snapshot()) and the scrape thread's (/stats) are checked.
 const t = require('tap')
 const { backends, surfaceOn, prng, request, scriptedWorker } = require('./helpers')
 
