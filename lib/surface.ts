@@ -144,7 +144,7 @@ export class Surface extends EventEmitter {
       },
       healthz: () => this.#healthz().then((body) => ({ statusCode: body.quorum_state === 2 ? 503 : 200, body })),
       // A closed surface answers 503 whatever the query (a bad one included), as /metrics and /healthz do.
-      stats: (query) => (this.#assertOpen(), statsFromQueryLater(query, (request) => this.#statsAnswer(request))),
+      stats: (query, abandoned) => (this.#assertOpen(), statsFromQueryLater(query, (request) => this.#statsAnswer(request, abandoned))),
       // A request answered 500 INTERNAL: a bug of ours. Told to 'error' listeners if there are
       // any; never thrown (an 'error' event without a listener would end the broker).
       reportError: (error) => {
@@ -423,9 +423,9 @@ export class Surface extends EventEmitter {
    * A /stats view over HTTP: its JSON built in the scrape thread (the large views, docs/scrape-thread.md),
    * else the view as planned here, from a read in slices (#statsContextLater).
    */
-  async #statsAnswer(request: StatsRequest): Promise<unknown> {
+  async #statsAnswer(request: StatsRequest, abandoned?: () => boolean): Promise<unknown> {
     if (this.#scrapeThread !== undefined && THREAD_VIEWS.has(request.view)) {
-      const json = await this.#scrapeThread.stats(request)
+      const json = await this.#scrapeThread.stats(request, abandoned)
       this.#assertOpen() // closed meanwhile (as #statsContextLater)
       if (json !== undefined) return this.#scraped(json)
     }

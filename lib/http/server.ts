@@ -36,8 +36,12 @@ export interface HttpHost {
   metricsSent?(body: Buffer): void
   /** /healthz: status code and a JSON-able body (bigints allowed), once the conservation check has run. */
   healthz(): { statusCode: number; body: unknown } | Promise<{ statusCode: number; body: unknown }>
-  /** /stats, including its own 400s (missing or unknown filter). A Buffer body is the JSON, written already. */
-  stats(query: URLSearchParams): { statusCode: number; body: unknown } | Promise<{ statusCode: number; body: unknown }>
+  /**
+   * /stats, including its own 400s (missing or unknown filter). A Buffer body is the JSON, written
+   * already. `abandoned`: the client has gone; a view still waiting for its turn is then not built
+   * (rejects with ScrapeAbandoned).
+   */
+  stats(query: URLSearchParams, abandoned?: () => boolean): { statusCode: number; body: unknown } | Promise<{ statusCode: number; body: unknown }>
   /** Told about a host method that threw (answered 500); optional. */
   reportError?(error: unknown): void
   /** Bounds on what clients can make the broker hold (design §7); defaults when absent. */
@@ -421,9 +425,9 @@ function serve(host: HttpHost, budget: ScrapeBudget, answers: ScrapeBudget, rout
     }
     const fail = (error: unknown): void => {
       answers.release(res)
-      failed(host, req, res, error)
+      if (!(error instanceof ScrapeAbandoned)) failed(host, req, res, error) // else nobody to answer
     }
-    const answer = route === '/healthz' ? host.healthz() : host.stats(new URLSearchParams(query))
+    const answer = route === '/healthz' ? host.healthz() : host.stats(new URLSearchParams(query), () => res.destroyed === true)
     if ('then' in answer) answer.then(json).catch(fail)
     else json(answer)?.catch(fail)
   } catch (error) {

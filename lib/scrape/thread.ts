@@ -42,12 +42,13 @@ export interface ScrapeRequest {
 
 /**
  * Either way the answer carries `spare`: the lent buffer, when the thread did not need it. A
- * /stats request's answer has `views` instead of `body`: each view's JSON, in the order asked, or
- * null for one to build on the main thread (a conservation view whose read found a suspect).
+ * /stats request's answer has `views` instead of `body`: each distinct view's JSON, or null for one
+ * to build on the main thread (a conservation view that may show a batch caught half-way); `of[i]`
+ * is the index in `views` of the i-th view asked (the same view asked twice is built once).
  */
 export type ScrapeReply =
   | { id: number; ok: true; body: ArrayBuffer; length: number; faults: FaultRecord[]; suspects: Suspect[]; spare?: ArrayBuffer }
-  | { id: number; ok: true; views: (ArrayBuffer | null)[]; faults: FaultRecord[]; suspects: Suspect[]; spare?: ArrayBuffer }
+  | { id: number; ok: true; views: (ArrayBuffer | null)[]; of: number[]; faults: FaultRecord[]; suspects: Suspect[]; spare?: ArrayBuffer }
   | { id: number; ok: false; error: { name: string; message: string; code: string | undefined }; faults: FaultRecord[]; suspects: Suspect[]; spare?: ArrayBuffer }
 
 /** What the scrape thread needs from its surface. */
@@ -83,7 +84,7 @@ export interface ScrapeThreadState {
 /** A /metrics scrape, or (`stats`) a /stats view: its JSON, or undefined for the main thread to build it. */
 type Job =
   | { gzip: boolean; stats?: undefined; abandoned: (() => boolean) | undefined; resolve: (body: Buffer | GzipBody | Promise<Buffer | GzipBody>) => void; reject: (error: unknown) => void }
-  | { gzip: false; stats: StatsRequest; abandoned: undefined; resolve: (json: Buffer | undefined) => void; reject: (error: unknown) => void }
+  | { gzip: false; stats: StatsRequest; abandoned: (() => boolean) | undefined; resolve: (json: Buffer | undefined) => void; reject: (error: unknown) => void }
 
 const FIRST_BACKOFF_MS = 1000
 const MAX_BACKOFF_MS = 60_000
@@ -137,12 +138,12 @@ export class ScrapeThread {
    * One /stats view (THREAD_VIEWS), built in the thread: its JSON, or undefined when the main thread
    * is to build it (the thread is down, or a conservation view's read found a suspect, which only
    * the main thread can judge: docs/scrape-thread.md). Views asked while one read is under way
-   * share the next.
+   * share the next; one whose client has gone (`abandoned`) by then is not built (ScrapeAbandoned).
    */
-  stats(request: StatsRequest): Promise<Buffer | undefined> {
+  stats(request: StatsRequest, abandoned?: () => boolean): Promise<Buffer | undefined> {
     if (this.#closed) return Promise.reject(new ClosedError('this mq-metrics surface'))
     return new Promise((resolve, reject) => {
-      this.#queue.push({ gzip: false, stats: request, abandoned: undefined, resolve, reject })
+      this.#queue.push({ gzip: false, stats: request, abandoned, resolve, reject })
       this.#pump()
     })
   }
@@ -211,8 +212,15 @@ export class ScrapeThread {
           continue
         }
       }
-      // Every /stats view waiting is built from this one read: a burst of them costs one.
-      const jobs = job.stats === undefined ? [job] : [job, ...this.#take((other) => other.stats !== undefined)]
+      // Every /stats view waiting is built from this one read (a burst of them costs one), but
+      // those whose client has gone.
+      const jobs: Job[] = [job]
+      if (job.stats !== undefined) {
+        for (const other of this.#take((waiting) => waiting.stats !== undefined)) {
+          if (other.abandoned?.() === true) other.reject(new ScrapeAbandoned())
+          else jobs.push(other)
+        }
+      }
       let request: ScrapeRequest
       try {
         request = { id: this.#nextId++, gzip: job.gzip, fields: this.#host.fields() }
@@ -274,10 +282,20 @@ export class ScrapeThread {
     if (reply.ok && 'views' in reply) {
       this.#backoff = FIRST_BACKOFF_MS
       current.jobs.forEach((job, i) => {
-        const json = reply.views[i]
+        const json = reply.views[reply.of[i]]
         if (json !== null) this.#views++
         ;(job.resolve as (json: Buffer | undefined) => void)(json === null ? undefined : Buffer.from(json))
       })
+      this.#pump()
+      return
+    }
+    if (!reply.ok && current.jobs[0].stats !== undefined) {
+      // Every view of the batch: 503 once closed, else built on the main thread (as when the thread is down).
+      const closed = reply.error.code === 'SURFACE_CLOSED'
+      for (const job of current.jobs) {
+        if (closed) job.reject(new ClosedError('this mq-metrics surface'))
+        else (job.resolve as (json: Buffer | undefined) => void)(undefined)
+      }
       this.#pump()
       return
     }

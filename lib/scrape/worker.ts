@@ -16,7 +16,7 @@ import { Recorder } from '../core/recording'
 import { Registry } from '../core/registry'
 import { GZIP_LEVEL } from '../exposition/gzip'
 import { Renderer } from '../exposition/render'
-import { THREAD_VIEWS, statsPlanOf, type StatsContext, type StatsRequest } from '../exposition/stats'
+import { THREAD_VIEWS, statsPlanOf, type ConservationView, type StatsContext, type StatsRequest } from '../exposition/stats'
 import { materialize, toJSON } from '../core/json'
 import type { Suspect } from '../core/observer'
 import { ScrapePacer, ScrapeScheduler } from '../http/pacing'
@@ -76,11 +76,17 @@ port.on('message', (request: ScrapeRequest) => {
 
 /**
  * /stats views from one read (the snapshot with ack floors and the conservation report, in slices
- * as a scrape reads), each written as JSON here: the main thread only hands the bytes to the
- * socket. A conservation view whose read found a suspect is left to the main thread (null): only
- * it can tell its own batch caught half-way from a real imbalance, and the view shows residuals.
+ * as a scrape reads), each distinct one written as JSON here once: the main thread only hands the
+ * bytes to the socket. A conservation view that shows a residual, or whose read found a suspect,
+ * is left to the main thread (null): this read may have caught a batch of the main thread's calls
+ * half-way (a re-read that differs is no suspect, yet the view would show the first read), and
+ * only the main thread, between its tasks, can tell that from a real imbalance.
  */
 function views(request: ScrapeRequest, asked: StatsRequest[]): void {
+  const keys = asked.map(({ view, narrow }) => JSON.stringify([view, narrow.topic ?? null, narrow.group ?? null]))
+  const distinct = [...new Set(keys)]
+  const of = keys.map((key) => distinct.indexOf(key))
+  const wanted = distinct.map((key) => asked[keys.indexOf(key)])
   let suspects: Suspect[] = []
   let answer: (ArrayBuffer | null)[] | Promise<(ArrayBuffer | null)[]>
   try {
@@ -94,11 +100,12 @@ function views(request: ScrapeRequest, asked: StatsRequest[]): void {
           built,
           step(deadline: number): boolean {
             do {
-              const one = asked[built.length]
+              const one = wanted[built.length]
               if (!THREAD_VIEWS.has(one.view)) throw new Error(`the scrape thread builds no ${one.view} view`)
-              built.push(one.view === 'conservation' && suspects.length > 0 ? null : encoded(toJSON(materialize(statsPlanOf(one, context)))))
-            } while (built.length < asked.length && performance.now() < deadline)
-            return built.length === asked.length
+              const view = materialize(statsPlanOf(one, context))
+              built.push(one.view === 'conservation' && (suspects.length > 0 || offBalance(view as ConservationView)) ? null : encoded(toJSON(view)))
+            } while (built.length < wanted.length && performance.now() < deadline)
+            return built.length === wanted.length
           },
         }
       },
@@ -109,12 +116,17 @@ function views(request: ScrapeRequest, asked: StatsRequest[]): void {
     return
   }
   const send = (built: (ArrayBuffer | null)[]): void => {
-    const message: ScrapeReply = { id: request.id, ok: true, views: built, faults, suspects: [...suspects, ...observer.takeSuspects()], spare: unused() }
+    const message: ScrapeReply = { id: request.id, ok: true, views: built, of, faults, suspects: [...suspects, ...observer.takeSuspects()], spare: unused() }
     faults = []
     port.postMessage(message, built.filter((json) => json !== null))
   }
   if (Array.isArray(answer)) send(answer)
   else answer.then(send, (error: unknown) => fail(request, error, suspects))
+}
+
+/** Some group of the view shows a residual. */
+function offBalance(view: ConservationView): boolean {
+  return view.topics.some((topic) => topic.groups.some((group) => Number(group.residual) !== 0))
 }
 
 /** `text` in memory of its own, to be moved to the main thread. */
