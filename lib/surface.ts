@@ -421,10 +421,18 @@ export class Surface extends EventEmitter {
 
   /**
    * A /stats view over HTTP: its JSON built in the scrape thread (the large views, docs/scrape-thread.md),
-   * else the view as planned here, from a read in slices (#statsContextLater).
+   * else the view as planned here, from a read in slices (#statsContextLater). The small views read
+   * no topic: quorum, latency and config none at all, faults the conservation check's faults (the
+   * check alone, as /healthz runs it, begun after the request).
    */
   async #statsAnswer(request: StatsRequest, abandoned?: () => boolean): Promise<unknown> {
-    if (this.#scrapeThread !== undefined && THREAD_VIEWS.has(request.view)) {
+    if (!THREAD_VIEWS.has(request.view)) {
+      if (request.view === 'faults') await this.#observer.checkAfter()
+      this.#assertOpen() // closed meanwhile (as #statsContextLater)
+      this.#drainWorkerFaults()
+      return statsPlanOf(request, this.#contextOf({ ...this.#threadFields(), quorumState: this.quorumState, topics: [] }, { topics: [] }))
+    }
+    if (this.#scrapeThread !== undefined) {
       const json = await this.#scrapeThread.stats(request, abandoned)
       this.#assertOpen() // closed meanwhile (as #statsContextLater)
       if (json !== undefined) return this.#scraped(json)

@@ -5,7 +5,7 @@
 // while a scrape waits, /healthz not held back, close() while a scrape waits.
 const t = require('tap')
 const zlib = require('node:zlib')
-const { lib, backends, surfaceOn, within, steppingClock } = require('./helpers')
+const { lib, backends, surfaceOn, within, steppingClock, faultsOf } = require('./helpers')
 const { ScrapePacer, ScrapeScheduler } = require('../dist/http/pacing.js')
 const { resolveSurfaceOptions, DEFAULT_SCRAPE_SHARE, DEFAULT_SCRAPE_BURST_MS } = require('../dist/http/options.js')
 
@@ -268,6 +268,39 @@ for (const backend of backends()) {
     t.equal(surface.stats('faults').counts.CONSERVATION_BROKEN, 1)
   })
 
+  t.test(`${backend}: /healthz reads topics unsorted and no carries: the check finds the same, colliding labels and removed names included`, async (t) => {
+    // /healthz's reader lists topics as its thread learnt them, unsorted, and reads nothing carried
+    // (lib/core/reader.ts checkOnly): the check reads neither. Here a broken group on a topic
+    // registered first (it sorts last), labels that collide, a removed colliding name that left a
+    // carry, and one registered after the first probe, one topic per hold.
+    const surface = surfaceOn(t, backend, {}, { scrapeThread: false })
+    const faults = faultsOf(surface)
+    const broken = surface.topic('zz.broken')
+    broken.produced(0, 1, 1)
+    broken.group('g').dispatch(1)
+    fill(surface, 10)
+    for (const name of ['a.b', 'a_b', 'a-b']) {
+      const topic = surface.topic(name)
+      const seq = topic.append(0, 10)
+      topic.group('g').send(0, seq)
+      topic.group('g').settle(0, seq, 'delivered')
+    }
+    surface.removeTopic('a-b') // its counts stay in the label's series: a carry
+    t.equal(surface.stats('collisions').topics.length, 1, 'a label collision with a carry')
+    t.equal(faults.length, 0)
+    broken.group('g').delivered(1) // off by one from now on: the floor never moves (after the read above, which checks too)
+    const stop = oneTopicPerHold(t)
+    const first = JSON.parse((await call(surface, '/healthz').answered).body.toString())
+    t.equal(first.faults, 1, 'the broken group is found')
+    surface.topic('b.c') // a change of names between probes
+    const second = JSON.parse((await call(surface, '/healthz').answered).body.toString())
+    stop()
+    t.equal(second.faults, 1, 'and reported once: nothing else is off')
+    t.match(faults, [{ code: 'CONSERVATION_BROKEN', labels: { topic: 'zz_broken', group: 'g' } }])
+    t.equal(faults.length, 1)
+    t.equal(surface.snapshot().topics.at(-1).name, 'zz.broken', 'reads that show the topics still list them sorted')
+  })
+
   t.test(`${backend}: /stats over HTTP reads in slices with the event loop free between them, and shows what it read`, async (t) => {
     const surface = offByOne(t, backend)
     const expected = surface.stats('groups') // read in one hold
@@ -316,6 +349,40 @@ for (const backend of backends()) {
     const again = call(surface, '/stats?filter=topics') // nothing under way: a read of its own
     await again.answered
     t.equal(reads, 3)
+  })
+
+  t.test(`${backend}: the small /stats views read no topic; faults runs the check, begun after the request`, async (t) => {
+    const surface = offByOne(t, backend) // zz's group is off by one, not checked yet
+    const heard = faultsOf(surface)
+    const { SnapshotReader } = require('../dist/core/reader.js')
+    const begin = SnapshotReader.prototype.beginSliced
+    let reads = 0
+    SnapshotReader.prototype.beginSliced = function (...args) { reads++; return begin.apply(this, args) }
+    t.teardown(() => { SnapshotReader.prototype.beginSliced = begin })
+    surface.replicationRound({ replicas: 3, inSync: 2, lagging: ['r3'] })
+    surface.connectionOpened()
+    const small = {}
+    for (const view of ['quorum', 'latency', 'config']) small[view] = JSON.parse((await call(surface, `/stats?filter=${view}`).answered).body.toString())
+    t.equal(reads, 0, 'quorum, latency and config: nothing read')
+    t.same(heard, [], 'nor checked')
+    t.match(small.quorum, { filter: 'quorum', quorum_state: surface.quorumState, replicas: 3, in_sync: 2, lagging: ['r3'], connections: 1, leader_epoch: 0 })
+    // A /healthz check under way, one topic per hold: t0 is checked first (in registration order).
+    const stop = oneTopicPerHold(t)
+    const health = call(surface, '/healthz')
+    for (let i = 0; i < 3; i++) await new Promise((resolve) => setImmediate(resolve))
+    const t0 = surface.topic('t0').group('g')
+    t0.delivered(1) // its last in flight: none now, and three delivered with the floor never moved, once the check under way has passed it
+    const faults = call(surface, '/stats?filter=faults')
+    t.equal(JSON.parse((await health.answered).body.toString()).faults, 1, 'the probe: zz only')
+    const view = JSON.parse((await faults.answered).body.toString())
+    stop()
+    t.equal(view.counts.CONSERVATION_BROKEN, 2, 'the faults view: t0 too (its check began after the request)')
+    t.match(view.recent.map((f) => f.labels.topic).sort(), ['t0', 'zz'])
+    for (const view of ['quorum', 'latency', 'config']) {
+      const { uptime_seconds: _, ...now } = JSON.parse(JSON.stringify(surface.stats(view)))
+      const { uptime_seconds: __, ...then } = small[view]
+      t.same(then, now, `${view}: what surface.stats() shows`)
+    }
   })
 
   t.test(`${backend}: close() while a /stats read is under way and one is queued: every request gets 503`, async (t) => {

@@ -47,6 +47,8 @@ export class Observer {
   #statsReader: SnapshotReader | undefined
   /** The check checkSliced() has under way. */
   #probe: Promise<void> | undefined
+  /** The check queued behind #probe for checkAfter() (shared by every call that comes meanwhile). */
+  #probeNext: Promise<void> | undefined
   /** The read observeReport() has under way, and the one queued behind it (see observeReport). */
   #report: Promise<[Snapshot, ConservationReport]> | undefined
   #reportNext: Promise<[Snapshot, ConservationReport]> | undefined
@@ -215,6 +217,21 @@ export class Observer {
   }
 
   /**
+   * checkSliced(), begun after this call (the faults view: what was recorded before the request is
+   * checked): a check under way began before it, so the one queued behind it is shared instead.
+   */
+  checkAfter(): Promise<void> {
+    if (this.#probeNext !== undefined) return this.#probeNext
+    const under = this.#probe
+    if (under === undefined) return this.checkSliced()
+    const after = () => {
+      this.#probeNext = undefined
+      return this.checkSliced()
+    }
+    return (this.#probeNext = under.then(after, after))
+  }
+
+  /**
    * observe(fields, true, true) for /stats over HTTP: the snapshot with every ack floor and the
    * conservation report, read in slices with the event loop free between them, as checkSliced().
    * Every answer is read after its request came (a broker that recorded, then asked, sees what it
@@ -252,7 +269,7 @@ export class Observer {
   }
 
   async #checkSliced(): Promise<void> {
-    const read = this.#slices((this.#probeReader ??= new SnapshotReader(this.#handles.recorder.registry)), SLICE_HOLD_MS)
+    const read = this.#slices((this.#probeReader ??= new SnapshotReader(this.#handles.recorder.registry, true)), SLICE_HOLD_MS, false, undefined, false, false)
     await stepsApart(read)
     read.finish()
   }
@@ -271,8 +288,11 @@ export class Observer {
    * steps catch up with the log a hold at a time (registry.syncUntil), and the topics are sorted
    * with the lock free, so a thread started on a large surface does not keep registrations
    * waiting for its whole replay and sort (docs/scrape-thread.md).
+   * `keep` false (/healthz: the check alone): each slice's topics are let go once checked, so they
+   * die young instead of being copied by every young-generation collection until the read ends
+   * (finish() then gives none).
    */
-  #slices(reader: SnapshotReader, holdMs: number, ackFloors = false, report?: ConservationTopic[], catchUpInParts = false): { step(): number | undefined; finish(): [TopicSnapshot[], Layout] } {
+  #slices(reader: SnapshotReader, holdMs: number, ackFloors = false, report?: ConservationTopic[], catchUpInParts = false, keep = true): { step(): number | undefined; finish(): [TopicSnapshot[], Layout] } {
     const registry = this.#handles.recorder.registry
     const memory = registry.memory
     const topics: TopicSnapshot[] = []
@@ -313,6 +333,7 @@ export class Observer {
         const read = { topics: topics.slice(first) } as unknown as Snapshot
         if (report === undefined) this.#checker.check(read, reread)
         else report.push(...this.#checker.report(read, reread).topics)
+        if (!keep) topics.length = first
       })
       return at < sorted!.length ? at : undefined
     }
