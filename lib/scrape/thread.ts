@@ -1,12 +1,13 @@
 // The main thread's side of the scrape thread (docs/scrape-thread.md). A /metrics request becomes
 // one message to a worker of the library's own (./worker.ts) and one message back with the body:
-// the broker's thread does the hand-off and the socket write, nothing else. The worker maps the
-// shared memory, so it needs no copy of the numbers, only the few that live in this thread's
-// objects (ThreadFields), sent with each request.
+// the broker's thread does the hand-off and the socket write, nothing else. The large /stats views
+// go the same way, those waiting built from one read. The worker maps the shared memory, so it
+// needs no copy of the numbers, only the few that live in this thread's objects (ThreadFields),
+// sent with each request.
 //
-// One scrape at a time, in order of arrival: memory stays bounded (one snapshot, one body under way
-// however many clients wait), and a request whose client has gone is dropped before it costs
-// anything. Faults the scrape found come back with its answer and reach this thread's log and
+// One job at a time, scrapes in order of arrival (views waiting go ahead of a scrape together, once):
+// memory stays bounded (one snapshot, one body or batch of views under way however many clients
+// wait), and a request whose client has gone is dropped before it costs anything. Faults the scrape found come back with its answer and reach this thread's log and
 // listeners, once, before the body is handed over. If the thread dies, what it had (and what waits)
 // is served in this thread, the fault log says so, and the thread is started again on a later
 // scrape (after 1 s, doubling to a minute while it keeps failing).
@@ -136,8 +137,8 @@ export class ScrapeThread {
 
   /**
    * One /stats view (THREAD_VIEWS), built in the thread: its JSON, or undefined when the main thread
-   * is to build it (the thread is down, or a conservation view's read found a suspect, which only
-   * the main thread can judge: docs/scrape-thread.md). Views asked while one read is under way
+   * is to build it (the thread is down or failed the batch, or a conservation view may show a batch
+   * of the main thread's caught half-way, which only the main thread can judge: docs/scrape-thread.md). Views asked while one read is under way
    * share the next; one whose client has gone (`abandoned`) by then is not built (ScrapeAbandoned).
    */
   stats(request: StatsRequest, abandoned?: () => boolean): Promise<Buffer | undefined> {
