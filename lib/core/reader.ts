@@ -67,8 +67,8 @@ export class SnapshotReader {
   }
 
   /**
-   * Every live topic, ascending by label then raw name; with `ackFloors`, each group's floors too.
-   * Caller holds the lock and has synced.
+   * Every live topic, ascending by label then raw name (a checkOnly reader's: unsorted, nothing
+   * carried); with `ackFloors`, each group's floors too. Caller holds the lock and has synced.
    */
   topics(ackFloors = false): TopicSnapshot[] {
     const sorted = this.beginSliced()
@@ -80,7 +80,7 @@ export class SnapshotReader {
 
   /**
    * A read in slices, each under a hold of the lock of its own (Observer.observeSliced): the live
-   * topics, in order, to read with slice(); endSliced() once every slice is read. Caller holds
+   * topics, in order (a checkOnly reader's: unsorted), to read with slice(); endSliced() once every slice is read. Caller holds
    * the lock and has synced. `sort` false: the list sortAhead() made, as this thread knew the
    * topics then (Observer, the scrape thread: a topic registered since is read by the next read,
    * as one registered between two slices is).
@@ -102,7 +102,7 @@ export class SnapshotReader {
       this.#sortedAt = registry.generation
       if (this.checkOnly) {
         this.#sortedTopics = [...registry.topics.values()]
-        this.#layout = NO_CARRIES
+        this.#layout = { collisionFree: false } // not looked for (one object per generation, as any layout)
         return
       }
       this.#sortedTopics = [...registry.topics.values()].sort(byLabelThenName)
@@ -127,7 +127,7 @@ export class SnapshotReader {
         const snapshot = this.#topic(topic, ackFloors)
         // The first live topic of its label carries what removed names left in the label's series
         // (only where names collide: a carry is left only by the removal of a colliding name).
-        if (!this.#layout.collisionFree && topic.label !== label) {
+        if (!this.checkOnly && !this.#layout.collisionFree && topic.label !== label) {
           label = topic.label
           const carried = this.#carried(label)
           if (carried !== undefined) snapshot.carried = carried
@@ -136,7 +136,8 @@ export class SnapshotReader {
       }
       t++
       // A label's topics are read in one hold: a removal between two holds would count a topic
-      // read live in the first as retiring in the second (twice in one series).
+      // read live in the first as retiring in the second (twice in one series). (A checkOnly
+      // reader's list is unsorted: it reads no carry, and each topic is checked on its own.)
     } while (t < sorted.length && (deadline === Infinity || sorted[t].label === sorted[t - 1].label || performance.now() < deadline))
     return t
   }
@@ -614,9 +615,6 @@ function startOf(shared: Float64Array, at: number): Count {
   const value = high * 2 ** 32 + low
   return value <= MAX_SAFE ? value : BigInt(high) * 2n ** 32n + BigInt(low)
 }
-
-/** The layout of a checkOnly reader's reads: nothing carried is read (see the constructor). */
-const NO_CARRIES: Layout = Object.freeze({ collisionFree: true })
 
 function byLabelThenName(a: { label: string; name: string }, b: { label: string; name: string }): number {
   if (a.label !== b.label) return a.label < b.label ? -1 : 1
