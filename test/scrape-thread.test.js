@@ -383,25 +383,17 @@ for (const backend of backends()) {
     t.equal(surface.scrapeThread.scrapes, 1, 'and the thread, started this time, answered')
   })
 
-  t.test(`${backend}: close() with a scrape in the thread: 503 SURFACE_CLOSED, and the thread is gone`, async (t) => {
-    const surface = surfaceOn(t, backend)
-    fill(surface, 2000)
-    const answered = mounted(surface, '/metrics')
-    await surface.close()
-    const res = await within(5000, 'the answer', answered)
-    t.equal(res.statusCode, 503)
-    t.match(JSON.parse(res.body.toString('utf8')), { error: { code: 'SURFACE_CLOSED' } })
-  })
-
-  t.test(`${backend}: close() with a /stats view in the thread: 503 SURFACE_CLOSED`, async (t) => {
-    const surface = surfaceOn(t, backend)
-    fill(surface, 2000)
-    const answered = mounted(surface, '/stats?filter=groups')
-    await surface.close()
-    const res = await within(5000, 'the answer', answered)
-    t.equal(res.statusCode, 503)
-    t.match(JSON.parse(res.body.toString('utf8')), { error: { code: 'SURFACE_CLOSED' } })
-  })
+  for (const [what, path] of [['a scrape', '/metrics'], ['a /stats view', '/stats?filter=groups']]) {
+    t.test(`${backend}: close() with ${what} in the thread: 503 SURFACE_CLOSED, and the thread is gone`, async (t) => {
+      const surface = surfaceOn(t, backend)
+      fill(surface, 2000)
+      const answered = mounted(surface, path)
+      await surface.close()
+      const res = await within(5000, 'the answer', answered)
+      t.equal(res.statusCode, 503)
+      t.match(JSON.parse(res.body.toString('utf8')), { error: { code: 'SURFACE_CLOSED' } })
+    })
+  }
 
   t.test(`${backend}: scrapeThread: false renders on the main thread, as before`, async (t) => {
     const surface = surfaceOn(t, backend, {}, { scrapeThread: false })
@@ -455,12 +447,14 @@ t.test('js: a batch of the main thread\'s calls caught half-way by the scrape th
   t.match(faults, [{ code: 'CONSERVATION_BROKEN', labels: { topic: 'batch', group: 'g' } }], 'an unfinished one is reported')
 })
 
-t.test('js: a conservation view whose thread read caught a batch of the main thread\'s half-way is built on the main thread', async (t) => {
-  // As above, with /stats?filter=conservation: a view the thread built from that read would show
-  // the group off by one (its residual), which only the main thread can tell from a real
-  // imbalance. The thread leaves such a view to the main thread, which reads again between its
-  // tasks: every answer shows the batch balanced. Rounds go on until the thread was seen to catch
-  // one (a view it did not build).
+/**
+ * Rounds of a conservation view asked while the main thread is half-way through a settlement:
+ * `first` (after `before`, made in an earlier task), then, once the thread has been seen to take
+ * and release the registration lock, `second`, in the same task. Every answer must show the group
+ * balanced; rounds go on until the thread left two such views to the main thread (views it did
+ * not build), at most 30.
+ */
+async function halfWay(t, { before = () => {}, first, second }) {
   const surface = surfaceOn(t, 'js')
   fill(surface, 3000)
   const faults = faultsOf(surface)
@@ -471,52 +465,42 @@ t.test('js: a conservation view whose thread read caught a batch of the main thr
   let caught = 0
   let round = 0
   while (++round <= 30 && caught < 2) {
+    before(topic, group, round)
+    await new Promise((resolve) => setImmediate(resolve))
     const views = surface.scrapeThread.views
     const pending = mounted(surface, '/stats?filter=conservation&topic=batch')
-    topic.produced(0, round, 1)
-    group.dispatch(1)
-    group.delivered(1)
+    first(topic, group, round)
     const end = Date.now() + 2000
     while (Atomics.load(control, 0) === 0 && Date.now() < end);
     while (Atomics.load(control, 0) !== 0 && Date.now() < end);
-    group.ackFloor(0, round)
+    second(topic, group, round)
     const res = await pending
     t.equal(res.statusCode, 200)
     t.match(JSON.parse(res.body.toString('utf8')), { topics: [{ topic: 'batch', groups: [{ group: 'g', residual: 0 }] }] }, `round ${round}: balanced`)
     if (surface.scrapeThread.views === views) caught++
   }
-  t.ok(caught >= 2, `the thread caught a batch half-way and left its view to the main thread (${caught} rounds)`)
+  t.ok(caught >= 2, `the thread caught the settlement half-way and left its view to the main thread (${caught} rounds)`)
   t.same(faults, [], 'no fault')
+}
+
+t.test('js: a conservation view whose thread read caught a batch of the main thread\'s half-way is built on the main thread', async (t) => {
+  // As above, with /stats?filter=conservation: a view the thread built from that read would show
+  // the group off by one (its residual), which only the main thread can tell from a real
+  // imbalance. The thread leaves such a view to the main thread, which reads again between its
+  // tasks: every answer shows the batch balanced.
+  await halfWay(t, {
+    first: (topic, group, round) => (topic.produced(0, round, 1), group.dispatch(1), group.delivered(1)),
+    second: (topic, group, round) => group.ackFloor(0, round),
+  })
 })
 
 t.test('js: a conservation view whose thread read caught a floor-level settlement half-way is built on the main thread', async (t) => {
   // ackFloor() then delivered(), one task: caught between them, the group shows a residual the
   // re-read no longer confirms (the main thread finished meanwhile), so it is no suspect; the view
   // must still not show it.
-  const surface = surfaceOn(t, 'js')
-  fill(surface, 3000)
-  const faults = faultsOf(surface)
-  const topic = surface.topic('batch')
-  const group = topic.group('g')
-  await mounted(surface, '/stats?filter=collisions')
-  const control = new Int32Array(surface.share().arena.buffer, 0, 16)
-  let caught = 0
-  let round = 0
-  while (++round <= 30 && caught < 2) {
-    topic.produced(0, round, 1)
-    group.dispatch(1)
-    await new Promise((resolve) => setImmediate(resolve)) // balanced, one in flight, between tasks
-    const views = surface.scrapeThread.views
-    const pending = mounted(surface, '/stats?filter=conservation&topic=batch')
-    group.ackFloor(0, round)
-    const end = Date.now() + 2000
-    while (Atomics.load(control, 0) === 0 && Date.now() < end);
-    while (Atomics.load(control, 0) !== 0 && Date.now() < end);
-    group.delivered(1)
-    const res = await pending
-    t.match(JSON.parse(res.body.toString('utf8')), { topics: [{ topic: 'batch', groups: [{ group: 'g', residual: 0 }] }] }, `round ${round}: balanced`)
-    if (surface.scrapeThread.views === views) caught++
-  }
-  t.ok(caught >= 2, `the thread caught a settlement half-way and left its view to the main thread (${caught} rounds)`)
-  t.same(faults, [], 'no fault')
+  await halfWay(t, {
+    before: (topic, group, round) => (topic.produced(0, round, 1), group.dispatch(1)), // balanced, one in flight, between tasks
+    first: (topic, group, round) => group.ackFloor(0, round),
+    second: (topic, group) => group.delivered(1),
+  })
 })
