@@ -26,7 +26,7 @@ import type { SharedSurface } from './worker'
 import { QuorumState, Snapshot, SnapshotWithPartitions, withPartitions } from './core/snapshot'
 import { ResolvedSurfaceOptions, SurfaceOptions, resolveSurfaceOptions } from './http/options'
 import { ScrapePacer, ScrapeScheduler } from './http/pacing'
-import { StatsContext, StatsRequest, StatsView, StatsViews, THREAD_VIEWS, statsFromQueryLater, statsPlanOf, statsRequest, statsViewOf } from './exposition/stats'
+import { StatsContext, StatsRequest, StatsView, StatsViews, THREAD_VIEWS, ConservationFill, statsFromQueryLater, statsPlanOf, statsRequest, statsViewOf } from './exposition/stats'
 import { WorkerFaultChannel } from './core/worker-faults'
 import { ScrapeThread, ScrapeThreadState } from './scrape/thread'
 
@@ -393,7 +393,7 @@ export class Surface extends EventEmitter {
 
   /** Where GET /metrics is rendered and how the scrape thread has fared (docs/scrape-thread.md). */
   get scrapeThread(): ScrapeThreadState {
-    return this.#scrapeThread?.state ?? { mode: 'main', scrapes: 0, views: 0, failures: 0, lastFailure: undefined }
+    return this.#scrapeThread?.state ?? { mode: 'main', scrapes: 0, views: 0, reread: 0, failures: 0, lastFailure: undefined }
   }
 
   /** The snapshot and the conservation check (lib/core/observer.ts), and the worker threads' faults. */
@@ -433,9 +433,16 @@ export class Surface extends EventEmitter {
       return statsPlanOf(request, this.#contextOf({ ...this.#threadFields(), quorumState: this.quorumState, topics: [] }, { topics: [] }))
     }
     if (this.#scrapeThread !== undefined) {
-      const json = await this.#scrapeThread.stats(request, abandoned)
+      const built = await this.#scrapeThread.stats(request, abandoned)
       this.#assertOpen() // closed meanwhile (as #statsContextLater)
-      if (json !== undefined) return this.#scraped(json)
+      if (built?.back !== undefined) {
+        // Topics of a conservation view the thread could not judge: read again here, between this thread's tasks.
+        const fill = new ConservationFill(built.json, built.back, request.narrow)
+        await this.#observer.reportTopics(built.back.topics, (topic) => fill.add(topic))
+        this.#assertOpen()
+        return this.#scraped(fill.finish())
+      }
+      if (built !== undefined) return this.#scraped(built.json)
     }
     return statsPlanOf(request, await this.#statsContextLater())
   }

@@ -124,6 +124,35 @@ export class Observer {
   }
 
   /**
+   * The conservation report of each topic of `wanted` (by id), read again here between this thread's tasks
+   * (topics a conservation view of the scrape thread held back: docs/scrape-thread.md), with the
+   * check a scrape makes (a broken identity the re-read confirms is reported, once per episode).
+   * Read in slices of about `holdMs` with the event loop free between them, each topic whole
+   * within one. `each` hears each topic as it is read (undefined for a topic removed since, or
+   * registered again: another id), within the slice's time, so what it does with it (the JSON of
+   * a view) counts in the slice too; it runs under the registration lock and must not call the
+   * library.
+   */
+  async reportTopics(wanted: Float64Array, each: (topic: ConservationTopic | undefined) => void, holdMs = SLICE_HOLD_MS): Promise<void> {
+    const registry = this.#handles.recorder.registry
+    const memory = registry.memory
+    const reread = (topic: TopicSnapshot) => this.#reader.topic(topic.key as TopicEntity)
+    for (let at = 0; at < wanted.length; ) {
+      if (at > 0) await new Promise((resolve) => setImmediate(resolve))
+      this.#unlocked(memory, () => {
+        if (memory.control[C_CLOSED] === 1) throw new ClosedError('this mq-metrics surface')
+        registry.sync()
+        const deadline = performance.now() + holdMs
+        do {
+          const topic = registry.topicById(wanted[at++])
+          const live = topic !== undefined && registry.isLive(topic)
+          each(live ? this.#checker.report({ topics: [this.#reader.topic(topic)] } as unknown as Snapshot, reread).topics[0] : undefined)
+        } while (at < wanted.length && performance.now() < deadline)
+      })
+    }
+  }
+
+  /**
    * design §4: a group judged as it leaves, so a mistake on a group (or topic) removed before the
    * next scrape is reported too. Called before the removal of `group` of `topic` (every group of
    * `topic`, without `group`; `topicId`, when the caller knows it, the incarnation meant), with the

@@ -611,6 +611,11 @@ export class Registry {
   }
 
   /** The topic's shared liveness tag still names it: not removed by any thread. */
+  /** The live topic of this id, as of the last sync (ids are never reused). */
+  topicById(id: number): TopicEntity | undefined {
+    return this.#picture.topicsById.get(id)
+  }
+
   isLive(topic: TopicEntity): boolean {
     return topic.alive && this.#sharedF64(topic.slot)[topic.slot % SLOTS_PER_CHUNK] === topic.id
   }

@@ -8,9 +8,9 @@
 //            conservation), only the topics that have such a group.
 // The broker-wide views (quorum, latency, faults, config) ignore both.
 import { MqMetricsError, StatsErrorCode } from '../core/errors'
-import { Listing, materialize } from '../core/json'
+import { ChunkWriter, JsonChunks, Listing, materialize, toJSON } from '../core/json'
 import { describe, isPlainObject, MAX_NAME_LENGTH, ownOption } from '../core/labels'
-import type { ConservationReport } from '../core/conservation'
+import type { ConservationReport, ConservationTopic } from '../core/conservation'
 import type { ResolvedConfig } from '../core/config'
 import type { FaultLogView } from '../core/faults'
 import { RUNBOOK_LEVELS, TIER_NAMES } from '../core/quorum'
@@ -408,12 +408,109 @@ function latencyView(ctx: StatsContext): LatencyView {
 }
 
 function conservationView(report: ConservationReport, narrow: Narrow): Planned<ConservationView> {
-  const topics = new Listing(report.topics.filter((t) => narrow.topic === undefined || t.topic === narrow.topic), (t) => {
-    if (narrow.group === undefined) return [t]
-    const groups = t.groups.filter((g) => g.group === narrow.group)
-    return groups.length > 0 ? [{ ...t, groups }] : []
-  })
+  const topics = new Listing(report.topics.filter((t) => narrow.topic === undefined || t.topic === narrow.topic), (t) => narrowedGroups(t, narrow))
   return { filter: 'conservation', topics }
+}
+
+/** A conservation topic as `narrow`'s group filter shows it: none, when it has no such group. */
+function narrowedGroups(t: ConservationTopic, narrow: Narrow): ConservationTopic[] {
+  if (narrow.group === undefined) return [t]
+  const groups = t.groups.filter((g) => g.group === narrow.group)
+  return groups.length > 0 ? [{ ...t, groups }] : []
+}
+
+/**
+ * A conservation view the scrape thread wrote without some of its topics, for the main thread to
+ * read again between its tasks (docs/scrape-thread.md). The JSON is the view's prefix, runs of
+ * topics and its end: `start` is where the first run begins, `cuts[i]` where the i-th topic held
+ * back goes (the end of a run, the next run beginning there), `end` where the last run ends. The
+ * topics of a run are joined by commas; two runs are not.
+ */
+export interface HeldBack {
+  start: number
+  cuts: Float64Array
+  end: number
+  /** The ids of the topics held back (the incarnations read), in order. */
+  topics: Float64Array
+}
+
+/**
+ * `view`'s JSON with the topics `held` picks left out (HeldBack), or undefined when it picks none.
+ * `idOf` gives a held topic's id (the incarnation read).
+ */
+export function conservationHeldBack(view: ConservationView, held: (t: ConservationTopic) => boolean, idOf: (name: string) => number): { text: string; back: HeldBack } | undefined {
+  if (!view.topics.some(held)) return undefined
+  const empty = toJSON({ ...view, topics: [] })
+  if (!empty.endsWith('[]}')) throw new Error(`a conservation view's JSON must end with its topics, got ${empty}`)
+  const prefix = empty.slice(0, -2)
+  const parts = [prefix]
+  const cuts: number[] = []
+  const ids: number[] = []
+  const start = Buffer.byteLength(prefix, 'utf8')
+  let at = start
+  let run = 0 // topics in the run under way
+  for (const t of view.topics) {
+    if (held(t)) {
+      cuts.push(at)
+      ids.push(idOf(t.topic))
+      run = 0
+      continue
+    }
+    const text = (run++ === 0 ? '' : ',') + toJSON(t)
+    parts.push(text)
+    at += Buffer.byteLength(text, 'utf8')
+  }
+  parts.push(']}')
+  // Typed arrays: moved to the main thread with the JSON, not cloned an object at a time.
+  return { text: parts.join(''), back: { start, cuts: Float64Array.from(cuts), end: at, topics: Float64Array.from(ids) } }
+}
+
+/**
+ * The whole view from the JSON conservationHeldBack() wrote and the topics held back as the main
+ * thread read them again, added one at a time in order (undefined for one removed since), shown
+ * as `narrow` asks. Each add() writes what it can at once, so the work is spread over the slices
+ * of the read; the thread's JSON is not copied but in small parts (ChunkWriter).
+ */
+export class ConservationFill {
+  readonly #json: Buffer
+  readonly #back: HeldBack
+  readonly #narrow: Narrow
+  readonly #out = new ChunkWriter()
+  /** How many held topics were added; where the thread's JSON not written yet begins. */
+  #added = 0
+  #from: number
+  /** Whether the topics array has an item written yet (the next is preceded by a comma). */
+  #any = false
+
+  constructor(json: Buffer, back: HeldBack, narrow: Narrow) {
+    this.#json = json
+    this.#back = back
+    this.#narrow = narrow
+    this.#from = back.start
+    this.#out.bytes(json.subarray(0, back.start))
+  }
+
+  add(topic: ConservationTopic | undefined): void {
+    if (this.#added === this.#back.cuts.length) throw new Error('every topic held back was added already')
+    this.#run(this.#back.cuts[this.#added++])
+    if (topic !== undefined) for (const shown of narrowedGroups(topic, this.#narrow)) this.#out.text((this.#any ? ',' : '') + toJSON(shown)), (this.#any = true)
+  }
+
+  finish(): JsonChunks {
+    if (this.#added !== this.#back.cuts.length) throw new Error(`${this.#back.cuts.length - this.#added} topics held back were not added`)
+    this.#run(this.#back.end)
+    this.#out.bytes(this.#json.subarray(this.#back.end))
+    return this.#out.finish()
+  }
+
+  /** The thread's topics up to `to`. */
+  #run(to: number): void {
+    if (to === this.#from) return
+    if (this.#any) this.#out.text(',')
+    this.#out.bytes(this.#json.subarray(this.#from, to))
+    this.#from = to
+    this.#any = true
+  }
 }
 
 /**

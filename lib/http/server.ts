@@ -5,10 +5,10 @@ import { IncomingMessage, Server, ServerResponse, createServer } from 'node:http
 import type { Socket } from 'node:net'
 import type { Duplex } from 'node:stream'
 import { createHash, timingSafeEqual } from 'node:crypto'
-import { gzip } from 'node:zlib'
+import { createGzip, gzip } from 'node:zlib'
 import { GZIP_LEVEL, GzipBody } from '../exposition/gzip'
 import { METRICS_CONTENT_TYPE } from '../exposition/allowlist'
-import { IMMEDIATE_SLICES, toJSON, toJSONSliced } from '../core/json'
+import { IMMEDIATE_SLICES, JsonChunks, toJSON, toJSONSliced } from '../core/json'
 import { SLICE_HOLD_MS } from '../core/observer'
 import { describe, isPlainObject, ownOption } from '../core/labels'
 import { DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_SCRAPE_BYTES } from './options'
@@ -411,13 +411,13 @@ function serve(host: HttpHost, budget: ScrapeBudget, answers: ScrapeBudget, rout
       sendError(req, res, 503, 'ANSWERS_IN_FLIGHT', 'too many /stats answers are still being sent; try again shortly', { 'Retry-After': String(RETRY_AFTER_SECONDS) })
       return
     }
-    const written = (statusCode: number, body: Buffer): void => {
+    const written = (statusCode: number, body: Buffer | JsonChunks): void => {
       if (budgeted && req.method !== 'HEAD') answers.hold(res, 'plain', body.length)
       else if (budgeted) answers.release(res)
       respond(host, req, res, statusCode, JSON_CONTENT_TYPE, body)
     }
     const json = (answer: { statusCode: number; body: unknown }): Promise<void> | void => {
-      if (Buffer.isBuffer(answer.body)) return written(answer.statusCode, answer.body) // written as JSON already (the scrape thread's)
+      if (Buffer.isBuffer(answer.body) || answer.body instanceof JsonChunks) return written(answer.statusCode, answer.body) // written as JSON already (the scrape thread's)
       // A client gone meanwhile: the rest is not built (nobody to answer).
       const body = toJSONSliced(answer.body, SLICE_HOLD_MS, { ...IMMEDIATE_SLICES, gone: () => res.destroyed === true })
       if (Buffer.isBuffer(body)) return written(answer.statusCode, body)
@@ -456,15 +456,23 @@ function failed(host: HttpHost, req: IncomingMessage, res: ServerResponse, error
  * leaves the buffer to the garbage collector.
  */
 function respond(
-  host: HttpHost, req: IncomingMessage, res: ServerResponse, statusCode: number, contentType: string, body: Buffer,
+  host: HttpHost, req: IncomingMessage, res: ServerResponse, statusCode: number, contentType: string, body: Buffer | JsonChunks,
   done?: (body: Buffer) => void,
 ): void {
   const headers: Record<string, string | number> = { 'Content-Type': contentType, Vary: 'Accept-Encoding' }
   if (body.length < GZIP_MIN_BYTES || !acceptsGzip(req.headers['accept-encoding'])) {
     const written = send(req, res, statusCode, headers, body)
-    if (done === undefined) return
+    if (done === undefined || !Buffer.isBuffer(body)) return
     if (!written) done(body)
     else if (typeof res.once === 'function') res.once('finish', () => done(body))
+    return
+  }
+  if (body instanceof JsonChunks) {
+    // Part by part through one gzip stream, on the thread pool as below.
+    gzipChunks(body, (error, compressed) => {
+      if (error) internalError(host, req, res, error)
+      else send(req, res, statusCode, { ...headers, 'Content-Encoding': 'gzip' }, compressed!)
+    })
     return
   }
   // Off the event loop: a large scrape compresses on the thread pool while the broker runs on.
@@ -554,7 +562,7 @@ function parseQValue(text: string): number {
 // --- responses ----------------------------------------------------------------------------------
 
 /** True when `body` went to `res` (false: the response was already sent or destroyed, or HEAD). */
-function send(req: IncomingMessage, res: ServerResponse, statusCode: number, headers: Record<string, string | number>, body: Buffer): boolean {
+function send(req: IncomingMessage, res: ServerResponse, statusCode: number, headers: Record<string, string | number>, body: Buffer | JsonChunks): boolean {
   clientsTurn(res)
   if (res.headersSent || res.destroyed) return false
   res.statusCode = statusCode
@@ -568,8 +576,23 @@ function send(req: IncomingMessage, res: ServerResponse, statusCode: number, hea
     res.end()
     return false
   }
-  res.end(body)
+  if (body instanceof JsonChunks) {
+    const last = body.parts.length - 1
+    for (let i = 0; i < last; i++) res.write(body.parts[i])
+    res.end(body.parts[last])
+  } else res.end(body)
   return true
+}
+
+/** JsonChunks gzipped as one member, each part written to the stream in turn. */
+function gzipChunks(body: JsonChunks, done: (error: Error | null, compressed?: JsonChunks) => void): void {
+  const zip = createGzip({ level: GZIP_LEVEL })
+  const out: Buffer[] = []
+  zip.on('data', (part: Buffer) => out.push(part))
+  zip.once('error', (error) => done(error))
+  zip.once('end', () => done(null, new JsonChunks(out)))
+  for (const part of body.parts) zip.write(part)
+  zip.end()
 }
 
 function sendError(

@@ -19,7 +19,7 @@ import { ClosedError, MqMetricsError } from '../core/errors'
 import type { FaultRecord } from '../core/faults'
 import type { Suspect, ThreadFields } from '../core/observer'
 import type { GzipBody } from '../exposition/gzip'
-import type { StatsRequest } from '../exposition/stats'
+import type { HeldBack, StatsRequest } from '../exposition/stats'
 import { ScrapeAbandoned } from '../http/pacing'
 
 /** What the worker is started with. */
@@ -43,14 +43,24 @@ export interface ScrapeRequest {
 
 /**
  * Either way the answer carries `spare`: the lent buffer, when the thread did not need it. A
- * /stats request's answer has `views` instead of `body`: each distinct view's JSON, or null for one
- * to build on the main thread (a conservation view that may show a batch caught half-way); `of[i]`
- * is the index in `views` of the i-th view asked (the same view asked twice is built once).
+ * /stats request's answer has `views` instead of `body`: each distinct view's JSON (a conservation
+ * view's perhaps with topics held back for the main thread to read again: BuiltView); `of[i]` is
+ * the index in `views` of the i-th view asked (the same view asked twice is built once).
  */
 export type ScrapeReply =
   | { id: number; ok: true; body: ArrayBuffer; length: number; faults: FaultRecord[]; suspects: Suspect[]; spare?: ArrayBuffer }
-  | { id: number; ok: true; views: (ArrayBuffer | null)[]; of: number[]; faults: FaultRecord[]; suspects: Suspect[]; spare?: ArrayBuffer }
+  | { id: number; ok: true; views: BuiltView[]; of: number[]; faults: FaultRecord[]; suspects: Suspect[]; spare?: ArrayBuffer }
   | { id: number; ok: false; error: { name: string; message: string; code: string | undefined }; faults: FaultRecord[]; suspects: Suspect[]; spare?: ArrayBuffer }
+
+/**
+ * A /stats view the thread wrote: its JSON, and for a conservation view the topics it held back
+ * (shown with a residual, or holding a suspect: only the main thread can tell a batch of its own
+ * caught half-way), which the main thread reads again and puts in (ConservationFill).
+ */
+export interface BuiltView {
+  json: ArrayBuffer
+  back?: HeldBack
+}
 
 /** What the scrape thread needs from its surface. */
 export interface ScrapeThreadHost {
@@ -76,6 +86,8 @@ export interface ScrapeThreadState {
   readonly scrapes: number
   /** /stats views the thread built. */
   readonly views: number
+  /** Topics the thread held back from the conservation views it built, read again on the main thread. */
+  readonly reread: number
   /** Times the thread failed (it died, or could not start). */
   readonly failures: number
   /** Why it last failed, if it did. */
@@ -85,7 +97,13 @@ export interface ScrapeThreadState {
 /** A /metrics scrape, or (`stats`) a /stats view: its JSON, or undefined for the main thread to build it. */
 type Job =
   | { gzip: boolean; stats?: undefined; abandoned: (() => boolean) | undefined; resolve: (body: Buffer | GzipBody | Promise<Buffer | GzipBody>) => void; reject: (error: unknown) => void }
-  | { gzip: false; stats: StatsRequest; abandoned: (() => boolean) | undefined; resolve: (json: Buffer | undefined) => void; reject: (error: unknown) => void }
+  | { gzip: false; stats: StatsRequest; abandoned: (() => boolean) | undefined; resolve: (view: ThreadView | undefined) => void; reject: (error: unknown) => void }
+
+/** A /stats view from the thread, as stats() gives it: its JSON, and what it held back (BuiltView). */
+export interface ThreadView {
+  json: Buffer
+  back?: HeldBack
+}
 
 const FIRST_BACKOFF_MS = 1000
 const MAX_BACKOFF_MS = 60_000
@@ -104,6 +122,7 @@ export class ScrapeThread {
   #closed = false
   #scrapes = 0
   #views = 0
+  #reread = 0
   #failures = 0
   #lastFailure: string | undefined
   /**
@@ -123,7 +142,7 @@ export class ScrapeThread {
   }
 
   get state(): ScrapeThreadState {
-    return { mode: this.#available() ? 'thread' : 'main', scrapes: this.#scrapes, views: this.#views, failures: this.#failures, lastFailure: this.#lastFailure }
+    return { mode: this.#available() ? 'thread' : 'main', scrapes: this.#scrapes, views: this.#views, reread: this.#reread, failures: this.#failures, lastFailure: this.#lastFailure }
   }
 
   /** The body of one scrape: plain, or (`gzip`) a gzip member. */
@@ -136,12 +155,12 @@ export class ScrapeThread {
   }
 
   /**
-   * One /stats view (THREAD_VIEWS), built in the thread: its JSON, or undefined when the main thread
-   * is to build it (the thread is down or failed the batch, or a conservation view may show a batch
-   * of the main thread's caught half-way, which only the main thread can judge: docs/scrape-thread.md). Views asked while one read is under way
+   * One /stats view (THREAD_VIEWS), built in the thread: its JSON (with the topics a conservation
+   * view held back for the main thread to read again: BuiltView), or undefined when the main thread
+   * is to build it (the thread is down or failed the batch: docs/scrape-thread.md). Views asked while one read is under way
    * share the next; one whose client has gone (`abandoned`) by then is not built (ScrapeAbandoned).
    */
-  stats(request: StatsRequest, abandoned?: () => boolean): Promise<Buffer | undefined> {
+  stats(request: StatsRequest, abandoned?: () => boolean): Promise<ThreadView | undefined> {
     if (this.#closed) return Promise.reject(new ClosedError('this mq-metrics surface'))
     return new Promise((resolve, reject) => {
       this.#queue.push({ gzip: false, stats: request, abandoned, resolve, reject })
@@ -283,9 +302,10 @@ export class ScrapeThread {
     if (reply.ok && 'views' in reply) {
       this.#backoff = FIRST_BACKOFF_MS
       current.jobs.forEach((job, i) => {
-        const json = reply.views[reply.of[i]]
-        if (json !== null) this.#views++
-        ;(job.resolve as (json: Buffer | undefined) => void)(json === null ? undefined : Buffer.from(json))
+        const { json, back } = reply.views[reply.of[i]]
+        this.#views++
+        this.#reread += back?.topics.length ?? 0
+        ;(job.resolve as (view: ThreadView | undefined) => void)({ json: Buffer.from(json), back })
       })
       this.#pump()
       return
@@ -295,7 +315,7 @@ export class ScrapeThread {
       const closed = reply.error.code === 'SURFACE_CLOSED'
       for (const job of current.jobs) {
         if (closed) job.reject(new ClosedError('this mq-metrics surface'))
-        else (job.resolve as (json: Buffer | undefined) => void)(undefined)
+        else (job.resolve as (view: ThreadView | undefined) => void)(undefined)
       }
       this.#pump()
       return

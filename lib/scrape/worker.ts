@@ -16,11 +16,13 @@ import { Recorder } from '../core/recording'
 import { Registry } from '../core/registry'
 import { GZIP_LEVEL } from '../exposition/gzip'
 import { Renderer } from '../exposition/render'
-import { THREAD_VIEWS, statsPlanOf, type ConservationView, type StatsContext, type StatsRequest } from '../exposition/stats'
+import { THREAD_VIEWS, conservationHeldBack, statsPlanOf, type ConservationView, type HeldBack, type StatsContext, type StatsRequest } from '../exposition/stats'
 import { materialize, toJSON } from '../core/json'
 import type { Suspect } from '../core/observer'
 import { ScrapePacer, ScrapeScheduler } from '../http/pacing'
-import type { ScrapeReply, ScrapeRequest, ScrapeThreadData } from './thread'
+import type { TopicEntity } from '../core/entities'
+import type { Snapshot } from '../core/snapshot'
+import type { BuiltView, ScrapeReply, ScrapeRequest, ScrapeThreadData } from './thread'
 
 /** Slices of scrape work between which this thread's pacer may make it wait (see ScrapeScheduler). */
 const SLICE_MS = 10
@@ -77,10 +79,11 @@ port.on('message', (request: ScrapeRequest) => {
 /**
  * /stats views from one read (the snapshot with ack floors and the conservation report, in slices
  * as a scrape reads), each distinct one written as JSON here once: the main thread only hands the
- * bytes to the socket. A conservation view that shows a residual, or whose read found a suspect,
- * is left to the main thread (null): this read may have caught a batch of the main thread's calls
+ * bytes to the socket. A conservation view is written without its topics that show a residual or
+ * hold a suspect (HeldBack): this read may have caught a batch of the main thread's calls
  * half-way (a re-read that differs is no suspect, yet the view would show the first read), and
- * only the main thread, between its tasks, can tell that from a real imbalance.
+ * only the main thread, between its tasks, can tell that from a real imbalance. It reads those
+ * topics again and puts them in.
  */
 function views(request: ScrapeRequest, asked: StatsRequest[]): void {
   const keys = asked.map(({ view, narrow }) => JSON.stringify([view, narrow.topic ?? null, narrow.group ?? null]))
@@ -88,14 +91,14 @@ function views(request: ScrapeRequest, asked: StatsRequest[]): void {
   const of = keys.map((key) => distinct.indexOf(key))
   const wanted = distinct.map((key) => asked[keys.indexOf(key)])
   let suspects: Suspect[] = []
-  let answer: (ArrayBuffer | null)[] | Promise<(ArrayBuffer | null)[]>
+  let answer: BuiltView[] | Promise<BuiltView[]>
   try {
     answer = scrapes.run(
       () => {
         const [snapshot, conservation] = observer.observeReportSliced(request.fields)
         suspects = observer.takeSuspects()
         const context = { snapshot, conservation, config: data.config } as StatsContext // the views built here read nothing else
-        const built: (ArrayBuffer | null)[] = []
+        const built: BuiltView[] = []
         return {
           built,
           step(deadline: number): boolean {
@@ -103,7 +106,8 @@ function views(request: ScrapeRequest, asked: StatsRequest[]): void {
               const one = wanted[built.length]
               if (!THREAD_VIEWS.has(one.view)) throw new Error(`the scrape thread builds no ${one.view} view`)
               const view = materialize(statsPlanOf(one, context))
-              built.push(one.view === 'conservation' && (suspects.length > 0 || offBalance(view as ConservationView)) ? null : encoded(toJSON(view)))
+              const split = one.view === 'conservation' ? heldBack(view as ConservationView, snapshot, suspects) : undefined
+              built.push(split === undefined ? { json: encoded(toJSON(view)) } : { json: encoded(split.text), back: split.back })
             } while (built.length < wanted.length && performance.now() < deadline)
             return built.length === wanted.length
           },
@@ -115,18 +119,21 @@ function views(request: ScrapeRequest, asked: StatsRequest[]): void {
     fail(request, error, suspects)
     return
   }
-  const send = (built: (ArrayBuffer | null)[]): void => {
+  const send = (built: BuiltView[]): void => {
     const message: ScrapeReply = { id: request.id, ok: true, views: built, of, faults, suspects: [...suspects, ...observer.takeSuspects()], spare: unused() }
     faults = []
-    port.postMessage(message, built.filter((json) => json !== null))
+    port.postMessage(message, built.flatMap((view) => (view.back === undefined ? [view.json] : [view.json, view.back.cuts.buffer as ArrayBuffer, view.back.topics.buffer as ArrayBuffer])))
   }
   if (Array.isArray(answer)) send(answer)
   else answer.then(send, (error: unknown) => fail(request, error, suspects))
 }
 
-/** Some group of the view shows a residual. */
-function offBalance(view: ConservationView): boolean {
-  return view.topics.some((topic) => topic.groups.some((group) => Number(group.residual) !== 0))
+/** `view` without its topics that show a residual or hold a suspect, or undefined when it has none. */
+function heldBack(view: ConservationView, snapshot: Snapshot, suspects: readonly Suspect[]): { text: string; back: HeldBack } | undefined {
+  const suspected = new Set(suspects.map((suspect) => suspect.topicId))
+  let ids: Map<string, number> | undefined
+  const idOf = (name: string) => (ids ??= new Map(snapshot.topics.map((t) => [t.name, (t.key as TopicEntity).id]))).get(name)!
+  return conservationHeldBack(view, (t) => t.groups.some((group) => Number(group.residual) !== 0) || (suspected.size !== 0 && suspected.has(idOf(t.topic))), idOf)
 }
 
 /** `text` in memory of its own, to be moved to the main thread. */
