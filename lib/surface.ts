@@ -160,6 +160,15 @@ export class Surface extends EventEmitter {
     return this.#quorum.state
   }
 
+  /**
+   * Whether close() has been called (true from that call on, before it resolves): every recording,
+   * registration and reading call then throws ClosedError. Glue whose hooks outlive the surface
+   * checks it to stop counting (examples/aedes/instrument.js).
+   */
+  get closed(): boolean {
+    return this.#closed
+  }
+
   connectionOpened(): void {
     this.#assertOpen()
     this.#connections++

@@ -40,7 +40,11 @@ for (const backend of backends()) {
       topic.produced(0, 1, 10)
       group.dispatch(2)
       surface.latency.record(3)
-      await surface.close()
+      t.equal(surface.closed, false, 'open')
+      const closing = surface.close()
+      t.equal(surface.closed, true, 'closed from the call of close() on, before it resolves')
+      await closing
+      t.equal(surface.closed, true)
       const calls = [
         ...recordingCalls(topic, group),
         ['latency.record', () => surface.latency.record(3)],

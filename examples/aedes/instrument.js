@@ -89,7 +89,7 @@ function instrument(broker, surface, { window: WINDOW = 65536, idle: IDLE = 5 * 
   const publish = broker.publish
   broker.publish = function (packet, client, done) {
     if (typeof client === 'function') (done = client), (client = null)
-    const t = !packet.brokerCounter && counted(packet.topic) ? topicOf(packet.topic) : undefined
+    const t = !surface.closed && !packet.brokerCounter && counted(packet.topic) ? topicOf(packet.topic) : undefined // closed before the broker: nothing more is counted
     if (t !== undefined) {
       const p = packet.payload
       const seq = appended(t, typeof p === 'string' ? Buffer.byteLength(p) : p?.length ?? 0) // 0: refused (read_only, or no room for the partition), not counted
@@ -112,8 +112,8 @@ function instrument(broker, surface, { window: WINDOW = 65536, idle: IDLE = 5 * 
     t.routing.set(seq, stored)
     return (err) => {
       t.routing.delete(seq)
-      for (const groups of [away, t.dark]) for (const m of groups) if (m.last !== seq && !stored.includes(m.id) && seq > m.lost && !m.g.isInFlight(0, seq) && !m.g.isSettled(0, seq)) drop(m, seq)
-      if (will) sweep(t)
+      if (!surface.closed) for (const groups of [away, t.dark]) for (const m of groups) if (m.last !== seq && !stored.includes(m.id) && seq > m.lost && !m.g.isInFlight(0, seq) && !m.g.isSettled(0, seq)) drop(m, seq)
+      if (will && !surface.closed) sweep(t)
       done?.(err)
     }
   }
@@ -126,11 +126,12 @@ function instrument(broker, surface, { window: WINDOW = 65536, idle: IDLE = 5 * 
   }
   const update = broker.persistence.outgoingUpdate.bind(broker.persistence)
   broker.persistence.outgoingUpdate = function (client, packet, done) { // a persistent session's copy numbered before it is sent
+    if (surface.closed) return update(client, packet, done)
     if (packet.cmd === 'pubrel') received(client, packet.messageId) // or its PUBREC: aedes stores the PUBREL in the QoS 2 copy's place
     if (client[STATE] !== undefined) numbered(client[STATE], packet) // a clean session's: the queue of the one it discards, each in the order read
     return update(client, packet, (err, c, p) => {
-      if (err && p?.cmd === 'publish') settleStored(client, p, 'dropped') // aedes lost the copy (it cleared another's by mistake): never sent
-      else if (!err && p?.qos === 2 && p.cmd === 'publish') awaitPubrec(client, p)
+      // err: aedes lost the copy (it cleared another's by mistake), never sent
+      if (!surface.closed && p?.cmd === 'publish') err ? settleStored(client, p, 'dropped') : p.qos === 2 && awaitPubrec(client, p)
       done(err, c, p)
     })
   }
@@ -141,6 +142,7 @@ function instrument(broker, surface, { window: WINDOW = 65536, idle: IDLE = 5 * 
   const forward = broker.authorizeForward
   broker.authorizeForward = function (client, packet) {
     const out = forward.call(this, client, packet)
+    if (surface.closed) return out
     if (!out) return refused(client, packet), out
     const s = client[STATE] // a clean session's
     if (s !== undefined && packet.messageId) return out // a discarded session's queue (numbered())
@@ -195,9 +197,10 @@ function instrument(broker, surface, { window: WINDOW = 65536, idle: IDLE = 5 * 
   }
   const clear = broker.persistence.outgoingClearMessageId.bind(broker.persistence)
   broker.persistence.outgoingClearMessageId = function (client, packet, done) { // a PUBACK, or a QoS 2 copy's PUBCOMP
+    if (surface.closed) return clear(client, packet, done)
     if (packet.cmd === 'publish') refused(client, packet) // a persistent session's copy aedes stored and then did not send (its duplicate check, or authorizeForward)
     const s = packet.cmd === 'puback' || packet.cmd === 'pubcomp' ? client[STATE] : undefined // a clean session's: aedes keeps no packet for it
-    if (s === undefined) return clear(client, packet, packet.cmd === 'puback' ? (err, copy) => (copy?.cmd === 'publish' && settleStored(client, copy, 'delivered'), done(err, copy)) : done) // a persistent session's: aedes hands back the stored copy
+    if (s === undefined) return clear(client, packet, packet.cmd === 'puback' ? (err, copy) => (copy?.cmd === 'publish' && !surface.closed && settleStored(client, copy, 'delivered'), done(err, copy)) : done) // a persistent session's: aedes hands back the stored copy
     const at = s.sent.indexOf(-packet.messageId, s.head) // acks come in order: at the head
     if (at >= 0) {
       const m = s.sent[at + 1], seq = s.sent[at + 2]
@@ -232,7 +235,7 @@ function instrument(broker, surface, { window: WINDOW = 65536, idle: IDLE = 5 * 
   const authorize = broker.authorizeSubscribe
   broker.authorizeSubscribe = function (client, sub, done) {
     return authorize.call(this, client, sub, (err, ok) => {
-      const dead = broker.closed || (client.closed && client.clean) // aedes drops the subscription of a client gone meanwhile
+      const dead = surface.closed || broker.closed || (client.closed && client.clean) // aedes drops the subscription of a client gone meanwhile
       const t = !err && ok && !dead && client.id.length <= NAME_MAX && counted(ok.topic) && !/[+#]/.test(ok.topic) ? topicOf(ok.topic, true) : undefined
       let m = t?.groups.get(client.id)
       if (m !== undefined && client.clean && m.client !== client) leave(m), (m = t.groups.get(client.id)) // the session before a clean one is discarded: its group with it
@@ -277,7 +280,7 @@ function instrument(broker, surface, { window: WINDOW = 65536, idle: IDLE = 5 * 
   }
   const session = (client) => [...(owned.get(client.id) ?? [])].map((name) => topics.get(name).groups.get(client.id))
   broker.on('client', (client) => { if (client.clean) client[STATE] = { next: client._nextId, sent: [], head: 0, fresh: [], read: 0 } }) // a clean session's copies in flight
-  const ended = (client, names) => names.forEach((name) => { const m = topics.get(name)?.groups.get(client.id); if (m !== undefined && !m.ending) unsubscribe(m) })
+  const ended = (client, names) => surface.closed || names.forEach((name) => { const m = topics.get(name)?.groups.get(client.id); if (m !== undefined && !m.ending) unsubscribe(m) })
   broker.on('unsubscribe', (names, client) => ended(client, names.filter((name) => !client.subscriptions[name]))) // not subscribed again meanwhile
   const remove = broker.persistence.removeSubscriptions.bind(broker.persistence)
   broker.persistence.removeSubscriptions = function (client, names, done) { // a persistent session's UNSUBSCRIBE
@@ -287,8 +290,8 @@ function instrument(broker, surface, { window: WINDOW = 65536, idle: IDLE = 5 * 
   // 'clientReady' comes once aedes has emptied the session's queue, after the CONNACK: a clean
   // session may have subscribed already (its groups are its own: m.client), and unsubscribed.
   // A persistent session back: aedes has restored its subscriptions (authorizeSubscribe) and replayed its queue; a group still offline was unsubscribed meanwhile.
-  broker.on('clientReady', (client) => session(client).forEach((m) => (client.clean ? (m.client !== client ? leave(m) : m.unsubscribing && unsubscribe(m)) : (m.unsubscribing || (m.offline && !m.ending)) && unsubscribe(m))))
-  broker.on('clientDisconnect', (client) => (client.clean ? session(client).forEach((m) => (m.client === client || m.client.closed) && leave(m)) : away(client))) // not a newer connection's
+  broker.on('clientReady', (client) => surface.closed || session(client).forEach((m) => (client.clean ? (m.client !== client ? leave(m) : m.unsubscribing && unsubscribe(m)) : (m.unsubscribing || (m.offline && !m.ending)) && unsubscribe(m))))
+  broker.on('clientDisconnect', (client) => surface.closed || (client.clean ? session(client).forEach((m) => (m.client === client || m.client.closed) && leave(m)) : away(client))) // not a newer connection's
   const away = (client) => session(client).forEach((m) => { // a persistent session goes offline (unless a takeover has restored it already)
     if (m.client === client) dark(m, true)
   })
