@@ -1115,6 +1115,39 @@ test('a surface closed while the persistence answers a persistent session\'s PUB
   }
 })
 
+test('a surface closed while aedes routes a message a persistent session offline gets no copy of: the glue counts nothing after, nothing throws', async () => {
+  // The broker's own authorizeForward closes the surface at the armed message's first copy: the
+  // glue's publish callback, which drops the message for the session away, runs after the close.
+  let b, armed = false
+  const authorizeForward = (client, packet) => {
+    if (armed && packet.topic === 'orders') (armed = false), b.surface.close()
+    return packet
+  }
+  b = await start({ mqttPort: 0, metricsPort: 0, aedes: { authorizeForward } })
+  const errors = []
+  const listener = (error) => errors.push(error)
+  process.on('uncaughtException', listener)
+  try {
+    const c = await subscriber(b.mqttPort, 'sub-c', true, ['orders']).open()
+    const p = await subscriber(b.mqttPort, 'sub-p', false, ['orders']).open(false)
+    await p.client.subscribeAsync('orders', { qos: 0 }) // QoS 0: aedes stores nothing for it offline
+    await p.client.endAsync() // away: the glue drops what it gets no copy of, once routed
+    const pub = await connect(b.mqttPort, { clientId: 'pub' })
+    await pub.publishAsync('orders', 'm0', { qos: 1 })
+    await until('sub-p to have m0 dropped', () => groupOf(b, 'sub-p')?.dropped === 1)
+    armed = true
+    await pub.publishAsync('orders', 'm1', { qos: 1 })
+    await until('sub-c to receive m1', () => c.seen.get('orders').has('m1'))
+    assert.equal(b.surface.closed, true, 'closed while aedes routed m1')
+    await Promise.all([c.client.endAsync(), pub.endAsync()])
+    await sleep(50)
+    assert.deepEqual(errors, [], 'nothing thrown into aedes')
+  } finally {
+    process.off('uncaughtException', listener)
+    await b.close()
+  }
+})
+
 test('idle: a topic leaves no sooner than idle ms after its last use; an idle no timer can hold is refused', async () => {
   const { instrument } = require('./instrument')
   const { createSurface } = require('mq-metrics')
