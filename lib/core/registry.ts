@@ -610,12 +610,12 @@ export class Registry {
     return Number(Atomics.add(this.memory.wide, B_NEXT_ID, 1n))
   }
 
-  /** The topic's shared liveness tag still names it: not removed by any thread. */
   /** The live topic of this id, as of the last sync (ids are never reused). */
   topicById(id: number): TopicEntity | undefined {
     return this.#picture.topicsById.get(id)
   }
 
+  /** The topic's shared liveness tag still names it: not removed by any thread. */
   isLive(topic: TopicEntity): boolean {
     return topic.alive && this.#sharedF64(topic.slot)[topic.slot % SLOTS_PER_CHUNK] === topic.id
   }
