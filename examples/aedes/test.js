@@ -1142,6 +1142,28 @@ test('a surface closed while aedes routes a message a persistent session offline
   })
 })
 
+test('a surface closed while aedes routes another node\'s will: the glue\'s publish callback sweeps nothing, nothing throws', async () => {
+  // The will's callback forgets what every group has settled of it (a sweep reading the surface):
+  // here the broker's own authorizeForward closes the surface at the will's first copy.
+  let b, armed = false
+  const authorizeForward = (client, packet) => {
+    if (armed && packet.topic === 'status') (armed = false), b.surface.close()
+    return packet
+  }
+  await surfaceClosedFirst({ aedes: { authorizeForward } }, async (broker) => {
+    b = broker
+    const c = await subscriber(b.mqttPort, 'sub-c', true, ['status']).open()
+    await otherNodesWill(b, 'gone-1')
+    await until('sub-c to settle the first will', () => groupOf(b, 'sub-c', 'status')?.delivered === 1)
+    armed = true
+    await otherNodesWill(b, 'gone-2')
+    await until('sub-c to receive the second will', () => c.seen.get('status').has('gone-2'))
+    assert.equal(b.surface.closed, true, 'closed while aedes routed the will')
+    await c.client.endAsync()
+    await sleep(50)
+  })
+})
+
 test('idle: a topic leaves no sooner than idle ms after its last use; an idle no timer can hold is refused', async () => {
   const { instrument } = require('./instrument')
   const { createSurface } = require('mq-metrics')
