@@ -55,10 +55,11 @@ export type ScrapeReply =
 /**
  * A /stats view the thread wrote: its JSON, and for a conservation view the topics it held back
  * (shown with a residual, or holding a suspect: only the main thread can tell a batch of its own
- * caught half-way), which the main thread reads again and puts in (ConservationFill).
+ * caught half-way), which the main thread reads again and puts in (ConservationFill). The JSON
+ * crosses as an ArrayBuffer (moved, not copied); stats() hands it on as a Buffer over the same memory.
  */
-export interface BuiltView {
-  json: ArrayBuffer
+export interface BuiltView<Json extends ArrayBuffer | Buffer = ArrayBuffer> {
+  json: Json
   back?: HeldBack
 }
 
@@ -97,13 +98,7 @@ export interface ScrapeThreadState {
 /** A /metrics scrape, or (`stats`) a /stats view: its JSON, or undefined for the main thread to build it. */
 type Job =
   | { gzip: boolean; stats?: undefined; abandoned: (() => boolean) | undefined; resolve: (body: Buffer | GzipBody | Promise<Buffer | GzipBody>) => void; reject: (error: unknown) => void }
-  | { gzip: false; stats: StatsRequest; abandoned: (() => boolean) | undefined; resolve: (view: ThreadView | undefined) => void; reject: (error: unknown) => void }
-
-/** A /stats view from the thread, as stats() gives it: its JSON, and what it held back (BuiltView). */
-export interface ThreadView {
-  json: Buffer
-  back?: HeldBack
-}
+  | { gzip: false; stats: StatsRequest; abandoned: (() => boolean) | undefined; resolve: (view: BuiltView<Buffer> | undefined) => void; reject: (error: unknown) => void }
 
 const FIRST_BACKOFF_MS = 1000
 const MAX_BACKOFF_MS = 60_000
@@ -160,7 +155,7 @@ export class ScrapeThread {
    * is to build it (the thread is down or failed the batch: docs/scrape-thread.md). Views asked while one read is under way
    * share the next; one whose client has gone (`abandoned`) by then is not built (ScrapeAbandoned).
    */
-  stats(request: StatsRequest, abandoned?: () => boolean): Promise<ThreadView | undefined> {
+  stats(request: StatsRequest, abandoned?: () => boolean): Promise<BuiltView<Buffer> | undefined> {
     if (this.#closed) return Promise.reject(new ClosedError('this mq-metrics surface'))
     return new Promise((resolve, reject) => {
       this.#queue.push({ gzip: false, stats: request, abandoned, resolve, reject })
@@ -305,7 +300,7 @@ export class ScrapeThread {
         const { json, back } = reply.views[reply.of[i]]
         this.#views++
         this.#reread += back?.topics.length ?? 0
-        ;(job.resolve as (view: ThreadView | undefined) => void)({ json: Buffer.from(json), back })
+        ;(job.resolve as (view: BuiltView<Buffer> | undefined) => void)({ json: Buffer.from(json), back })
       })
       this.#pump()
       return
@@ -315,7 +310,7 @@ export class ScrapeThread {
       const closed = reply.error.code === 'SURFACE_CLOSED'
       for (const job of current.jobs) {
         if (closed) job.reject(new ClosedError('this mq-metrics surface'))
-        else (job.resolve as (view: ThreadView | undefined) => void)(undefined)
+        else (job.resolve as (view: BuiltView<Buffer> | undefined) => void)(undefined)
       }
       this.#pump()
       return
