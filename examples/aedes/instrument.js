@@ -160,7 +160,7 @@ function instrument(broker, surface, { window: WINDOW = 65536, idle: IDLE = 5 * 
     const m = groupOf(client, packet)
     const seq = m && seqOf(m.t, packet.brokerCounter)
     if (m === undefined || seq === undefined || seq <= m.lost || room(m, seq)) return // not ours, from before the subscription, or given up
-    const again = packet.messageId || m.last === seq // perhaps sent before: a persistent session's queue, or a taken-over connection's twin
+    const again = packet.messageId || m.last === seq || seq <= m.cut // perhaps sent before: a persistent session's queue, or a taken-over connection's twin; or dropped at an UNSUBSCRIBE
     if (again && m.g.isInFlight(0, seq)) m.g.redeliver(0, seq), id !== 0 && s.sent.push(-id, m, seq)
     else if (m.ending || (again && m.g.isSettled(0, seq))) return // settled already (a QoS 0 copy aedes kept queued, a twin's; or, its subscription ending, a wildcard's copy): counted once
     else if (zero || m.qos === 0) m.g.settle(0, seq, 'delivered') // sent at QoS 0 (aedes sends at most at the subscription's QoS): no acknowledgement will come
@@ -186,8 +186,9 @@ function instrument(broker, surface, { window: WINDOW = 65536, idle: IDLE = 5 * 
     for (let i = s.head; i < s.sent.length; i += 3) if (waiting(-s.sent[i])) s.sent[i] = -next(-s.sent[i])
     s.next = next(s.next)
   }
-  const refused = (client, packet) => { // aedes keeps this copy back (the broker's own authorizeForward, or its duplicate check): never sent
+  const refused = (client, packet, cleared) => { // aedes keeps this copy back (the broker's own authorizeForward, or its duplicate check): never sent
     const m = groupOf(client, packet), seq = m && seqOf(m.t, packet.brokerCounter)
+    if (cleared && seq > m?.lost && m.g.isInFlight(0, seq)) return acked(m, seq, 'dropped') // cleared: a persistent session's stored copy refused as aedes replays it, sent before perhaps; never sent again
     if (seq > m?.lost && !m.ending && !m.g.isInFlight(0, seq) && !m.g.isSettled(0, seq)) drop(m, seq)
   }
   const reused = (s) => { const m = s.sent[s.head + 1], seq = s.sent[s.head + 2]; shift(s); acked(m, seq, 'dropped') }
@@ -198,7 +199,7 @@ function instrument(broker, surface, { window: WINDOW = 65536, idle: IDLE = 5 * 
   const clear = broker.persistence.outgoingClearMessageId.bind(broker.persistence)
   broker.persistence.outgoingClearMessageId = function (client, packet, done) { // a PUBACK, or a QoS 2 copy's PUBCOMP
     if (surface.closed) return clear(client, packet, done)
-    if (packet.cmd === 'publish') refused(client, packet) // a persistent session's copy aedes stored and then did not send (its duplicate check, or authorizeForward)
+    if (packet.cmd === 'publish') refused(client, packet, !client.clean && packet.messageId !== undefined) // a persistent session's copy aedes stored and then did not send (its duplicate check, or authorizeForward; numbered: as its queue is replayed)
     const s = packet.cmd === 'puback' || packet.cmd === 'pubcomp' ? client[STATE] : undefined // a clean session's: aedes keeps no packet for it
     if (s === undefined) return clear(client, packet, packet.cmd === 'puback' ? (err, copy) => (copy?.cmd === 'publish' && !surface.closed && settleStored(client, copy, 'delivered'), done(err, copy)) : done) // a persistent session's: aedes hands back the stored copy
     const at = s.sent.indexOf(-packet.messageId, s.head) // acks come in order: at the head
@@ -225,11 +226,15 @@ function instrument(broker, surface, { window: WINDOW = 65536, idle: IDLE = 5 * 
   }
   const preConnect = broker.preConnect
   broker.preConnect = function (client, packet, callback) { // before a persistent session's restored subscriptions take deliver0
-    const deliver0 = client.deliver0
+    const deliver0 = client.deliver0, deliverQoS = client.deliverQoS
     client[ZERO] = undefined
-    client.deliver0 = (p, cb) => { client[ZERO] = p; deliver0(p, cb); client[ZERO] = undefined } // QoS 0 subscriptions'
+    client.deliver0 = (p, cb) => { skipped(client, p); client[ZERO] = p; deliver0(p, cb); client[ZERO] = undefined } // QoS 0 subscriptions'
+    client.deliverQoS = (p, cb) => { skipped(client, p); deliverQoS(p, cb) }
     return preConnect.call(this, client, packet, callback)
   }
+  // aedes' duplicate check skips a copy with a counter not above the last of its node this client had (a message
+  // overtaken on its way: a durable persistence storing it, or one published from code): a clean session's goes unseen.
+  const skipped = (client, p) => p.brokerId !== undefined && !surface.closed && (client.duplicates[p.brokerId] || 0) >= p.brokerCounter && refused(client, p)
   // Subscribing registers the group before aedes routes anything to it (authorizeSubscribe runs
   // first); a persistent session's subscriptions restored on reconnect come through here too.
   const authorize = broker.authorizeSubscribe
@@ -240,21 +245,29 @@ function instrument(broker, surface, { window: WINDOW = 65536, idle: IDLE = 5 * 
       let m = t?.groups.get(client.id)
       if (m !== undefined && client.clean && m.client !== client) leave(m), (m = t.groups.get(client.id)) // the session before a clean one is discarded: its group with it
       m ??= t !== undefined ? group(t, client) : undefined
-      if (m !== undefined) (m.qos = ok.qos), (m.client = client), (m.ending = m.unsubscribing = false), dark(m, client.closed) // (subscribed again: only the QoS may change; or restored)
+      if (m !== undefined) (m.qos = ok.qos), (m.client = client), (m.ending = m.unsubscribing = false), (m.storing = !client.clean && !client.connecting && !client.subscriptions[ok.topic]), dark(m, client.closed) // (subscribed again: only the QoS may change; or restored)
       done(err, ok)
     })
   }
   const group = (t, client) => {
     const g = limited(() => t.handle.group(client.id, GROUP))
     if (g === undefined) return undefined
-    const m = { g, t, id: client.id, lost: g.floor(0), check: 0, qos: 0, client, last: 0, offline: false, ending: false, unsubscribing: false }
+    const m = { g, t, id: client.id, lost: g.floor(0), check: 0, qos: 0, client, last: 0, cut: 0, offline: false, ending: false, unsubscribing: false, storing: false }
     t.groups.set(client.id, m), idle.delete(t.name)
     ;(owned.get(client.id) ?? owned.set(client.id, new Set()).get(client.id)).add(t.name)
     return m
   }
-  const dark = (m, offline) => { // a group that is sent nothing now: offline, or its subscription ending
+  const dark = (m, offline) => { // a group that is sent nothing now: offline, its subscription ending, or not yet stored
     m.offline = offline
-    if (offline || m.ending) m.t.dark.add(m); else m.t.dark.delete(m)
+    if (offline || m.ending || m.storing) m.t.dark.add(m); else m.t.dark.delete(m)
+  }
+  // A persistent session's new subscription takes copies once its persistence has stored it (a durable one answers late).
+  const store = broker.persistence.addSubscriptions.bind(broker.persistence)
+  broker.persistence.addSubscriptions = function (client, subs, done) {
+    return store(client, subs, (err, ...rest) => {
+      done(err, ...rest) // aedes subscribes now (or, err, not at all)
+      if (!surface.closed) for (const { topic } of subs) { const m = topics.get(topic)?.groups.get(client.id); if (m?.storing && (err || client.subscriptions[topic])) (m.storing = false), err ? leave(m) : dark(m, m.offline) }
+    })
   }
   const leave = (m) => { // the group leaves: what it still owes is given up on (a removal the log has no room for: it stays)
     const t = m.t, last = t.handle.lastSeq(0)
@@ -268,7 +281,7 @@ function instrument(broker, surface, { window: WINDOW = 65536, idle: IDLE = 5 * 
   const unsubscribe = (m) => {
     if (m.client.connected === false && !m.client.closed) return void (m.unsubscribing = true) // aedes replays its queue still, this topic's too: after it
     const last = m.t.handle.lastSeq(0)
-    m.unsubscribing = false
+    m.unsubscribing = false, (m.cut = last) // what waits in aedes' queue still may reach a subscription taken again: settled already
     const left = limited(() => {
       if (room(m, last)) return true
       for (let seq = Math.max(m.g.floor(0), m.lost) + 1; seq <= last; seq++) if (!m.g.isInFlight(0, seq) && !m.g.isSettled(0, seq)) m.g.settle(0, seq, 'dropped')

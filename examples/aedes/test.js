@@ -1194,3 +1194,140 @@ test('idle: a topic leaves no sooner than idle ms after its last use; an idle no
     await p.endAsync()
   }, undefined, { idle: 400 })
 })
+
+test('a persistent session subscribing while a durable persistence stores the subscription: a message published meanwhile, which aedes neither sends nor stores for it, is dropped', async () => {
+  const persistence = require('aedes-persistence')()
+  const add = persistence.addSubscriptions.bind(persistence)
+  let stored
+  persistence.addSubscriptions = (client, subs, done) => (client.id === 'slow' ? (stored = () => add(client, subs, done)) : add(client, subs, done))
+  await withBroker(async (b, faults) => {
+    const pub = await connect(b.mqttPort, { clientId: 'pub' })
+    const s = subscriber(b.mqttPort, 'slow', false, ['orders'])
+    await s.open(false)
+    const subscribed = s.client.subscribeAsync('orders', { qos: 1 })
+    await until('the persistence to be storing the subscription', () => stored !== undefined)
+    await pub.publishAsync('orders', 'meanwhile', { qos: 1 })
+    stored()
+    await subscribed
+    for (let i = 0; i < 5; i++) await pub.publishAsync('orders', `m${i}`, { qos: 1 })
+    await until('every copy settled', () => groupOf(b, 'slow')?.delivered === 5 && groupOf(b, 'slow').in_flight === 0)
+    assert.equal(s.seen.get('orders').has('meanwhile'), false, 'aedes never sent it')
+    assert.deepEqual([groupOf(b, 'slow').dropped, groupOf(b, 'slow').lag], [1, 0], 'dropped for it, nothing owed')
+    assert.deepEqual(faults.map((f) => f.code), [], 'no faults')
+    await Promise.all([s.client.endAsync(), pub.endAsync()])
+  }, undefined, undefined, { persistence })
+})
+
+for (const clean of [true, false]) {
+  test(`UNSUBSCRIBE and SUBSCRIBE again while a message waits in aedes' queue (${clean ? 'clean' : 'persistent'} session): no faults, nothing owed; that message counts dropped`, () => withBroker(async (b, faults) => {
+    const s = await subscriber(b.mqttPort, 'resub', clean, ['orders']).open()
+    let first // its first PUBACK is held: a copy in flight at the UNSUBSCRIBE keeps the group
+    const send = holdPubacks(s.client, (packet, sendPacket, done) => (first === undefined ? ((first = packet), done?.()) : sendPacket(packet, done)))
+    const pub = await connect(b.mqttPort, { clientId: 'pub' })
+    await pub.publishAsync('orders', 'before', { qos: 1 })
+    await until('before in flight', () => groupOf(b, 'resub')?.in_flight === 1)
+    const held = [] // a slow listener of the bus holds aedes' 100 routing slots (mqemitter's concurrency)
+    b.broker.mq.on('block', (packet, done) => held.push(done))
+    for (let i = 0; i < 100; i++) b.broker.publish({ topic: 'block', payload: Buffer.from('x'), qos: 0 }, () => {})
+    await until('the queue full', () => held.length === 100)
+    await pub.publishAsync('orders', 'waiting', { qos: 1 }) // appended; waits in the queue
+    await s.client.unsubscribeAsync('orders') // 'waiting' is dropped for the group here
+    await s.client.subscribeAsync('orders', { qos: 1 })
+    held.splice(0).forEach((done) => done()) // aedes routes 'waiting' to the subscription taken again
+    send(first)
+    await pub.publishAsync('orders', 'after', { qos: 1 })
+    await until('every copy received and settled', () => ['before', 'waiting', 'after'].every((m) => s.seen.get('orders').has(m)) && groupOf(b, 'resub')?.in_flight === 0 && groupOf(b, 'resub').delivered === 2)
+    assert.deepEqual([groupOf(b, 'resub').dropped, groupOf(b, 'resub').lag], [1, 0], '\'waiting\' counted dropped, once; nothing owed')
+    assert.deepEqual(faults.map((f) => f.code), [], 'no faults (its copy is not sent again over a settled seq)')
+    await Promise.all([s.client.endAsync(), pub.endAsync()])
+  }))
+}
+
+test('aedes\' duplicate check skipping a clean session\'s copy (a QoS 1 message overtaken by a QoS 0 one while a durable persistence stores it; the two from code in one tick): dropped at once', async () => {
+  const persistence = require('aedes-persistence')()
+  const combi = persistence.outgoingEnqueueCombi.bind(persistence)
+  persistence.outgoingEnqueueCombi = (subs, packet, done) => setTimeout(() => combi(subs, packet, done), 30) // a durable store's write
+  await withBroker(async (b, faults) => {
+    const s = await subscriber(b.mqttPort, 'sub', true, []).open(false)
+    const got = []
+    s.client.on('message', (topic, payload) => got.push(`${topic}:${payload}`))
+    await s.client.subscribeAsync({ orders: { qos: 1 }, telemetry: { qos: 0 } })
+    const a = await connect(b.mqttPort, { clientId: 'pub-a' })
+    const c = await connect(b.mqttPort, { clientId: 'pub-c' })
+    const command = a.publishAsync('orders', 'command', { qos: 1 }) // waits for the persistence
+    await sleep(10)
+    await c.publishAsync('telemetry', 't1', { qos: 0 }) // a higher counter, routed first
+    await command
+    const code = (payload, qos) => new Promise((resolve) => b.broker.publish({ cmd: 'publish', topic: 'orders', payload: Buffer.from(payload), qos, retain: false, dup: false }, resolve))
+    await Promise.all([code('code-1', 1), code('code-0', 0)]) // one tick: the QoS 0 one is routed first
+    for (let i = 0; i < 3; i++) await a.publishAsync('orders', `m${i}`, { qos: 1 })
+    await until('the last three received and settled', () => [0, 1, 2].every((i) => got.includes(`orders:m${i}`)) && groupOf(b, 'sub', 'orders')?.in_flight === 0 && groupOf(b, 'sub', 'orders').lag === 0)
+      .catch((e) => { throw new Error(`${e.message}: ${JSON.stringify(groupOf(b, 'sub', 'orders'))} ${got}`) })
+    const g = groupOf(b, 'sub', 'orders')
+    assert.equal(got.includes('orders:command') || got.includes('orders:code-1'), false, 'aedes skipped both QoS 1 copies')
+    assert.deepEqual([g.delivered, g.dropped], [got.filter((m) => m.startsWith('orders:')).length, 2], 'what it received delivered, what aedes skipped dropped')
+    assert.deepEqual(faults.map((f) => f.code), [], 'no faults')
+    await Promise.all([s.client, a, c].map((x) => x.endAsync()))
+  }, undefined, undefined, { persistence })
+})
+
+test('a persistent session\'s copy in flight that the broker\'s authorizeForward refuses as aedes replays it (an ACL revoked meanwhile): dropped, nothing owed', async () => {
+  let revoked = false
+  await withBroker(async (b, faults) => {
+    const s = await subscriber(b.mqttPort, 'acl', false, ['orders']).open()
+    holdPubacks(s.client, (packet, send, done) => done?.()) // its connection drops before the PUBACK goes
+    const pub = await connect(b.mqttPort, { clientId: 'pub' })
+    await pub.publishAsync('orders', 'secret', { qos: 1 })
+    await until('in flight', () => groupOf(b, 'acl')?.in_flight === 1)
+    s.client.stream.destroy()
+    await until('offline', () => b.broker.clients.acl === undefined)
+    revoked = true
+    const seen = s.seen.get('orders').size
+    await s.open(false) // aedes replays the stored copy; authorizeForward refuses it and aedes clears it for good
+    await until('the copy settled', () => groupOf(b, 'acl').in_flight === 0)
+    assert.deepEqual([groupOf(b, 'acl').delivered, groupOf(b, 'acl').dropped, groupOf(b, 'acl').lag], [0, 1, 0], 'dropped, nothing owed')
+    assert.equal(s.seen.get('orders').size, seen, 'not sent again')
+    assert.deepEqual(faults.map((f) => f.code), [], 'no faults')
+    await Promise.all([s.client.endAsync(), pub.endAsync()])
+  }, undefined, undefined, { authorizeForward: (client, packet) => (revoked && packet.topic === 'orders' ? null : packet) })
+})
+
+test('aedes\' duplicate check skipping a QoS 0 copy (a retained message overtaken by another while a durable persistence stores it): dropped at once', async () => {
+  const persistence = require('aedes-persistence')()
+  const retain = persistence.storeRetained.bind(persistence)
+  persistence.storeRetained = (packet, done) => setTimeout(() => retain(packet, done), 30) // a durable store's write
+  await withBroker(async (b, faults) => {
+    const s = await subscriber(b.mqttPort, 'sub', true, []).open(false)
+    const got = []
+    s.client.on('message', (topic, payload) => got.push(`${topic}:${payload}`))
+    await s.client.subscribeAsync({ orders: { qos: 0 }, telemetry: { qos: 0 } })
+    const pub = await connect(b.mqttPort, { clientId: 'pub' })
+    const retained = new Promise((resolve) => b.broker.publish({ cmd: 'publish', topic: 'orders', payload: Buffer.from('r'), qos: 0, retain: true, dup: false }, resolve)) // waits for the persistence
+    await pub.publishAsync('telemetry', 't1', { qos: 0 }) // a higher counter, routed first
+    await retained
+    await pub.publishAsync('orders', 'm0', { qos: 0 })
+    await until('m0 received and settled', () => got.includes('orders:m0') && groupOf(b, 'sub', 'orders')?.delivered === 1)
+    await until('nothing owed', () => groupOf(b, 'sub', 'orders').lag === 0)
+      .catch((e) => { throw new Error(`${e.message}: ${JSON.stringify(groupOf(b, 'sub', 'orders'))} ${got}`) })
+    assert.equal(got.includes('orders:r'), false, 'aedes skipped the retained message\'s copy')
+    assert.deepEqual([groupOf(b, 'sub', 'orders').delivered, groupOf(b, 'sub', 'orders').dropped], [1, 1], 'm0 delivered, the skipped copy dropped')
+    assert.deepEqual(faults.map((f) => f.code), [], 'no faults')
+    await Promise.all([s.client.endAsync(), pub.endAsync()])
+  }, undefined, undefined, { persistence })
+})
+
+test('a persistence that fails to store a persistent session\'s subscription: aedes does not subscribe it, and its group leaves', async () => {
+  const persistence = require('aedes-persistence')()
+  const add = persistence.addSubscriptions.bind(persistence)
+  persistence.addSubscriptions = (client, subs, done) => (client.id === 'unlucky' ? setImmediate(done, new Error('store down')) : add(client, subs, done))
+  await withBroker(async (b, faults) => {
+    const s = await subscriber(b.mqttPort, 'unlucky', false, ['orders']).open(false)
+    s.client.on('error', () => {})
+    const closed = new Promise((resolve) => s.client.once('close', resolve))
+    s.client.subscribe('orders', { qos: 1 })
+    await closed // aedes ends the connection on the persistence's error
+    await until('no group left for it', () => groupOf(b, 'unlucky') === undefined)
+    assert.deepEqual(faults.map((f) => f.code), [], 'no faults')
+    s.client.end(true)
+  }, undefined, undefined, { persistence })
+})
