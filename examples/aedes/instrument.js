@@ -122,7 +122,13 @@ function instrument(broker, surface, { window: WINDOW = 65536, idle: IDLE = 5 * 
     const t = subs?.length && ours(packet) ? topics.get(packet.topic) : undefined // aedes calls it for every message: most store no copy
     const stored = t?.routing.size ? t.routing.get(seqOf(t, packet.brokerCounter)) : undefined // routed() is waiting for it
     if (stored !== undefined) for (const sub of subs) stored.push(sub.clientId) // an offline session's copy is sent when it is back
-    return enqueue(subs, packet, done)
+    return enqueue(subs, packet, subs?.length ? (err) => (err && failed(packet), done(err)) : done)
+  }
+  const retain = broker.persistence.storeRetained.bind(broker.persistence)
+  broker.persistence.storeRetained = (packet, done) => retain(packet, (err) => (err && failed(packet), done(err)))
+  const failed = (packet) => { // a durable store failed as aedes took the message: aedes routes it to no one
+    const t = !surface.closed && ours(packet) ? topics.get(packet.topic) : undefined, seq = t && seqOf(t, packet.brokerCounter)
+    if (seq !== undefined) for (const m of t.groups.values()) if (seq > m.lost && !m.g.isInFlight(0, seq) && !m.g.isSettled(0, seq)) drop(m, seq)
   }
   const update = broker.persistence.outgoingUpdate.bind(broker.persistence)
   broker.persistence.outgoingUpdate = function (client, packet, done) { // a persistent session's copy numbered before it is sent
@@ -130,8 +136,8 @@ function instrument(broker, surface, { window: WINDOW = 65536, idle: IDLE = 5 * 
     if (packet.cmd === 'pubrel') received(client, packet.messageId) // or its PUBREC: aedes stores the PUBREL in the QoS 2 copy's place
     if (client[STATE] !== undefined) numbered(client[STATE], packet) // a clean session's: the queue of the one it discards, each in the order read
     return update(client, packet, (err, c, p) => {
-      // err: aedes lost the copy (it cleared another's by mistake), never sent
-      if (!surface.closed && p?.cmd === 'publish') err ? settleStored(client, p, 'dropped') : p.qos === 2 && awaitPubrec(client, p)
+      // 'no such packet': aedes lost the copy (it cleared another's by mistake), never sent
+      if (!surface.closed && p?.cmd === 'publish') err ? err.message === 'no such packet' && settleStored(client, p, 'dropped') : p.qos === 2 && awaitPubrec(client, p) // another error (a durable store's): the copy stays stored, replayed
       done(err, c, p)
     })
   }
@@ -245,7 +251,7 @@ function instrument(broker, surface, { window: WINDOW = 65536, idle: IDLE = 5 * 
       let m = t?.groups.get(client.id)
       if (m !== undefined && client.clean && m.client !== client) leave(m), (m = t.groups.get(client.id)) // the session before a clean one is discarded: its group with it
       m ??= t !== undefined ? group(t, client) : undefined
-      if (m !== undefined) (m.qos = ok.qos), (m.client = client), (m.ending = m.unsubscribing = false), (m.storing = !client.clean && !client.connecting && !client.subscriptions[ok.topic]), dark(m, client.closed) // (subscribed again: only the QoS may change; or restored)
+      if (m !== undefined) (m.qos = ok.qos), (m.client = client), (m.ending = m.unsubscribing = false), (m.storing = !client.clean && client.connackSent && !client.subscriptions[ok.topic]), dark(m, client.closed) // (subscribed again: only the QoS may change; or restored)
       done(err, ok)
     })
   }
@@ -303,7 +309,8 @@ function instrument(broker, surface, { window: WINDOW = 65536, idle: IDLE = 5 * 
   // 'clientReady' comes once aedes has emptied the session's queue, after the CONNACK: a clean
   // session may have subscribed already (its groups are its own: m.client), and unsubscribed.
   // A persistent session back: aedes has restored its subscriptions (authorizeSubscribe) and replayed its queue; a group still offline was unsubscribed meanwhile.
-  broker.on('clientReady', (client) => surface.closed || session(client).forEach((m) => (client.clean ? (m.client !== client ? leave(m) : m.unsubscribing && unsubscribe(m)) : (m.unsubscribing || (m.offline && !m.ending)) && unsubscribe(m))))
+  // aedes emits it for a connection already lost too (its queue read by a slow persistence): the next one's tells.
+  broker.on('clientReady', (client) => surface.closed || client.closed || session(client).forEach((m) => (client.clean ? (m.client !== client ? leave(m) : m.unsubscribing && unsubscribe(m)) : (m.unsubscribing || (m.offline && !m.ending)) && unsubscribe(m))))
   broker.on('clientDisconnect', (client) => surface.closed || (client.clean ? session(client).forEach((m) => (m.client === client || m.client.closed) && leave(m)) : away(client))) // not a newer connection's
   const away = (client) => session(client).forEach((m) => { // a persistent session goes offline (unless a takeover has restored it already)
     if (m.client === client) dark(m, true)

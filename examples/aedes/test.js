@@ -37,14 +37,14 @@ function holdPubacks(client, hold) {
   client._sendPacket = (packet, done, ...rest) => (packet.cmd === 'puback' ? hold(packet, send, done) : send(packet, done, ...rest))
   return send
 }
-/** aedes' persistence empties a session's queue 50 ms late, as a durable store may: 'clientReady' waits for it. */
-function slowQueue(b) {
+/** aedes' persistence empties a session's queue `ms` late, as a durable store may: 'clientReady' waits for it. */
+function slowQueue(b, ms = 50) {
   const stream = b.broker.persistence.outgoingStream.bind(b.broker.persistence)
   b.broker.persistence.outgoingStream = (client) => {
     const { Readable } = require('node:stream')
     const inner = stream(client)
     const out = new Readable({ objectMode: true, read() {} })
-    setTimeout(() => { inner.on('data', (d) => out.push(d)); inner.on('end', () => out.push(null)) }, 50)
+    setTimeout(() => { inner.on('data', (d) => out.push(d)); inner.on('end', () => out.push(null)) }, ms)
     return out
   }
 }
@@ -1329,5 +1329,128 @@ test('a persistence that fails to store a persistent session\'s subscription: ae
     await until('no group left for it', () => groupOf(b, 'unlucky') === undefined)
     assert.deepEqual(faults.map((f) => f.code), [], 'no faults')
     s.client.end(true)
+  }, undefined, undefined, { persistence })
+})
+
+test('a persistent session subscribing after its CONNACK while aedes still empties its queue, a durable persistence storing the subscription late: a message published meanwhile is dropped', async () => {
+  const persistence = require('aedes-persistence')()
+  const add = persistence.addSubscriptions.bind(persistence)
+  let stored
+  persistence.addSubscriptions = (client, subs, done) => (client.id === 'slow' ? (stored = () => add(client, subs, done)) : add(client, subs, done))
+  await withBroker(async (b, faults) => {
+    slowQueue(b, 300)
+    let ready = false
+    b.broker.on('clientReady', (client) => { if (client.id === 'slow') ready = true })
+    const pub = await connect(b.mqttPort, { clientId: 'pub' })
+    const s = await subscriber(b.mqttPort, 'slow', false, ['orders']).open(false)
+    const subscribed = s.client.subscribeAsync('orders', { qos: 1 })
+    await until('the persistence to be storing the subscription', () => stored !== undefined)
+    assert.equal(ready, false, 'before \'clientReady\' (aedes is still connecting the client)')
+    await pub.publishAsync('orders', 'meanwhile', { qos: 1 })
+    stored()
+    await subscribed
+    await until('\'clientReady\'', () => ready)
+    for (let i = 0; i < 3; i++) await pub.publishAsync('orders', `m${i}`, { qos: 1 })
+    await until('every copy settled', () => groupOf(b, 'slow')?.delivered === 3 && groupOf(b, 'slow').in_flight === 0)
+    assert.equal(s.seen.get('orders').has('meanwhile'), false, 'aedes never sent it')
+    assert.deepEqual([groupOf(b, 'slow').dropped, groupOf(b, 'slow').lag], [1, 0], 'dropped for it, nothing owed')
+    assert.deepEqual(faults.map((f) => f.code), [], 'no faults')
+    await Promise.all([s.client.endAsync(), pub.endAsync()])
+  }, undefined, undefined, { persistence })
+})
+
+test('\'clientReady\' for a connection already lost (a persistent session\'s, while a slow persistence read its queue): its group stays, and counts what is queued meanwhile', () => withBroker(async (b, faults) => {
+  slowQueue(b)
+  let readies = 0
+  b.broker.on('clientReady', (client) => { if (client.id === 'dev') readies++ })
+  const s = await subscriber(b.mqttPort, 'dev', false, ['orders']).open()
+  await until('the first \'clientReady\'', () => readies === 1)
+  await s.client.endAsync()
+  const flaky = await connect(b.mqttPort, { clientId: 'dev', clean: false }) // its CONNACK; the queue is still read
+  flaky.stream.destroy()
+  await until('aedes to report it ready all the same', () => readies === 2)
+  const pub = await connect(b.mqttPort, { clientId: 'pub' })
+  for (let i = 0; i < 5; i++) await pub.publishAsync('orders', `m${i}`, { qos: 1 }) // stored for the session
+  await s.open(false)
+  for (let i = 5; i < 10; i++) await pub.publishAsync('orders', `m${i}`, { qos: 1 })
+  await until('all 10 received and settled', () => s.seen.get('orders').size === 10 && groupOf(b, 'dev')?.in_flight === 0 && groupOf(b, 'dev').delivered === 10)
+    .catch((e) => { throw new Error(`${e.message}: ${JSON.stringify(groupOf(b, 'dev'))}`) })
+  assert.deepEqual([groupOf(b, 'dev').dropped, groupOf(b, 'dev').lag], [0, 0])
+  assert.deepEqual(faults.map((f) => f.code), [], 'no faults')
+  await Promise.all([s.client.endAsync(), pub.endAsync()])
+}))
+
+test('\'clientReady\' for a clean session\'s connection already lost, after a newer one of the same client subscribed: the newer one\'s group stays', () => withBroker(async (b, faults) => {
+  slowQueue(b, 150)
+  let readies = 0
+  b.broker.on('clientReady', (client) => { if (client.id === 'dev') readies++ })
+  const first = await connect(b.mqttPort, { clientId: 'dev', clean: true })
+  first.stream.destroy()
+  const s = await subscriber(b.mqttPort, 'dev', true, ['orders']).open()
+  await until('both \'clientReady\'', () => readies === 2)
+  const pub = await connect(b.mqttPort, { clientId: 'pub' })
+  for (let i = 0; i < 5; i++) await pub.publishAsync('orders', `m${i}`, { qos: 1 })
+  await until('all 5 received and settled', () => s.seen.get('orders').size === 5 && groupOf(b, 'dev')?.delivered === 5 && groupOf(b, 'dev').in_flight === 0)
+    .catch((e) => { throw new Error(`${e.message}: ${JSON.stringify(groupOf(b, 'dev'))}`) })
+  assert.equal(groupOf(b, 'dev').lag, 0)
+  assert.deepEqual(faults.map((f) => f.code), [], 'no faults')
+  await Promise.all([s.client.endAsync(), pub.endAsync()])
+}))
+
+test('a durable persistence failing to store a message (a QoS 1 one for an offline persistent session; a retained one): aedes routes it to no one, it is dropped for every group', async () => {
+  const persistence = require('aedes-persistence')()
+  const combi = persistence.outgoingEnqueueCombi.bind(persistence)
+  const retain = persistence.storeRetained.bind(persistence)
+  const down = (packet) => String(packet.payload).startsWith('lost')
+  persistence.outgoingEnqueueCombi = (subs, packet, done) => (down(packet) && subs.length ? setImmediate(done, new Error('store down')) : combi(subs, packet, done))
+  persistence.storeRetained = (packet, done) => (down(packet) ? setImmediate(done, new Error('store down')) : retain(packet, done))
+  await withBroker(async (b, faults) => {
+    const away = await subscriber(b.mqttPort, 'away', false, ['orders']).open()
+    await away.client.endAsync()
+    const on = await subscriber(b.mqttPort, 'on', true, ['orders']).open()
+    for (const [payload, options] of [['lost-1', { qos: 1 }], ['lost-0', { qos: 0, retain: true }]]) {
+      const pub = await connect(b.mqttPort, { clientId: 'pub' }) // aedes ends its connection at the error
+      pub.on('error', () => {})
+      pub.publish('orders', payload, options)
+      await new Promise((resolve) => pub.once('close', resolve))
+      pub.end(true)
+    }
+    const pub = await connect(b.mqttPort, { clientId: 'pub' })
+    for (let i = 0; i < 3; i++) await pub.publishAsync('orders', `m${i}`, { qos: 1 })
+    await away.open(false)
+    await until('every copy settled', () => ['on', 'away'].every((id) => groupOf(b, id)?.delivered === 3 && groupOf(b, id).in_flight === 0))
+      .catch((e) => { throw new Error(`${e.message}: ${JSON.stringify(b.surface.stats('groups').groups)}`) })
+    for (const s of [on, away]) assert.deepEqual([...s.seen.get('orders')].filter((m) => m.startsWith('lost')), [], `${s.id}: aedes sent neither`)
+    for (const id of ['on', 'away']) assert.deepEqual([groupOf(b, id).dropped, groupOf(b, id).lag], [2, 0], `${id}: both dropped, nothing owed`)
+    assert.equal(b.surface.stats('topics').topics.find((t) => t.topic === 'orders').produced, 5, 'the broker took all five')
+    assert.deepEqual(faults.map((f) => f.code), [], 'no faults')
+    await Promise.all([on.client.endAsync(), away.client.endAsync(), pub.endAsync()])
+  }, undefined, undefined, { persistence })
+})
+
+test('a durable persistence failing once to number a persistent session\'s copy (a timeout): the copy stays stored, aedes sends it on reconnect, it counts delivered', async () => {
+  const persistence = require('aedes-persistence')()
+  const update = persistence.outgoingUpdate.bind(persistence)
+  let fail = false
+  persistence.outgoingUpdate = (client, packet, done) => {
+    if (fail && client.id === 'dev' && packet.cmd === 'publish') return (fail = false), setImmediate(done, new Error('timeout'), client, packet)
+    return update(client, packet, done)
+  }
+  await withBroker(async (b, faults) => {
+    const s = await subscriber(b.mqttPort, 'dev', false, ['orders']).open()
+    s.client.on('error', () => {})
+    const pub = await connect(b.mqttPort, { clientId: 'pub' })
+    await pub.publishAsync('orders', 'm0', { qos: 1 })
+    await until('m0 settled', () => groupOf(b, 'dev')?.delivered === 1)
+    fail = true
+    await pub.publishAsync('orders', 'm1', { qos: 1 }) // aedes ends the subscriber's connection at the error
+    await until('the subscriber gone', () => b.broker.clients.dev === undefined)
+    await s.open(false)
+    await pub.publishAsync('orders', 'm2', { qos: 1 })
+    await until('all three received and settled', () => ['m0', 'm1', 'm2'].every((m) => s.seen.get('orders').has(m)) && groupOf(b, 'dev').in_flight === 0 && groupOf(b, 'dev').delivered === 3)
+      .catch((e) => { throw new Error(`${e.message}: ${JSON.stringify(groupOf(b, 'dev'))}`) })
+    assert.deepEqual([groupOf(b, 'dev').dropped, groupOf(b, 'dev').lag], [0, 0])
+    assert.deepEqual(faults.map((f) => f.code), [], 'no faults')
+    await Promise.all([s.client.endAsync(), pub.endAsync()])
   }, undefined, undefined, { persistence })
 })
