@@ -30,7 +30,7 @@ function instrument(broker, surface, { window: WINDOW = 65536, idle: IDLE = 5 * 
   // counters: aedes' counters of the topic's messages not yet settled by every group, increasing;
   // the message at index i has seq base + i (append() numbers a partition's messages one by one).
   const topicOf = (name, subscribing) => topics.get(name) ?? (name.length !== 0 && name.length <= NAME_MAX && (topics.size < surface.config.max_topics || (subscribing && evict())) ? register(name) : undefined) // full: no throw per publish
-  const register = (name) => limited(() => { const handle = surface.topic(name); idle.add(name); return topics.set(name, { name, handle, counters: [], base: handle.lastSeq(0) + 1, groups: new Map(), dark: new Set(), routing: new Map(), used: tick, wills: undefined }).get(name) })
+  const register = (name) => limited(() => { const handle = surface.topic(name); idle.add(name); return topics.set(name, { name, handle, counters: [], base: handle.lastSeq(0) + 1, groups: new Map(), dark: new Set(), routing: new Map(), persistent: 0, used: tick, wills: undefined }).get(name) })
   const reap = () => { // the topics without a group unused for IDLE ms leave
     tick++
     willing.forEach(sweep) // a will given up on by a group's window, on a quiet topic
@@ -98,7 +98,7 @@ function instrument(broker, surface, { window: WINDOW = 65536, idle: IDLE = 5 * 
       else if (seq !== 0) (t.base = seq + 1), (t.used = tick) // no group to settle it: nothing to keep
       if (will) (t.wills ??= new Map()).set(this.counter + 1, packet.brokerId), willing.add(t)
       if (client?.closed && !client.clean) away(client) // its will: aedes publishes it before 'clientDisconnect'
-      if (seq !== 0 && (t.dark.size !== 0 || will)) done = routed(t, seq, done, will)
+      if (seq !== 0 && (t.dark.size !== 0 || will || (t.persistent !== 0 && (packet.qos > 0 || packet.retain)))) done = routed(t, seq, done, will) // a store to wait for: a persistent session may go away meanwhile
       if (seq % 64 === 0) sweep(t)
     }
     return publish.call(this, packet, client, done)
@@ -258,8 +258,8 @@ function instrument(broker, surface, { window: WINDOW = 65536, idle: IDLE = 5 * 
   const group = (t, client) => {
     const g = limited(() => t.handle.group(client.id, GROUP))
     if (g === undefined) return undefined
-    const m = { g, t, id: client.id, lost: g.floor(0), check: 0, qos: 0, client, last: 0, cut: 0, offline: false, ending: false, unsubscribing: false, storing: false }
-    t.groups.set(client.id, m), idle.delete(t.name)
+    const m = { g, t, id: client.id, clean: client.clean, lost: g.floor(0), check: 0, qos: 0, client, last: 0, cut: 0, offline: false, ending: false, unsubscribing: false, storing: false }
+    t.groups.set(client.id, m), idle.delete(t.name), m.clean || t.persistent++
     ;(owned.get(client.id) ?? owned.set(client.id, new Set()).get(client.id)).add(t.name)
     return m
   }
@@ -272,13 +272,17 @@ function instrument(broker, surface, { window: WINDOW = 65536, idle: IDLE = 5 * 
   broker.persistence.addSubscriptions = function (client, subs, done) {
     return store(client, subs, (err, ...rest) => {
       done(err, ...rest) // aedes subscribes now (or, err, not at all)
-      if (!surface.closed) for (const { topic } of subs) { const m = topics.get(topic)?.groups.get(client.id); if (m?.storing && (err || client.subscriptions[topic])) (m.storing = false), err ? leave(m) : dark(m, m.offline) }
+      if (!surface.closed) for (const { topic } of subs) {
+        const m = topics.get(topic)?.groups.get(client.id), sub = client.subscriptions[topic]
+        if (m !== undefined && sub !== undefined) m.qos = sub.qos // aedes subscribes in the order the persistence answers: two SUBSCRIBEs of one topic may swap
+        if (m?.storing && (err || sub !== undefined)) (m.storing = false), err ? leave(m) : dark(m, m.offline)
+      }
     })
   }
   const leave = (m) => { // the group leaves: what it still owes is given up on (a removal the log has no room for: it stays)
     const t = m.t, last = t.handle.lastSeq(0)
     if (limited(() => (m.g.floor(0) < last && m.g.settleUpTo(0, last, 'dropped'), t.handle.removeGroup(m.id))) === undefined) return
-    t.groups.delete(m.id), t.dark.delete(m), (m.lost = Infinity), (m.ending = false)
+    t.groups.delete(m.id), t.dark.delete(m), (m.lost = Infinity), (m.ending = false), m.clean || t.persistent--
     if (t.groups.size === 0) idle.add(t.name), (t.used = tick), (t.base += t.counters.length), (t.counters.length = 0), sweep(t) // nothing of it to keep
     else if (t.wills !== undefined) sweep(t) // it may have owed a will last
     if (owned.get(m.id)?.delete(t.name) && owned.get(m.id).size === 0) owned.delete(m.id), exactly.delete(m.id)

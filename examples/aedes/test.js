@@ -1454,3 +1454,53 @@ test('a durable persistence failing once to number a persistent session\'s copy 
     await Promise.all([s.client.endAsync(), pub.endAsync()])
   }, undefined, undefined, { persistence })
 })
+
+test('a persistent session going offline while a durable persistence stores a message for another: aedes routes it with no subscription of the session, it is dropped for it', async () => {
+  const persistence = require('aedes-persistence')()
+  const combi = persistence.outgoingEnqueueCombi.bind(persistence)
+  let slow = false
+  persistence.outgoingEnqueueCombi = (subs, packet, done) => (slow ? setTimeout(() => combi(subs, packet, done), 100) : combi(subs, packet, done))
+  await withBroker(async (b, faults) => {
+    const other = await subscriber(b.mqttPort, 'other', false, ['orders']).open() // a QoS 1 subscription: aedes stores for it
+    const s = await subscriber(b.mqttPort, 'p0', false, ['orders']).open(false)
+    await s.client.subscribeAsync('orders', { qos: 0 }) // nothing stored for it
+    const pub = await connect(b.mqttPort, { clientId: 'pub' })
+    await pub.publishAsync('orders', 'first', { qos: 1 })
+    await until('p0 to settle the first', () => groupOf(b, 'p0', 'orders')?.delivered === 1)
+    slow = true
+    const published = pub.publishAsync('orders', 'in-store', { qos: 1 })
+    await sleep(20)
+    await s.client.endAsync() // offline while the persistence stores the message
+    await published
+    slow = false
+    await until('the other to have it', () => other.seen.get('orders').has('in-store')) // before later messages overtake it (aedes' duplicate check would skip it)
+    await s.open(false)
+    for (let i = 0; i < 5; i++) await pub.publishAsync('orders', `m${i}`, { qos: 1 })
+    await until('every copy settled', () => groupOf(b, 'p0', 'orders').delivered === 6 && groupOf(b, 'other', 'orders').delivered === 7 && groupOf(b, 'other', 'orders').in_flight === 0)
+      .catch((e) => { throw new Error(`${e.message}: ${JSON.stringify(b.surface.stats('groups').groups)}`) })
+    assert.equal(s.seen.get('orders').has('in-store'), false, 'aedes never sent it to p0')
+    assert.deepEqual([groupOf(b, 'p0', 'orders').dropped, groupOf(b, 'p0', 'orders').lag], [1, 0], 'dropped for p0, nothing owed')
+    assert.deepEqual(faults.map((f) => f.code), [], 'no faults')
+    await Promise.all([s.client.endAsync(), other.client.endAsync(), pub.endAsync()])
+  }, undefined, undefined, { persistence })
+})
+
+test('two SUBSCRIBEs of one topic at QoS 1 then 0, which a durable persistence answers in reverse: aedes keeps QoS 1, and so do the counts', async () => {
+  const persistence = require('aedes-persistence')()
+  const add = persistence.addSubscriptions.bind(persistence)
+  let calls = 0
+  persistence.addSubscriptions = (client, subs, done) => (client.id === 'sub' && calls++ === 0 ? setTimeout(() => add(client, subs, done), 50) : add(client, subs, done))
+  await withBroker(async (b, faults) => {
+    const s = await subscriber(b.mqttPort, 'sub', false, ['orders']).open(false)
+    holdPubacks(s.client, (packet, send, done) => done?.()) // acknowledges nothing
+    await Promise.all([s.client.subscribeAsync('orders', { qos: 1 }), s.client.subscribeAsync('orders', { qos: 0 })])
+    await until('both stored', () => calls === 2 && b.broker.clients.sub.subscriptions.orders?.qos === 1)
+    const pub = await connect(b.mqttPort, { clientId: 'pub' })
+    for (let i = 0; i < 5; i++) await pub.publishAsync('orders', `m${i}`, { qos: 1 })
+    await until('5 received', () => s.seen.get('orders')?.size === 5 && groupOf(b, 'sub')?.in_flight + groupOf(b, 'sub').delivered === 5)
+    assert.deepEqual([groupOf(b, 'sub').delivered, groupOf(b, 'sub').in_flight], [0, 5], 'sent at QoS 1 and never acknowledged: in flight, not delivered')
+    assert.deepEqual(faults.map((f) => f.code), [], 'no faults')
+    s.client.end(true)
+    await pub.endAsync()
+  }, undefined, undefined, { persistence })
+})
