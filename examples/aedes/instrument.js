@@ -195,6 +195,7 @@ function instrument(broker, surface, { window: WINDOW = 65536, idle: IDLE = 5 * 
   const refused = (client, packet, cleared) => { // aedes keeps this copy back (the broker's own authorizeForward, or its duplicate check): never sent
     const m = groupOf(client, packet), seq = m && seqOf(m.t, packet.brokerCounter)
     if (cleared && seq > m?.lost && m.g.isInFlight(0, seq)) return acked(m, seq, 'dropped') // cleared: a persistent session's stored copy refused as aedes replays it, sent before perhaps; never sent again
+    if (m !== undefined && m.client !== client && !m.client.closed) return // a connection taken over: the live one's copy tells
     if (seq > m?.lost && !m.ending && !m.g.isInFlight(0, seq) && !m.g.isSettled(0, seq)) drop(m, seq)
   }
   const reused = (s) => { const m = s.sent[s.head + 1], seq = s.sent[s.head + 2]; shift(s); acked(m, seq, 'dropped') }
@@ -251,7 +252,8 @@ function instrument(broker, surface, { window: WINDOW = 65536, idle: IDLE = 5 * 
       let m = t?.groups.get(client.id)
       if (m !== undefined && client.clean && m.client !== client) leave(m), (m = t.groups.get(client.id)) // the session before a clean one is discarded: its group with it
       m ??= t !== undefined ? group(t, client) : undefined
-      if (m !== undefined) (m.qos = ok.qos), (m.client = client), (m.ending = m.unsubscribing = false), (m.storing = !client.clean && client.connackSent && !client.subscriptions[ok.topic]), dark(m, client.closed) // (subscribed again: only the QoS may change; or restored)
+      const held = !client.clean && client.connackSent ? client.subscriptions[ok.topic] : undefined // aedes routes by it until the persistence has stored the new one
+      if (m !== undefined) (m.qos = held?.qos ?? ok.qos), (m.client = client), (m.ending = m.unsubscribing = false), (m.storing = !client.clean && client.connackSent && !client.subscriptions[ok.topic]), dark(m, client.closed) // (subscribed again: only the QoS may change; or restored)
       done(err, ok)
     })
   }

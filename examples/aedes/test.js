@@ -1504,3 +1504,60 @@ test('two SUBSCRIBEs of one topic at QoS 1 then 0, which a durable persistence a
     await pub.endAsync()
   }, undefined, undefined, { persistence })
 })
+
+test('a persistent session taken over (a QoS 0 subscription) while a message overtaken on its way is routed: the old connection\'s duplicate check skips it, the new one sends it, counted once', async () => {
+  const persistence = require('aedes-persistence')()
+  const combi = persistence.outgoingEnqueueCombi.bind(persistence)
+  persistence.outgoingEnqueueCombi = (subs, packet, done) => (String(packet.payload) === 'A' ? setTimeout(() => combi(subs, packet, done), 150) : combi(subs, packet, done))
+  const delWill = persistence.delWill.bind(persistence)
+  let connections = 0 // the second connection's will is deleted slowly: both connections hold the subscription meanwhile
+  persistence.delWill = (client, done) => (client.id === 'dev' && ++connections === 2 ? setTimeout(() => delWill(client, done), 400) : delWill(client, done))
+  await withBroker(async (b, faults) => {
+    const s = await subscriber(b.mqttPort, 'dev', false, ['orders', 'telemetry']).open(false)
+    await s.client.subscribeAsync({ orders: { qos: 0 }, telemetry: { qos: 0 } }) // (at QoS 1 aedes itself closes the new connection: "no such packet")
+    const pub = await connect(b.mqttPort, { clientId: 'pub' })
+    await pub.publishAsync('orders', 'A', { qos: 1 }) // acknowledged; aedes routes it once the persistence has stored it
+    await pub.publishAsync('telemetry', 't1', { qos: 0 }) // overtakes it: the first connection's duplicate check will skip A
+    await until('t1 received', () => s.seen.get('telemetry').has('t1'))
+    const next = mqtt.connect(`mqtt://127.0.0.1:${b.mqttPort}`, { reconnectPeriod: 0, protocolVersion: 4, clientId: 'dev', clean: false })
+    const got = []
+    next.on('packetreceive', (p) => p.cmd === 'publish' && got.push(String(p.payload)))
+    next.on('error', () => {})
+    await until('the new connection to have A', () => got.includes('A'))
+    await until('the new connection up', () => next.connected)
+    for (let i = 0; i < 3; i++) await pub.publishAsync('orders', `m${i}`, { qos: 1 })
+    await until('the new connection to have all four', () => ['A', 'm0', 'm1', 'm2'].every((m) => got.includes(m)))
+    await until('every copy settled', () => groupOf(b, 'dev', 'orders')?.in_flight === 0 && groupOf(b, 'dev', 'orders').lag === 0)
+      .catch((e) => { throw new Error(`${e.message}: ${JSON.stringify(groupOf(b, 'dev', 'orders'))} ${faults.map((f) => f.code)}`) })
+    assert.deepEqual([groupOf(b, 'dev', 'orders').delivered, groupOf(b, 'dev', 'orders').dropped], [4, 0], 'A counted once, delivered')
+    assert.deepEqual(faults.map((f) => f.code), [], 'no faults')
+    next.end(true)
+    s.client.end(true)
+    await pub.endAsync()
+  }, undefined, undefined, { persistence })
+})
+
+test('a persistent session subscribing again at a lower QoS while a durable persistence stores it: a copy aedes sends at the old QoS meanwhile waits for its PUBACK', async () => {
+  const persistence = require('aedes-persistence')()
+  const add = persistence.addSubscriptions.bind(persistence)
+  let slow = false
+  persistence.addSubscriptions = (client, subs, done) => (slow ? setTimeout(() => add(client, subs, done), 200) : add(client, subs, done))
+  await withBroker(async (b, faults) => {
+    const s = await subscriber(b.mqttPort, 'sub', false, ['orders']).open() // QoS 1
+    const sent = []
+    s.client.on('packetreceive', (p) => p.cmd === 'publish' && sent.push([String(p.payload), p.qos]))
+    holdPubacks(s.client, (packet, send, done) => done?.()) // acknowledges nothing
+    const pub = await connect(b.mqttPort, { clientId: 'pub' })
+    slow = true
+    const again = s.client.subscribeAsync('orders', { qos: 0 })
+    await sleep(50)
+    await pub.publishAsync('orders', 'gap', { qos: 1 })
+    await again
+    await until('it sent', () => sent.length === 1)
+    assert.deepEqual(sent, [['gap', 1]], 'aedes sent it at QoS 1')
+    assert.deepEqual([groupOf(b, 'sub').delivered, groupOf(b, 'sub').in_flight], [0, 1], 'never acknowledged: in flight, not delivered')
+    assert.deepEqual(faults.map((f) => f.code), [], 'no faults')
+    s.client.end(true)
+    await pub.endAsync()
+  }, undefined, undefined, { persistence })
+})
