@@ -232,7 +232,7 @@ function instrument(broker, surface, { window: WINDOW = 65536, idle: IDLE = 5 * 
     if (seq > m.lost && m.g.isInFlight(0, seq)) acked(m, seq, 'delivered')
   }
   const preConnect = broker.preConnect
-  broker.preConnect = function (client, packet, callback) { // before a persistent session's restored subscriptions take deliver0
+  broker.preConnect = function (client, packet, callback) { // before a persistent session's restored subscriptions take deliver0 and deliverQoS
     const deliver0 = client.deliver0, deliverQoS = client.deliverQoS
     client[ZERO] = undefined
     client.deliver0 = (p, cb) => { skipped(client, p); client[ZERO] = p; deliver0(p, cb); client[ZERO] = undefined } // QoS 0 subscriptions'
@@ -252,8 +252,9 @@ function instrument(broker, surface, { window: WINDOW = 65536, idle: IDLE = 5 * 
       let m = t?.groups.get(client.id)
       if (m !== undefined && client.clean && m.client !== client) leave(m), (m = t.groups.get(client.id)) // the session before a clean one is discarded: its group with it
       m ??= t !== undefined ? group(t, client) : undefined
-      const held = !client.clean && client.connackSent ? client.subscriptions[ok.topic] : undefined // aedes routes by it until the persistence has stored the new one
-      if (m !== undefined) (m.qos = held?.qos ?? ok.qos), (m.client = client), (m.ending = m.unsubscribing = false), (m.storing = !client.clean && client.connackSent && !client.subscriptions[ok.topic]), dark(m, client.closed) // (subscribed again: only the QoS may change; or restored)
+      const stores = !client.clean && client.connackSent // a persistent session's SUBSCRIBE (not a restore): the persistence stores it first
+      const held = stores ? client.subscriptions[ok.topic] : undefined // aedes routes by the subscription it holds until then
+      if (m !== undefined) (m.qos = held?.qos ?? ok.qos), (m.client = client), (m.ending = m.unsubscribing = false), (m.storing = stores && held === undefined), dark(m, client.closed) // (subscribed again: only the QoS may change; or restored)
       done(err, ok)
     })
   }
