@@ -241,7 +241,8 @@ function instrument(broker, surface, { window: WINDOW = 65536, idle: IDLE = 5 * 
   }
   // aedes' duplicate check skips a copy with a counter not above the last of its node this client had (a message
   // overtaken on its way: a durable persistence storing it, or one published from code): a clean session's goes unseen.
-  const skipped = (client, p) => p.brokerId !== undefined && !surface.closed && (client.duplicates[p.brokerId] || 0) >= p.brokerCounter && refused(client, p)
+  // Before it, no-local skips a bridge's own message (MQTT 3.1.1 bridge mode, as mosquitto's bridges connect).
+  const skipped = (client, p) => p.brokerId !== undefined && !surface.closed && ((p.nl && p.clientId === client.id) || (client.duplicates[p.brokerId] || 0) >= p.brokerCounter) && refused(client, p)
   // Subscribing registers the group before aedes routes anything to it (authorizeSubscribe runs
   // first); a persistent session's subscriptions restored on reconnect come through here too.
   const authorize = broker.authorizeSubscribe

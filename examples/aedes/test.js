@@ -1561,3 +1561,28 @@ test('a persistent session subscribing again at a lower QoS while a durable pers
     await pub.endAsync()
   }, undefined, undefined, { persistence })
 })
+
+test('a bridge (MQTT 3.1.1 bridge mode: no-local) publishing to a topic it subscribes to by exact name: aedes never sends it its own message, which is dropped for it', () => withBroker(async (b, faults) => {
+  const mp = require('mqtt-packet')
+  for (const [clean, qos] of [[true, 1], [true, 0], [false, 0], [false, 1]]) {
+    const id = `bridge-${clean ? 'c' : 'p'}${qos}`
+    const sock = require('node:net').connect(b.mqttPort, '127.0.0.1')
+    const parser = mp.parser({ protocolVersion: 4 })
+    const got = []
+    parser.on('packet', (p) => got.push(p))
+    sock.on('data', (d) => parser.parse(d))
+    const send = (p) => sock.write(mp.generate(p, { protocolVersion: 4 }))
+    send({ cmd: 'connect', protocolId: 'MQTT', protocolVersion: 4, bridgeMode: true, clean, clientId: id, keepalive: 0 })
+    send({ cmd: 'subscribe', messageId: 1, subscriptions: [{ topic: id, qos }] })
+    await until(`${id}: its SUBACK`, () => got.some((p) => p.cmd === 'suback'))
+    send({ cmd: 'publish', topic: id, qos: 1, messageId: 2, payload: Buffer.from('own') })
+    await until(`${id}: its PUBACK`, () => got.some((p) => p.cmd === 'puback'))
+    await until(`${id}: nothing owed`, () => groupOf(b, id)?.lag === 0)
+      .catch((e) => { throw new Error(`${e.message}: ${JSON.stringify(groupOf(b, id))}`) })
+    assert.equal(got.filter((p) => p.cmd === 'publish').length, 0, `${id}: aedes sent it none of its own messages`)
+    assert.deepEqual([groupOf(b, id).delivered, groupOf(b, id).dropped, groupOf(b, id).in_flight], [0, 1, 0], `${id}: dropped for it`)
+    send({ cmd: 'disconnect' })
+    sock.end()
+  }
+  assert.deepEqual(faults.map((f) => f.code), [], 'no faults')
+}))
