@@ -4,7 +4,7 @@
 // is appended when the broker takes it, before any copy is forwarded; aedes' packet counter leads
 // every copy back to its seq until every group has settled it. QoS 0, 1 and 2 (a QoS 2 copy settles at
 // its PUBREC in a persistent session, its PUBCOMP in a clean one); wildcard subscriptions are not counted.
-const { pipeline, Transform } = require('node:stream')
+const { finished, pipeline, Transform } = require('node:stream')
 const STATE = Symbol.for('mq-metrics') // on aedes' client objects of clean sessions
 const ZERO = Symbol('mq-metrics QoS 0') // on every client: the packet its deliver0 sends now (no packet id)
 const NAME_MAX = 1024 // the library's longest name; longer MQTT topics and client ids are not counted
@@ -237,6 +237,7 @@ function instrument(broker, surface, { window: WINDOW = 65536, idle: IDLE = 5 * 
     client[ZERO] = undefined
     client.deliver0 = (p, cb) => { skipped(client, p); client[ZERO] = p; deliver0(p, cb); client[ZERO] = undefined } // QoS 0 subscriptions'
     client.deliverQoS = (p, cb) => { skipped(client, p); deliverQoS(p, cb) }
+    finished(client.conn, () => client.clean || broker.clients[client.id] === client || surface.closed || away(client)) // lost before aedes registers it (its restored subscriptions live): no 'clientDisconnect' comes
     return preConnect.call(this, client, packet, callback)
   }
   // aedes' duplicate check skips a copy with a counter not above the last of its node this client had (a message

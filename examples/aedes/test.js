@@ -1586,3 +1586,32 @@ test('a bridge (MQTT 3.1.1 bridge mode: no-local) publishing to a topic it subsc
   }
   assert.deepEqual(faults.map((f) => f.code), [], 'no faults')
 }))
+
+test('a persistent session whose connection is lost while aedes connects it (its subscriptions restored, not yet registered: no \'clientDisconnect\'): what it misses offline is dropped', () => withBroker(async (b, faults) => {
+  let slow = false, waiting = false
+  const delWill = b.broker.persistence.delWill.bind(b.broker.persistence)
+  b.broker.persistence.delWill = (client, done) => ((waiting = slow), delWill(client, (...args) => (slow ? setTimeout(() => done(...args), 150) : done(...args)))) // a durable store: aedes registers the client after it
+  const s = subscriber(b.mqttPort, 'dev', false, ['orders'])
+  await s.open(false)
+  await s.client.subscribeAsync('orders', { qos: 0 })
+  await s.client.endAsync()
+  await until('offline', () => b.broker.clients.dev === undefined)
+  slow = true
+  const sock = require('node:net').connect(b.mqttPort, '127.0.0.1')
+  await new Promise((resolve) => sock.once('connect', resolve))
+  sock.write(require('mqtt-packet').generate({ cmd: 'connect', protocolId: 'MQTT', protocolVersion: 4, clean: false, clientId: 'dev', keepalive: 0 }))
+  await until('aedes to have restored the subscription and to wait for delWill', () => waiting)
+  sock.destroy()
+  await sleep(250)
+  slow = false
+  const pub = await connect(b.mqttPort, { clientId: 'pub' })
+  for (let i = 0; i < 5; i++) await pub.publishAsync('orders', `m${i}`, { qos: 0 })
+  await s.open(false)
+  await pub.publishAsync('orders', 'm5', { qos: 0 })
+  await until('m5 received and settled', () => s.seen.get('orders').has('m5') && groupOf(b, 'dev').delivered === 1)
+  await until('nothing owed', () => groupOf(b, 'dev').lag === 0)
+    .catch((e) => { throw new Error(`${e.message}: ${JSON.stringify(groupOf(b, 'dev'))}`) })
+  assert.deepEqual([groupOf(b, 'dev').dropped, groupOf(b, 'dev').in_flight], [5, 0], 'the five it missed offline dropped')
+  assert.deepEqual(faults.map((f) => f.code), [], 'no faults')
+  await Promise.all([s.client.endAsync(), pub.endAsync()])
+}))
