@@ -256,14 +256,14 @@ function instrument(broker, surface, { window: WINDOW = 65536, idle: IDLE = 5 * 
       m ??= t !== undefined ? group(t, client) : undefined
       const stores = !client.clean && client.connackSent // a persistent session's SUBSCRIBE (not a restore): the persistence stores it first
       const held = stores ? client.subscriptions[ok.topic] : undefined // aedes routes by the subscription it holds until then
-      if (m !== undefined) (m.qos = held?.qos ?? ok.qos), (m.client = client), (m.ending = m.unsubscribing = false), (m.storing = stores && held === undefined), dark(m, client.closed) // (subscribed again: only the QoS may change; or restored)
+      if (m !== undefined) (m.qos = held?.qos ?? ok.qos), (m.client = client), (m.ending = m.unsubscribing = m.discarded = false), (m.storing = stores && held === undefined), dark(m, client.closed) // (subscribed again: only the QoS may change; or restored)
       done(err, ok)
     })
   }
   const group = (t, client) => {
     const g = limited(() => t.handle.group(client.id, GROUP))
     if (g === undefined) return undefined
-    const m = { g, t, id: client.id, clean: client.clean, lost: g.floor(0), check: 0, qos: 0, client, last: 0, cut: 0, offline: false, ending: false, unsubscribing: false, storing: false }
+    const m = { g, t, id: client.id, clean: client.clean, lost: g.floor(0), check: 0, qos: 0, client, last: 0, cut: 0, offline: false, ending: false, unsubscribing: false, storing: false, discarded: false }
     t.groups.set(client.id, m), idle.delete(t.name), m.clean || t.persistent++
     ;(owned.get(client.id) ?? owned.set(client.id, new Set()).get(client.id)).add(t.name)
     return m
@@ -271,6 +271,15 @@ function instrument(broker, surface, { window: WINDOW = 65536, idle: IDLE = 5 * 
   const dark = (m, offline) => { // a group that is sent nothing now: offline, its subscription ending, or not yet stored
     m.offline = offline
     if (offline || m.ending || m.storing) m.t.dark.add(m); else m.t.dark.delete(m)
+  }
+  // A clean session discards the one before it once the persistence has cleaned its subscriptions: that session's groups
+  // leave then (a connection of it still up: as it goes), for the clean one may be lost before any 'clientReady'.
+  const cleanSubs = broker.persistence.cleanSubscriptions.bind(broker.persistence)
+  broker.persistence.cleanSubscriptions = function (client, done) {
+    return cleanSubs(client, (err, ...rest) => {
+      if (!err && !surface.closed) session(client).forEach((m) => m.client !== client && (m.client.closed ? leave(m) : (m.discarded = true)))
+      done(err, ...rest)
+    })
   }
   // A persistent session's new subscription takes copies once its persistence has stored it (a durable one answers late).
   const store = broker.persistence.addSubscriptions.bind(broker.persistence)
@@ -322,7 +331,7 @@ function instrument(broker, surface, { window: WINDOW = 65536, idle: IDLE = 5 * 
   broker.on('clientReady', (client) => surface.closed || client.closed || session(client).forEach((m) => (client.clean ? (m.client !== client ? leave(m) : m.unsubscribing && unsubscribe(m)) : (m.unsubscribing || (m.offline && !m.ending)) && unsubscribe(m))))
   broker.on('clientDisconnect', (client) => surface.closed || (client.clean ? session(client).forEach((m) => (m.client === client || m.client.closed) && leave(m)) : away(client))) // not a newer connection's
   const away = (client) => session(client).forEach((m) => { // a persistent session goes offline (unless a takeover has restored it already)
-    if (m.client === client) dark(m, true)
+    if (m.client === client) m.discarded ? leave(m) : dark(m, true)
   })
   return { pending: () => [...topics.values()].reduce((n, t) => n + t.counters.length, 0), sweep: () => topics.forEach(sweep), clients: () => owned.size, awaitingPubrec: () => [...exactly.values()].reduce((n, ids) => n + ids.size, 0), wills: () => [...willing].reduce((n, t) => n + t.wills.size, 0) }
 }

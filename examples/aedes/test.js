@@ -1615,3 +1615,34 @@ test('a persistent session whose connection is lost while aedes connects it (its
   assert.deepEqual(faults.map((f) => f.code), [], 'no faults')
   await Promise.all([s.client.endAsync(), pub.endAsync()])
 }))
+
+for (const online of [false, true]) {
+  test(`a clean session replacing a persistent one ${online ? 'still online (a takeover)' : 'offline with a copy queued'}, its connection lost while aedes connects it: the discarded session's group leaves`, () => withBroker(async (b, faults) => {
+    let slow = false, waiting = false
+    const delWill = b.broker.persistence.delWill.bind(b.broker.persistence)
+    b.broker.persistence.delWill = (client, done) => ((waiting = slow), delWill(client, (...args) => (slow ? setTimeout(() => done(...args), 150) : done(...args)))) // a durable store: aedes registers the client after it
+    const s = await subscriber(b.mqttPort, 'dev', false, ['orders']).open()
+    s.client.on('error', () => {})
+    const pub = await connect(b.mqttPort, { clientId: 'pub' })
+    await pub.publishAsync('orders', 'm0', { qos: 1 })
+    await until('m0 settled', () => groupOf(b, 'dev')?.delivered === 1)
+    if (!online) {
+      await s.client.endAsync()
+      await until('offline', () => b.broker.clients.dev === undefined)
+      await pub.publishAsync('orders', 'queued', { qos: 1 }) // queued for the session
+    }
+    slow = true
+    const sock = require('node:net').connect(b.mqttPort, '127.0.0.1')
+    await new Promise((resolve) => sock.once('connect', resolve))
+    sock.on('error', () => {})
+    sock.write(require('mqtt-packet').generate({ cmd: 'connect', protocolId: 'MQTT', protocolVersion: 4, clean: true, clientId: 'dev', keepalive: 0 }))
+    await until('aedes to have discarded the session and to wait for delWill', () => waiting)
+    sock.destroy() // no 'clientReady' or 'clientDisconnect' will come for this connection
+    for (let i = 1; i <= 3; i++) await pub.publishAsync('orders', `m${i}`, { qos: 1 })
+    await until('the discarded session\'s group gone', () => groupOf(b, 'dev') === undefined && b.glue.clients() === 0)
+      .catch((e) => { throw new Error(`${e.message}: ${JSON.stringify(groupOf(b, 'dev'))}, clients() ${b.glue.clients()}`) })
+    assert.deepEqual(faults.map((f) => f.code), [], 'no faults')
+    s.client.end(true)
+    await pub.endAsync()
+  }))
+}
