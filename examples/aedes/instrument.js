@@ -255,8 +255,8 @@ function instrument(broker, surface, { window: WINDOW = 65536, idle: IDLE = 5 * 
       if (m !== undefined && client.clean && m.client !== client) leave(m), (m = t.groups.get(client.id)) // the session before a clean one is discarded: its group with it
       m ??= t !== undefined ? group(t, client) : undefined
       const stores = !client.clean && client.connackSent // a persistent session's SUBSCRIBE (not a restore): the persistence stores it first
-      const held = stores ? client.subscriptions[ok.topic] : undefined // aedes routes by the subscription it holds until then
-      if (m !== undefined) (m.qos = held?.qos ?? ok.qos), (m.client = client), (m.ending = m.unsubscribing = m.discarded = false), (m.storing = stores && held === undefined), dark(m, client.closed) // (subscribed again: only the QoS may change; or restored)
+      const held = stores && t !== undefined ? client.subscriptions[ok.topic] : undefined // aedes routes by the subscription it holds until then (ok: null, refused)
+      if (m !== undefined && (client === m.client || !client.closed || m.client.closed)) (m.qos = held?.qos ?? ok.qos), (m.client = client), (m.ending = m.unsubscribing = m.discarded = false), (m.storing = stores && held === undefined), dark(m, client.closed) // (subscribed again: only the QoS may change; or restored), not from a lost connection over a live one's
       done(err, ok)
     })
   }
@@ -317,7 +317,7 @@ function instrument(broker, surface, { window: WINDOW = 65536, idle: IDLE = 5 * 
   }
   const session = (client) => [...(owned.get(client.id) ?? [])].map((name) => topics.get(name).groups.get(client.id))
   broker.on('client', (client) => { if (client.clean) client[STATE] = { next: client._nextId, sent: [], head: 0, fresh: [], read: 0 } }) // a clean session's copies in flight
-  const ended = (client, names) => surface.closed || names.forEach((name) => { const m = topics.get(name)?.groups.get(client.id); if (m !== undefined && !m.ending) unsubscribe(m) })
+  const ended = (client, names) => surface.closed || names.forEach((name) => { const m = topics.get(name)?.groups.get(client.id); if (m !== undefined && !m.ending && (m.client === client || m.client.closed)) unsubscribe(m) }) // not a newer connection's
   broker.on('unsubscribe', (names, client) => ended(client, names.filter((name) => !client.subscriptions[name]))) // not subscribed again meanwhile
   const remove = broker.persistence.removeSubscriptions.bind(broker.persistence)
   broker.persistence.removeSubscriptions = function (client, names, done) { // a persistent session's UNSUBSCRIBE
@@ -326,9 +326,9 @@ function instrument(broker, surface, { window: WINDOW = 65536, idle: IDLE = 5 * 
   // A clean session discards the one before it, and its own when it ends: subscriptions and queue.
   // 'clientReady' comes once aedes has emptied the session's queue, after the CONNACK: a clean
   // session may have subscribed already (its groups are its own: m.client), and unsubscribed.
-  // A persistent session back: aedes has restored its subscriptions (authorizeSubscribe) and replayed its queue; a group still offline was unsubscribed meanwhile.
+  // A persistent session back: aedes has restored its subscriptions (authorizeSubscribe) and replayed its queue; a group still offline was unsubscribed meanwhile (unless a store of its SUBSCRIBE was pending: a takeover does not restore it, aedes queues for it).
   // aedes emits it for a connection already lost too (its queue read by a slow persistence): the next one's tells.
-  broker.on('clientReady', (client) => surface.closed || client.closed || session(client).forEach((m) => (client.clean ? (m.client !== client ? leave(m) : m.unsubscribing && unsubscribe(m)) : (m.unsubscribing || (m.offline && !m.ending)) && unsubscribe(m))))
+  broker.on('clientReady', (client) => surface.closed || client.closed || session(client).forEach((m) => (client.clean ? (m.client !== client ? leave(m) : m.unsubscribing && unsubscribe(m)) : (m.unsubscribing || (m.offline && !m.ending && !m.storing)) && unsubscribe(m))))
   broker.on('clientDisconnect', (client) => surface.closed || (client.clean ? session(client).forEach((m) => (m.client === client || m.client.closed) && leave(m)) : away(client))) // not a newer connection's
   const away = (client) => session(client).forEach((m) => { // a persistent session goes offline (unless a takeover has restored it already)
     if (m.client === client) m.discarded ? leave(m) : dark(m, true)

@@ -1646,3 +1646,122 @@ for (const online of [false, true]) {
     await pub.endAsync()
   }))
 }
+
+test('an authorizeSubscribe refusing a persistent session\'s SUBSCRIBE (null, or an error): granted 128, the broker stays up, no group', async () => {
+  for (const refuse of [(done) => done(null, null), (done) => done(new Error('not allowed'))]) {
+    await withBroker(async (b, faults) => {
+      const s = await subscriber(b.mqttPort, 'dev', false, ['secret']).open(false)
+      const granted = await s.client.subscribeAsync('secret', { qos: 1 }).then((g) => g.map((x) => x.qos), () => 'an error')
+      if (granted !== 'an error') assert.deepEqual(granted, [128], 'refused')
+      assert.equal(groupOf(b, 'dev'), undefined, 'no group')
+      assert.deepEqual(faults.map((f) => f.code), [], 'no faults')
+      s.client.end(true)
+    }, undefined, undefined, { authorizeSubscribe: (client, sub, done) => (sub.topic === 'secret' ? refuse(done) : done(null, sub)) })
+  }
+})
+
+test('a clean session taken over by a new connection, the broker subscribing each connection itself (\'client\'): the old one\'s \'unsubscribe\', emitted after the new one subscribed, leaves the new one\'s group', () => withBroker(async (b, faults) => {
+  b.broker.on('client', (c) => { if (c.id === 'dev') c.subscribe({ topic: 'cmd', qos: 1 }, () => {}) })
+  const old = await connect(b.mqttPort, { clientId: 'dev' })
+  old.on('error', () => {})
+  await until('the old connection subscribed', () => groupOf(b, 'dev') !== undefined)
+  let received = 0
+  const now = await connect(b.mqttPort, { clientId: 'dev' }) // takes over
+  now.on('message', () => received++)
+  await until('the new connection subscribed', () => b.broker.clients.dev?.subscriptions.cmd !== undefined)
+  await sleep(100) // the old connection's 'unsubscribe' comes meanwhile
+  const pub = await connect(b.mqttPort, { clientId: 'pub' })
+  for (let i = 0; i < 10; i++) await pub.publishAsync('cmd', `m${i}`, { qos: 1 })
+  await until('every message received', () => received === 10)
+  await until('every copy settled', () => groupOf(b, 'dev')?.delivered === 10 && groupOf(b, 'dev').in_flight === 0)
+    .catch((e) => { throw new Error(`${e.message}: ${JSON.stringify(groupOf(b, 'dev'))}`) })
+  assert.deepEqual(faults.map((f) => f.code), [], 'no faults')
+  old.end(true)
+  await Promise.all([now.endAsync(), pub.endAsync()])
+}))
+
+test('a persistent session\'s UNSUBSCRIBE answered late by a durable persistence, after the connection was lost and the next one subscribed again: the next one\'s group stays', async () => {
+  const persistence = require('aedes-persistence')()
+  const remove = persistence.removeSubscriptions.bind(persistence)
+  let answer
+  persistence.removeSubscriptions = (client, names, done) => remove(client, names, (...args) => { answer = () => done(...args) })
+  await withBroker(async (b, faults) => {
+    const s = await subscriber(b.mqttPort, 'dev', false, ['cmd']).open()
+    s.client.unsubscribe('cmd')
+    await until('the persistence to hold its answer', () => answer !== undefined)
+    s.client.end(true) // lost before the UNSUBACK
+    await until('offline', () => b.broker.clients.dev === undefined)
+    await s.open() // back, and subscribed again
+    answer() // the lost connection's UNSUBSCRIBE answered now
+    const pub = await connect(b.mqttPort, { clientId: 'pub' })
+    for (let i = 0; i < 10; i++) await pub.publishAsync('cmd', `m${i}`, { qos: 1 })
+    await until('every message received', () => s.seen.get('cmd').size === 10)
+    await until('every copy settled', () => groupOf(b, 'dev')?.delivered === 10 && groupOf(b, 'dev').in_flight === 0)
+      .catch((e) => { throw new Error(`${e.message}: ${JSON.stringify(groupOf(b, 'dev'))}`) })
+    assert.deepEqual(faults.map((f) => f.code), [], 'no faults')
+    await Promise.all([s.client.endAsync(), pub.endAsync()])
+  }, undefined, undefined, { persistence })
+})
+
+test('a persistent session\'s SUBSCRIBE (QoS 0 now) authorized after its connection was lost, as the next connection restores its subscription (QoS 1): the late one does not set the group\'s QoS', async () => {
+  const held = []
+  let hold = false
+  const authorizeSubscribe = (client, sub, done) => (hold && client.connackSent ? held.push(() => done(null, sub)) : done(null, sub))
+  await withBroker(async (b, faults) => {
+    const s = await subscriber(b.mqttPort, 'dev', false, ['cmd']).open()
+    s.client.on('error', () => {})
+    hold = true
+    s.client.subscribe('cmd', { qos: 0 }) // again, at QoS 0: its authorization waits
+    await until('the authorization held', () => held.length === 1)
+    hold = false
+    s.client.end(true)
+    await until('offline', () => b.broker.clients.dev === undefined)
+    b.broker.once('client', () => held.pop()()) // answered once the next connection has its subscription restored
+    await s.open(false)
+    await sleep(100)
+    // aedes stores the late SUBSCRIBE (QoS 0) though it drops it for the lost connection, and keeps
+    // the restored one (QoS 1) live: it stores no copy for the session, and the live copy finds none
+    // to number ('no such packet': aedes drops the connection). Nothing reaches the subscriber.
+    assert.equal(b.broker.clients.dev.subscriptions.cmd.qos, 1, 'aedes restored QoS 1')
+    const closed = new Promise((resolve) => s.client.once('close', resolve))
+    const pub = await connect(b.mqttPort, { clientId: 'pub' })
+    for (let i = 0; i < 3; i++) await pub.publishAsync('cmd', `m${i}`, { qos: 1 })
+    await closed
+    await until('every message settled', () => groupOf(b, 'dev')?.dropped + groupOf(b, 'dev')?.delivered === 3)
+    assert.equal(s.seen.get('cmd').size, 0, 'aedes sent nothing')
+    assert.deepEqual([groupOf(b, 'dev').delivered, groupOf(b, 'dev').dropped, groupOf(b, 'dev').lag], [0, 3, 0], 'dropped: no copy was sent')
+    assert.deepEqual(faults.map((f) => f.code), [], 'no faults')
+    s.client.end(true)
+    await pub.endAsync()
+  }, undefined, undefined, { authorizeSubscribe })
+})
+
+test('a persistent session taken over while a durable persistence stores its SUBSCRIBE: the next connection does not restore it, aedes queues for it all the same, and what a later connection acknowledges counts', async () => {
+  const persistence = require('aedes-persistence')()
+  const add = persistence.addSubscriptions.bind(persistence)
+  let stored
+  persistence.addSubscriptions = (client, subs, done) => (subs.some((sub) => sub.topic === 'z') && stored === undefined ? (stored = () => add(client, subs, done)) : add(client, subs, done))
+  await withBroker(async (b, faults) => {
+    const first = await subscriber(b.mqttPort, 'dev', false, ['keep']).open()
+    first.client.on('error', () => {})
+    first.client.subscribe('z', { qos: 1 }) // stored late
+    await until('the persistence to be storing it', () => stored !== undefined)
+    const ready = new Promise((resolve) => b.broker.once('clientReady', resolve))
+    const second = await subscriber(b.mqttPort, 'dev', false, ['keep', 'z']).open(false) // takes over: 'keep' restored, not 'z'
+    await ready
+    stored()
+    await sleep(50)
+    assert.equal(b.broker.clients.dev.subscriptions.z, undefined, 'aedes holds z in the persistence only')
+    const pub = await connect(b.mqttPort, { clientId: 'pub' })
+    for (let i = 0; i < 5; i++) await pub.publishAsync('z', `m${i}`, { qos: 1 }) // queued for the session
+    await second.client.endAsync()
+    first.client.end(true)
+    await until('offline', () => b.broker.clients.dev === undefined)
+    await second.open(false) // z restored now: the queue replayed
+    await until('the queued copies received', () => second.seen.get('z').size === 5)
+    await until('every copy settled', () => groupOf(b, 'dev', 'z')?.delivered === 5 && groupOf(b, 'dev', 'z').in_flight === 0)
+      .catch((e) => { throw new Error(`${e.message}: ${JSON.stringify(groupOf(b, 'dev', 'z'))}`) })
+    assert.deepEqual(faults.map((f) => f.code), [], 'no faults')
+    await Promise.all([second.client.endAsync(), pub.endAsync()])
+  }, undefined, undefined, { persistence })
+})
