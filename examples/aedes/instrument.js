@@ -21,7 +21,7 @@ function instrument(broker, surface, { window: WINDOW = 65536, idle: IDLE = 5 * 
   const GROUP = { from: 'latest', max_in_flight: 65535, settle_window: WINDOW } // MQTT: ≤ 65,535 packet ids per client
   const topics = new Map() // MQTT topic → { name, handle, counters, base, groups: client id → group state, dark, routing }
   const owned = new Map() // client id → the topics it has a group on
-  const exactly = new Map() // persistent client id → packet id → [group, seq] of its QoS 2 copy, until its PUBREC (≤ 65,535 per client)
+  const unacked = new Map() // persistent client id → packet id → [group, seq] of its QoS 1 or 2 copy, until its PUBACK or PUBREC (≤ 65,535 per client)
   // Another node's wills published here (aedes' checkAndPublish): their copies are this node's to
   // count. Per topic (t.wills: aedes counter → that node's id) until every group has settled them.
   const willing = new Set() // the topics that keep some
@@ -128,7 +128,7 @@ function instrument(broker, surface, { window: WINDOW = 65536, idle: IDLE = 5 * 
   broker.persistence.storeRetained = (packet, done) => retain(packet, (err) => (err && failed(packet), done(err)))
   const failed = (packet) => { // a durable store failed as aedes took the message: aedes routes it to no one
     const t = !surface.closed && ours(packet) ? topics.get(packet.topic) : undefined, seq = t && seqOf(t, packet.brokerCounter)
-    if (seq !== undefined) for (const m of t.groups.values()) if (seq > m.lost && !m.g.isInFlight(0, seq) && !m.g.isSettled(0, seq)) drop(m, seq)
+    if (seq !== undefined) for (const m of t.groups.values()) if (m.owed?.delete(seq)) acked(m, seq, 'dropped'); else if (seq > m.lost && !m.g.isInFlight(0, seq) && !m.g.isSettled(0, seq)) drop(m, seq)
   }
   const update = broker.persistence.outgoingUpdate.bind(broker.persistence)
   broker.persistence.outgoingUpdate = function (client, packet, done) { // a persistent session's copy numbered before it is sent
@@ -137,7 +137,7 @@ function instrument(broker, surface, { window: WINDOW = 65536, idle: IDLE = 5 * 
     if (client[STATE] !== undefined) numbered(client[STATE], packet) // a clean session's: the queue of the one it discards, each in the order read
     return update(client, packet, (err, c, p) => {
       // 'no such packet': aedes lost the copy (it cleared another's by mistake), never sent
-      if (!surface.closed && p?.cmd === 'publish') err ? err.message === 'no such packet' && settleStored(client, p, 'dropped') : p.qos === 2 && awaitPubrec(client, p) // another error (a durable store's): the copy stays stored, replayed
+      if (!surface.closed && p?.cmd === 'publish') err ? err.message === 'no such packet' && settleStored(client, p, 'dropped') : p.qos !== 0 && note(client, p) // another error (a durable store's): the copy stays stored, replayed
       done(err, c, p)
     })
   }
@@ -166,8 +166,8 @@ function instrument(broker, surface, { window: WINDOW = 65536, idle: IDLE = 5 * 
     const m = groupOf(client, packet)
     const seq = m && seqOf(m.t, packet.brokerCounter)
     if (m === undefined || seq === undefined || seq <= m.lost || room(m, seq)) return // not ours, from before the subscription, or given up
-    const again = packet.messageId || m.last === seq || seq <= m.cut // perhaps sent before: a persistent session's queue, or a taken-over connection's twin; or dropped at an UNSUBSCRIBE
-    if (again && m.g.isInFlight(0, seq)) m.g.redeliver(0, seq), id !== 0 && s.sent.push(-id, m, seq)
+    const again = !m.clean || packet.messageId || m.last === seq || seq <= m.cut // perhaps sent before: a persistent session's (its queue replayed, a live twin of a copy stored before it), a taken-over connection's twin; or dropped at an UNSUBSCRIBE
+    if (again && m.g.isInFlight(0, seq)) m.owed?.delete(seq) || m.g.redeliver(0, seq), id !== 0 && s.sent.push(-id, m, seq) // owed: counted in flight at an UNSUBSCRIBE, sent now
     else if (m.ending || (again && m.g.isSettled(0, seq))) return // settled already (a QoS 0 copy aedes kept queued, a twin's; or, its subscription ending, a wildcard's copy): counted once
     else if (zero || m.qos === 0) m.g.settle(0, seq, 'delivered') // sent at QoS 0 (aedes sends at most at the subscription's QoS): no acknowledgement will come
     else m.g.send(0, seq), id !== 0 && s.sent.push(-id, m, seq) // −id: never equal to a seq
@@ -208,7 +208,7 @@ function instrument(broker, surface, { window: WINDOW = 65536, idle: IDLE = 5 * 
     if (surface.closed) return clear(client, packet, done)
     if (packet.cmd === 'publish') refused(client, packet, !client.clean && packet.messageId !== undefined) // a persistent session's copy aedes stored and then did not send (its duplicate check, or authorizeForward; numbered: as its queue is replayed)
     const s = packet.cmd === 'puback' || packet.cmd === 'pubcomp' ? client[STATE] : undefined // a clean session's: aedes keeps no packet for it
-    if (s === undefined) return clear(client, packet, packet.cmd === 'puback' ? (err, copy) => (copy?.cmd === 'publish' && !surface.closed && settleStored(client, copy, 'delivered'), done(err, copy)) : done) // a persistent session's: aedes hands back the stored copy
+    if (s === undefined) return packet.cmd === 'puback' && received(client, packet.messageId), clear(client, packet, done) // a persistent session's: its note (the store may answer late)
     const at = s.sent.indexOf(-packet.messageId, s.head) // acks come in order: at the head
     if (at >= 0) {
       const m = s.sent[at + 1], seq = s.sent[at + 2]
@@ -217,15 +217,15 @@ function instrument(broker, surface, { window: WINDOW = 65536, idle: IDLE = 5 * 
     }
     return clear(client, packet, done)
   }
-  // A persistent session's QoS 2 copy is settled at its PUBREC (the subscriber has it), found by
-  // packet id in the glue's own map: aedes' in-memory store keeps no usable record after it (it
-  // relabels a stored PUBREL with the next one's id when two await their PUBCOMP).
-  const awaitPubrec = (client, packet) => { // a QoS 2 copy of a persistent session numbered: its group and seq, until its PUBREC
+  // A persistent session's copy is settled at its PUBACK, or a QoS 2 one at its PUBREC (the subscriber has it), found by
+  // packet id in the glue's own map: a durable store answers the PUBACK late (a twin may be routed meanwhile), and aedes'
+  // in-memory store keeps no usable record after a PUBREC (it relabels a stored PUBREL with the next one's id).
+  const note = (client, packet) => { // a persistent session's QoS 1 or 2 copy numbered: its group and seq, until acknowledged
     const m = groupOf(client, packet), seq = m && seqOf(m.t, packet.brokerCounter)
-    if (seq > m?.lost) (exactly.get(client.id) ?? exactly.set(client.id, new Map()).get(client.id)).set(packet.messageId, [m, seq])
+    if (seq > m?.lost) (unacked.get(client.id) ?? unacked.set(client.id, new Map()).get(client.id)).set(packet.messageId, [m, seq])
   }
   const received = (client, id) => {
-    const ids = exactly.get(client.id), copy = ids?.get(id)
+    const ids = unacked.get(client.id), copy = ids?.get(id)
     if (copy === undefined) return
     ids.delete(id)
     const [m, seq] = copy
@@ -263,7 +263,7 @@ function instrument(broker, surface, { window: WINDOW = 65536, idle: IDLE = 5 * 
   const group = (t, client) => {
     const g = limited(() => t.handle.group(client.id, GROUP))
     if (g === undefined) return undefined
-    const m = { g, t, id: client.id, clean: client.clean, lost: g.floor(0), check: 0, qos: 0, client, last: 0, cut: 0, offline: false, ending: false, unsubscribing: false, storing: false, discarded: false }
+    const m = { g, t, id: client.id, clean: client.clean, lost: g.floor(0), check: 0, qos: 0, client, last: 0, cut: 0, offline: false, ending: false, unsubscribing: false, storing: false, discarded: false, owed: undefined }
     t.groups.set(client.id, m), idle.delete(t.name), m.clean || t.persistent++
     ;(owned.get(client.id) ?? owned.set(client.id, new Set()).get(client.id)).add(t.name)
     return m
@@ -299,7 +299,7 @@ function instrument(broker, surface, { window: WINDOW = 65536, idle: IDLE = 5 * 
     t.groups.delete(m.id), t.dark.delete(m), (m.lost = Infinity), (m.ending = false), m.clean || t.persistent--
     if (t.groups.size === 0) idle.add(t.name), (t.used = tick), (t.base += t.counters.length), (t.counters.length = 0), sweep(t) // nothing of it to keep
     else if (t.wills !== undefined) sweep(t) // it may have owed a will last
-    if (owned.get(m.id)?.delete(t.name) && owned.get(m.id).size === 0) owned.delete(m.id), exactly.delete(m.id)
+    if (owned.get(m.id)?.delete(t.name) && owned.get(m.id).size === 0) owned.delete(m.id), unacked.delete(m.id)
   }
   // An unsubscription: the copies in flight may still be acknowledged (MQTT 3.1.1 §3.10.4), the group leaves after them.
   const unsubscribe = (m) => {
@@ -308,13 +308,16 @@ function instrument(broker, surface, { window: WINDOW = 65536, idle: IDLE = 5 * 
     m.unsubscribing = false, (m.cut = last) // what waits in aedes' queue still may reach a subscription taken again: settled already
     const left = limited(() => {
       if (room(m, last)) return true
-      for (let seq = Math.max(m.g.floor(0), m.lost) + 1; seq <= last; seq++) if (!m.g.isInFlight(0, seq) && !m.g.isSettled(0, seq)) m.g.settle(0, seq, 'dropped')
+      for (let seq = Math.max(m.g.floor(0), m.lost) + 1; seq <= last; seq++) if (!m.g.isInFlight(0, seq) && !m.g.isSettled(0, seq)) queued(m, seq) ? (m.g.send(0, seq), (m.owed ??= new Set()).add(seq)) : m.g.settle(0, seq, 'dropped')
       return false
     })
     if (left === true) return
     if (m.g.inFlight() === 0) return leave(m)
     m.ending = true, dark(m, m.offline)
   }
+  // A persistent session's copy stored and not sent yet is sent all the same when the session is next back: owed (in
+  // flight). Stored for it as aedes routes the message now; or, offline, whatever routed() left it (the rest it dropped).
+  const queued = (m, seq) => !m.clean && (m.t.routing.has(seq) ? m.t.routing.get(seq).includes(m.id) : m.offline)
   const session = (client) => [...(owned.get(client.id) ?? [])].map((name) => topics.get(name).groups.get(client.id))
   broker.on('client', (client) => { if (client.clean) client[STATE] = { next: client._nextId, sent: [], head: 0, fresh: [], read: 0 } }) // a clean session's copies in flight
   const ended = (client, names) => surface.closed || names.forEach((name) => { const m = topics.get(name)?.groups.get(client.id); if (m !== undefined && !m.ending && (m.client === client || m.client.closed)) unsubscribe(m) }) // not a newer connection's
@@ -333,7 +336,7 @@ function instrument(broker, surface, { window: WINDOW = 65536, idle: IDLE = 5 * 
   const away = (client) => session(client).forEach((m) => { // a persistent session goes offline (unless a takeover has restored it already)
     if (m.client === client) m.discarded ? leave(m) : dark(m, true)
   })
-  return { pending: () => [...topics.values()].reduce((n, t) => n + t.counters.length, 0), sweep: () => topics.forEach(sweep), clients: () => owned.size, awaitingPubrec: () => [...exactly.values()].reduce((n, ids) => n + ids.size, 0), wills: () => [...willing].reduce((n, t) => n + t.wills.size, 0) }
+  return { pending: () => [...topics.values()].reduce((n, t) => n + t.counters.length, 0), sweep: () => topics.forEach(sweep), clients: () => owned.size, unacknowledged: () => [...unacked.values()].reduce((n, ids) => n + ids.size, 0), wills: () => [...willing].reduce((n, t) => n + t.wills.size, 0) }
 }
 
 module.exports = { instrument }

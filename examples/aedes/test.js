@@ -49,6 +49,15 @@ function slowQueue(b, ms = 50) {
   }
 }
 
+/** A slow listener of the bus holds aedes' 100 routing slots (mqemitter's concurrency): what is published next waits in its queue until release(). */
+async function blockBus(b) {
+  const held = []
+  b.broker.mq.on('block', (packet, done) => held.push(done))
+  for (let i = 0; i < 100; i++) b.broker.publish({ topic: 'block', payload: Buffer.from('x'), qos: 0 }, () => {})
+  await until('the queue full', () => held.length === 100)
+  return () => held.splice(0).forEach((done) => done())
+}
+
 /** Another cluster node's will, as aedes' checkAndPublish publishes it here once that node went silent: its brokerId, no counter. */
 const otherNodesWill = (b, payload) => new Promise((resolve, reject) => b.broker.publish({ cmd: 'publish', topic: 'status', payload: Buffer.from(payload), qos: 1, retain: false, dup: false, brokerId: 'a-node-gone-silent', clientId: `device-${payload}` }, (err) => (err ? reject(err) : resolve())))
 /** That node's own message of 'status', while it was up: its brokerId, and a counter above any of this node's. */
@@ -365,7 +374,7 @@ test('QoS 2: a copy settles at its PUBREC in a persistent session, at its PUBCOM
     assert.deepEqual([g.delivered, g.dropped, g.retries, g.in_flight], [80, 0, 0, 0], `${id}: every message delivered once`)
   }
   assert.equal(fifo(b.broker.clients['sub-2c']).entries, 0, 'the clean session\'s FIFO is empty')
-  assert.equal(b.glue.awaitingPubrec(), 0, 'the glue forgets a persistent session\'s QoS 2 copy at its PUBREC')
+  assert.equal(b.glue.unacknowledged(), 0, 'the glue forgets a persistent session\'s QoS 2 copy at its PUBREC')
   for (const t of b.surface.stats('conservation').topics) for (const g of t.groups) assert.equal(g.residual, 0)
   b.glue.sweep()
   assert.equal(b.glue.pending(), 0)
@@ -1219,25 +1228,23 @@ test('a persistent session subscribing while a durable persistence stores the su
 })
 
 for (const clean of [true, false]) {
-  test(`UNSUBSCRIBE and SUBSCRIBE again while a message waits in aedes' queue (${clean ? 'clean' : 'persistent'} session): no faults, nothing owed; that message counts dropped`, () => withBroker(async (b, faults) => {
+  test(`UNSUBSCRIBE and SUBSCRIBE again while a message waits in aedes' queue (${clean ? 'clean' : 'persistent'} session): no faults, nothing owed; that message counts ${clean ? 'dropped' : 'delivered (aedes stored a copy for the session before routing it)'}`, () => withBroker(async (b, faults) => {
     const s = await subscriber(b.mqttPort, 'resub', clean, ['orders']).open()
     let first // its first PUBACK is held: a copy in flight at the UNSUBSCRIBE keeps the group
     const send = holdPubacks(s.client, (packet, sendPacket, done) => (first === undefined ? ((first = packet), done?.()) : sendPacket(packet, done)))
     const pub = await connect(b.mqttPort, { clientId: 'pub' })
     await pub.publishAsync('orders', 'before', { qos: 1 })
     await until('before in flight', () => groupOf(b, 'resub')?.in_flight === 1)
-    const held = [] // a slow listener of the bus holds aedes' 100 routing slots (mqemitter's concurrency)
-    b.broker.mq.on('block', (packet, done) => held.push(done))
-    for (let i = 0; i < 100; i++) b.broker.publish({ topic: 'block', payload: Buffer.from('x'), qos: 0 }, () => {})
-    await until('the queue full', () => held.length === 100)
+    const release = await blockBus(b)
     await pub.publishAsync('orders', 'waiting', { qos: 1 }) // appended; waits in the queue
-    await s.client.unsubscribeAsync('orders') // 'waiting' is dropped for the group here
+    await s.client.unsubscribeAsync('orders') // 'waiting' is dropped for a clean session's group here; a persistent one's is owed its stored copy
     await s.client.subscribeAsync('orders', { qos: 1 })
-    held.splice(0).forEach((done) => done()) // aedes routes 'waiting' to the subscription taken again
+    release() // aedes routes 'waiting' to the subscription taken again
     send(first)
     await pub.publishAsync('orders', 'after', { qos: 1 })
-    await until('every copy received and settled', () => ['before', 'waiting', 'after'].every((m) => s.seen.get('orders').has(m)) && groupOf(b, 'resub')?.in_flight === 0 && groupOf(b, 'resub').delivered === 2)
-    assert.deepEqual([groupOf(b, 'resub').dropped, groupOf(b, 'resub').lag], [1, 0], '\'waiting\' counted dropped, once; nothing owed')
+    await until('every copy received and settled', () => ['before', 'waiting', 'after'].every((m) => s.seen.get('orders').has(m)) && groupOf(b, 'resub')?.in_flight === 0 && groupOf(b, 'resub').delivered === (clean ? 2 : 3))
+      .catch((e) => { throw new Error(`${e.message}: ${JSON.stringify(groupOf(b, 'resub'))}`) })
+    assert.deepEqual([groupOf(b, 'resub').dropped, groupOf(b, 'resub').lag, groupOf(b, 'resub').retries], [clean ? 1 : 0, 0, 0], '\'waiting\' counted once; nothing owed, sent once')
     assert.deepEqual(faults.map((f) => f.code), [], 'no faults (its copy is not sent again over a settled seq)')
     await Promise.all([s.client.endAsync(), pub.endAsync()])
   }))
@@ -1763,5 +1770,130 @@ test('a persistent session taken over while a durable persistence stores its SUB
       .catch((e) => { throw new Error(`${e.message}: ${JSON.stringify(groupOf(b, 'dev', 'z'))}`) })
     assert.deepEqual(faults.map((f) => f.code), [], 'no faults')
     await Promise.all([second.client.endAsync(), pub.endAsync()])
+  }, undefined, undefined, { persistence })
+})
+
+for (const acknowledged of [true, false]) {
+  test(`a persistent session back while messages stored for it wait in aedes' queue: aedes replays the stored copies, then routes the messages live too (${acknowledged ? 'the replayed copies acknowledged: it sends nothing more' : 'the replayed copies in flight: it sends each again'}), counted once`, () => withBroker(async (b, faults) => {
+    const s = await subscriber(b.mqttPort, 'dev', false, ['orders']).open()
+    await s.client.endAsync()
+    await until('offline', () => b.broker.clients.dev === undefined)
+    const release = await blockBus(b)
+    const pub = await connect(b.mqttPort, { clientId: 'pub' })
+    for (let i = 0; i < 2; i++) await pub.publishAsync('orders', `m${i}`, { qos: 1 }) // stored for the session, then waits in the queue
+    let received = 0
+    const held = []
+    const back = mqtt.connect(`mqtt://127.0.0.1:${b.mqttPort}`, { clientId: 'dev', clean: false, reconnectPeriod: 0, protocolVersion: 4 })
+    back.on('error', () => {})
+    back.on('message', () => received++)
+    const send = acknowledged ? undefined : holdPubacks(back, (packet, _, done) => (held.push(packet), done?.()))
+    await until('the stored copies replayed', () => received === 2)
+    if (acknowledged) await until('the replayed copies settled', () => groupOf(b, 'dev')?.delivered === 2)
+    release()
+    if (!acknowledged) {
+      await until('the live copies sent again', () => received === 4)
+      held.splice(0).forEach((packet) => send(packet))
+    }
+    await until('every copy settled', () => groupOf(b, 'dev')?.delivered === 2 && groupOf(b, 'dev').in_flight === 0 && groupOf(b, 'dev').lag === 0)
+      .catch((e) => { throw new Error(`${e.message}: ${JSON.stringify(groupOf(b, 'dev'))}`) })
+    await sleep(100)
+    assert.deepEqual([groupOf(b, 'dev').delivered, groupOf(b, 'dev').dropped, groupOf(b, 'dev').retries], [2, 0, acknowledged ? 0 : 2], 'each counted once; each copy sent again is a retry')
+    assert.deepEqual(faults.map((f) => f.code), [], 'no faults')
+    back.end(true)
+    await pub.endAsync()
+  }))
+}
+
+test('a persistent session\'s PUBACK a durable persistence answers late, a live twin of that copy routed meanwhile (aedes finds no stored copy: it sends nothing): delivered, not dropped, no retry', async () => {
+  const persistence = require('aedes-persistence')()
+  const clear = persistence.outgoingClearMessageId.bind(persistence)
+  persistence.outgoingClearMessageId = (client, packet, done) => clear(client, packet, (...args) => setTimeout(() => done(...args), 200)) // cleared at once, answered late
+  await withBroker(async (b, faults) => {
+    const s = await subscriber(b.mqttPort, 'dev', false, ['orders']).open()
+    await s.client.endAsync()
+    await until('offline', () => b.broker.clients.dev === undefined)
+    const release = await blockBus(b)
+    const pub = await connect(b.mqttPort, { clientId: 'pub' })
+    await pub.publishAsync('orders', 'm0', { qos: 1 }) // stored for the session, then waits in the queue
+    await s.open(false)
+    s.client.on('error', () => {})
+    const acks = []
+    s.client.on('packetsend', (packet) => packet.cmd === 'puback' && acks.push(packet.messageId))
+    await until('the stored copy replayed and acknowledged', () => acks.length === 1)
+    await sleep(20)
+    release() // the live copy: its stored copy is gone, aedes sends nothing (and ends the connection)
+    await until('settled', () => groupOf(b, 'dev')?.delivered + groupOf(b, 'dev')?.dropped === 1 && groupOf(b, 'dev').in_flight === 0)
+    await sleep(300) // the persistence's answer
+    assert.equal(s.seen.get('orders').size, 1)
+    assert.deepEqual([groupOf(b, 'dev').delivered, groupOf(b, 'dev').dropped, groupOf(b, 'dev').retries], [1, 0, 0], 'delivered: the subscriber acknowledged it')
+    assert.deepEqual(faults.map((f) => f.code), [], 'no faults')
+    s.client.end(true)
+    await pub.endAsync()
+  }, undefined, undefined, { persistence })
+})
+
+for (const how of ['a durable persistence storing the message', 'the message waiting in aedes\' queue', 'offline, a durable persistence answering its UNSUBSCRIBE late']) {
+  test(`a persistent session unsubscribing while a copy is stored for it and not sent (${how}): aedes sends that copy when the session is next back, and it counts delivered`, async () => {
+    const persistence = require('aedes-persistence')()
+    const combi = persistence.outgoingEnqueueCombi.bind(persistence)
+    if (how.startsWith('a durable')) persistence.outgoingEnqueueCombi = (subs, packet, done) => (subs.length ? setTimeout(() => combi(subs, packet, done), 100) : combi(subs, packet, done))
+    const remove = persistence.removeSubscriptions.bind(persistence)
+    let answer
+    if (how.startsWith('offline')) persistence.removeSubscriptions = (client, names, done) => (answer = () => remove(client, names, done))
+    await withBroker(async (b, faults) => {
+      const s = await subscriber(b.mqttPort, 'dev', false, ['orders', 'other']).open()
+      s.client.on('error', () => {})
+      const pub = await connect(b.mqttPort, { clientId: 'pub' })
+      if (how.startsWith('offline')) {
+        s.client.unsubscribe('orders')
+        await until('the persistence to be removing the subscription', () => answer !== undefined)
+        s.client.end(true) // lost before the UNSUBACK
+        await until('offline', () => b.broker.clients.dev === undefined)
+        await pub.publishAsync('orders', 'm0', { qos: 1 }) // still subscribed in the persistence: queued for the session
+        answer()
+      } else {
+        const release = how.startsWith('the message') ? await blockBus(b) : () => {}
+        await pub.publishAsync('orders', 'm0', { qos: 1 })
+        await s.client.unsubscribeAsync('orders')
+        release()
+        await sleep(200) // routed to no one live; the copy stays stored
+        assert.equal(s.seen.get('orders').size, 0, 'not sent live')
+        await s.client.endAsync()
+        await until('offline', () => b.broker.clients.dev === undefined)
+      }
+      const back = mqtt.connect(`mqtt://127.0.0.1:${b.mqttPort}`, { clientId: 'dev', clean: false, reconnectPeriod: 0, protocolVersion: 4 })
+      let held
+      const send = holdPubacks(back, (packet, sendPacket, done) => (held === undefined ? ((held = packet), done?.()) : sendPacket(packet, done)))
+      await until('the stored copy sent', () => held !== undefined)
+      assert.deepEqual([groupOf(b, 'dev', 'orders')?.in_flight, groupOf(b, 'dev', 'orders')?.retries], [1, 0], 'in flight, sent once')
+      send(held)
+      await until('the stored copy settled', () => b.surface.stats('topics').topics.find((t) => t.topic === 'orders')?.delivered === 1)
+        .catch((e) => { throw new Error(`${e.message}: ${JSON.stringify(b.surface.stats('topics').topics.find((t) => t.topic === 'orders'))}`) })
+      await until('the group left', () => groupOf(b, 'dev', 'orders') === undefined)
+      const topic = b.surface.stats('topics').topics.find((t) => t.topic === 'orders')
+      assert.deepEqual([topic.delivered, topic.dropped], [1, 0], 'delivered, what the subscriber acknowledged')
+      assert.deepEqual(faults.map((f) => f.code), [], 'no faults')
+      await Promise.all([back.endAsync(), s.client.endAsync(), pub.endAsync()])
+    }, undefined, undefined, { persistence })
+  })
+}
+
+test('a persistent session unsubscribing while a durable persistence stores a message for it, which then fails: aedes routes it to no one, stores nothing, and it is dropped; the group leaves', async () => {
+  const persistence = require('aedes-persistence')()
+  persistence.outgoingEnqueueCombi = (subs, packet, done) => setTimeout(done, 100, subs.length ? new Error('store down') : null)
+  await withBroker(async (b, faults) => {
+    const s = await subscriber(b.mqttPort, 'dev', false, ['orders', 'other']).open()
+    const pub = await connect(b.mqttPort, { clientId: 'pub' })
+    pub.on('error', () => {})
+    pub.publish('orders', 'm0', { qos: 1 }) // aedes answers the publisher with an error (it ends the connection)
+    await until('appended', () => b.surface.stats('topics').topics.find((t) => t.topic === 'orders')?.produced === 1)
+    await s.client.unsubscribeAsync('orders')
+    await until('the group left', () => groupOf(b, 'dev', 'orders') === undefined)
+      .catch((e) => { throw new Error(`${e.message}: ${JSON.stringify(groupOf(b, 'dev', 'orders'))}`) })
+    const topic = b.surface.stats('topics').topics.find((t) => t.topic === 'orders')
+    assert.deepEqual([topic.delivered, topic.dropped, s.seen.get('orders').size], [0, 1, 0], 'dropped: never sent')
+    assert.deepEqual(faults.map((f) => f.code), [], 'no faults')
+    pub.end(true)
+    await s.client.endAsync()
   }, undefined, undefined, { persistence })
 })
