@@ -1897,3 +1897,21 @@ test('a persistent session unsubscribing while a durable persistence stores a me
     await s.client.endAsync()
   }, undefined, undefined, { persistence })
 })
+
+test('a packet aedes routed, published again from code onto another topic: as it is (aedes\' counter kept) it is not counted; a copy without brokerId and brokerCounter is counted as a new message', async () => {
+  for (const renumbered of [false, true]) {
+    await withBroker(async (b, faults) => {
+      b.broker.subscribe('in', (packet, cb) => { b.broker.publish(renumbered ? { ...packet, topic: 'mirror', brokerId: undefined, brokerCounter: undefined } : { ...packet, topic: 'mirror' }, () => {}); cb() }, () => {})
+      const s = await subscriber(b.mqttPort, 'sub', true, ['mirror']).open()
+      const pub = await connect(b.mqttPort, { clientId: 'pub' })
+      for (let i = 0; i < 3; i++) await pub.publishAsync('in', `m${i}`, { qos: 1 })
+      await until('the mirrored messages received', () => s.seen.get('mirror').size === 3)
+      const mirror = () => b.surface.stats('topics').topics.find((t) => t.topic === 'mirror')
+      if (renumbered) await until('settled', () => mirror().delivered === 3)
+      await sleep(50)
+      assert.deepEqual([mirror().produced, mirror().delivered, groupOf(b, 'sub').lag], renumbered ? [3, 3, 0] : [0, 0, 0])
+      assert.deepEqual(faults.map((f) => f.code), [], 'no faults')
+      await Promise.all([s.client.endAsync(), pub.endAsync()])
+    })
+  }
+})
