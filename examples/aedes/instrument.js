@@ -7,6 +7,8 @@
 const { finished, pipeline, Transform } = require('node:stream')
 const STATE = Symbol.for('mq-metrics') // on aedes' client objects of clean sessions
 const ZERO = Symbol('mq-metrics QoS 0') // on every client: the packet its deliver0 sends now (no packet id)
+const CLEARING = Symbol('mq-metrics PUBACKs') // on a persistent session's client: PUBACKs the persistence is answering
+const GONE = Symbol('mq-metrics gone') // and the copies aedes found gone meanwhile ('no such packet')
 const NAME_MAX = 1024 // the library's longest name; longer MQTT topics and client ids are not counted
 
 // window: seqs a group tracks above its floor (2 bits each: 16 KiB per group by default). A copy
@@ -21,7 +23,7 @@ function instrument(broker, surface, { window: WINDOW = 65536, idle: IDLE = 5 * 
   const GROUP = { from: 'latest', max_in_flight: 65535, settle_window: WINDOW } // MQTT: ≤ 65,535 packet ids per client
   const topics = new Map() // MQTT topic → { name, handle, counters, base, groups: client id → group state, dark, routing }
   const owned = new Map() // client id → the topics it has a group on
-  const unacked = new Map() // persistent client id → packet id → [group, seq] of its QoS 1 or 2 copy, until its PUBACK or PUBREC (≤ 65,535 per client)
+  const exactly = new Map() // persistent client id → packet id → [group, seq] of its QoS 2 copy, until its PUBREC (≤ 65,535 per client)
   // Another node's wills published here (aedes' checkAndPublish): their copies are this node's to
   // count. Per topic (t.wills: aedes counter → that node's id) until every group has settled them.
   const willing = new Set() // the topics that keep some
@@ -137,7 +139,7 @@ function instrument(broker, surface, { window: WINDOW = 65536, idle: IDLE = 5 * 
     if (client[STATE] !== undefined) numbered(client[STATE], packet) // a clean session's: the queue of the one it discards, each in the order read
     return update(client, packet, (err, c, p) => {
       // 'no such packet': aedes lost the copy (it cleared another's by mistake), never sent
-      if (!surface.closed && p?.cmd === 'publish') err ? err.message === 'no such packet' && settleStored(client, p, 'dropped') : p.qos !== 0 && note(client, p) // another error (a durable store's): the copy stays stored, replayed
+      if (!surface.closed && p?.cmd === 'publish') err ? err.message === 'no such packet' ? lost(client, p) : twin(client, p, false) : (twin(client, p, true), p.qos === 2 && awaitPubrec(client, p)) // another error (a durable store's): the copy stays stored, replayed
       done(err, c, p)
     })
   }
@@ -167,7 +169,7 @@ function instrument(broker, surface, { window: WINDOW = 65536, idle: IDLE = 5 * 
     const seq = m && seqOf(m.t, packet.brokerCounter)
     if (m === undefined || seq === undefined || seq <= m.lost || room(m, seq)) return // not ours, from before the subscription, or given up
     const again = !m.clean || packet.messageId || m.last === seq || seq <= m.cut // perhaps sent before: a persistent session's (its queue replayed, a live twin of a copy stored before it), a taken-over connection's twin; or dropped at an UNSUBSCRIBE
-    if (again && m.g.isInFlight(0, seq)) m.owed?.delete(seq) || m.g.redeliver(0, seq), id !== 0 && s.sent.push(-id, m, seq) // owed: counted in flight at an UNSUBSCRIBE, sent now
+    if (again && m.g.isInFlight(0, seq)) m.owed?.delete(seq) || (s === undefined && !packet.messageId && !packet.retain && !zero ? (m.twins ??= new Set()).add(seq) : m.g.redeliver(0, seq)), id !== 0 && s.sent.push(-id, m, seq) // owed: in flight since an UNSUBSCRIBE, sent now; a live twin: see twin()
     else if (m.ending || (again && m.g.isSettled(0, seq))) return // settled already (a QoS 0 copy aedes kept queued, a twin's; or, its subscription ending, a wildcard's copy): counted once
     else if (zero || m.qos === 0) m.g.settle(0, seq, 'delivered') // sent at QoS 0 (aedes sends at most at the subscription's QoS): no acknowledgement will come
     else m.g.send(0, seq), id !== 0 && s.sent.push(-id, m, seq) // −id: never equal to a seq
@@ -208,7 +210,8 @@ function instrument(broker, surface, { window: WINDOW = 65536, idle: IDLE = 5 * 
     if (surface.closed) return clear(client, packet, done)
     if (packet.cmd === 'publish') refused(client, packet, !client.clean && packet.messageId !== undefined) // a persistent session's copy aedes stored and then did not send (its duplicate check, or authorizeForward; numbered: as its queue is replayed)
     const s = packet.cmd === 'puback' || packet.cmd === 'pubcomp' ? client[STATE] : undefined // a clean session's: aedes keeps no packet for it
-    if (s === undefined) return packet.cmd === 'puback' && received(client, packet.messageId), clear(client, packet, done) // a persistent session's: its note (the store may answer late)
+    if (s === undefined && packet.cmd !== 'puback') return clear(client, packet, done)
+    if (s === undefined) return (client[CLEARING] = (client[CLEARING] ?? 0) + 1), clear(client, packet, (err, copy) => (surface.closed || cleared(client, copy), done(err, copy))) // a persistent session's: aedes hands back the stored copy
     const at = s.sent.indexOf(-packet.messageId, s.head) // acks come in order: at the head
     if (at >= 0) {
       const m = s.sent[at + 1], seq = s.sent[at + 2]
@@ -217,15 +220,24 @@ function instrument(broker, surface, { window: WINDOW = 65536, idle: IDLE = 5 * 
     }
     return clear(client, packet, done)
   }
-  // A persistent session's copy is settled at its PUBACK, or a QoS 2 one at its PUBREC (the subscriber has it), found by
-  // packet id in the glue's own map: a durable store answers the PUBACK late (a twin may be routed meanwhile), and aedes'
-  // in-memory store keeps no usable record after a PUBREC (it relabels a stored PUBREL with the next one's id).
-  const note = (client, packet) => { // a persistent session's QoS 1 or 2 copy numbered: its group and seq, until acknowledged
+  const cleared = (client, copy) => { // a persistent session's PUBACK answered: its copy settled, then the copies aedes found gone meanwhile
+    if (copy?.cmd === 'publish') settleStored(client, copy, 'delivered')
+    if (--client[CLEARING] === 0 && client[GONE] !== undefined) for (const p of client[GONE].splice(0)) settleStored(client, p, 'dropped')
+  }
+  // 'no such packet': aedes lost the copy (it cleared another's by mistake), never sent; or a PUBACK it has taken for it
+  // (a live twin of a replayed copy) is still being answered by a durable store: settled after that answer, if not by it.
+  const lost = (client, p) => (twin(client, p, false), client[CLEARING] ? (client[GONE] ??= []).push(p) : settleStored(client, p, 'dropped'))
+  // A persistent session's copy in flight routed again (a live twin of a replayed copy) is sent again only if aedes finds it stored.
+  const twin = (client, p, sent) => { const m = groupOf(client, p), seq = m?.twins?.size && seqOf(m.t, p.brokerCounter); if (seq && m.twins.delete(seq) && sent && m.g.isInFlight(0, seq)) m.g.redeliver(0, seq) }
+  // A persistent session's QoS 2 copy is settled at its PUBREC (the subscriber has it), found by
+  // packet id in the glue's own map: aedes' in-memory store keeps no usable record after it (it
+  // relabels a stored PUBREL with the next one's id when two await their PUBCOMP).
+  const awaitPubrec = (client, packet) => { // a QoS 2 copy of a persistent session numbered: its group and seq, until its PUBREC
     const m = groupOf(client, packet), seq = m && seqOf(m.t, packet.brokerCounter)
-    if (seq > m?.lost) (unacked.get(client.id) ?? unacked.set(client.id, new Map()).get(client.id)).set(packet.messageId, [m, seq])
+    if (seq > m?.lost) (exactly.get(client.id) ?? exactly.set(client.id, new Map()).get(client.id)).set(packet.messageId, [m, seq])
   }
   const received = (client, id) => {
-    const ids = unacked.get(client.id), copy = ids?.get(id)
+    const ids = exactly.get(client.id), copy = ids?.get(id)
     if (copy === undefined) return
     ids.delete(id)
     const [m, seq] = copy
@@ -256,19 +268,20 @@ function instrument(broker, surface, { window: WINDOW = 65536, idle: IDLE = 5 * 
       m ??= t !== undefined ? group(t, client) : undefined
       const stores = !client.clean && client.connackSent // a persistent session's SUBSCRIBE (not a restore): the persistence stores it first
       const held = stores && t !== undefined ? client.subscriptions[ok.topic] : undefined // aedes routes by the subscription it holds until then (ok: null, refused)
-      if (m !== undefined && (client === m.client || !client.closed || m.client.closed)) (m.qos = held?.qos ?? ok.qos), (m.client = client), (m.ending = m.unsubscribing = m.discarded = false), (m.storing = stores && held === undefined), dark(m, client.closed) // (subscribed again: only the QoS may change; or restored), not from a lost connection over a live one's
+      if (m !== undefined && (client === m.client || !client.closed || m.client.closed)) m.clean && !client.clean && ((m.clean = false), t.persistent++), (m.qos = held?.qos ?? ok.qos), (m.client = client), (m.ending = m.unsubscribing = m.discarded = false), (m.storing = stores && held === undefined), dark(m, client.closed) // (subscribed again: only the QoS may change; or restored), not from a lost connection over a live one's
       done(err, ok)
     })
   }
   const group = (t, client) => {
     const g = limited(() => t.handle.group(client.id, GROUP))
     if (g === undefined) return undefined
-    const m = { g, t, id: client.id, clean: client.clean, lost: g.floor(0), check: 0, qos: 0, client, last: 0, cut: 0, offline: false, ending: false, unsubscribing: false, storing: false, discarded: false, owed: undefined }
+    const m = { g, t, id: client.id, clean: client.clean, lost: g.floor(0), check: 0, qos: 0, client, last: 0, cut: 0, offline: false, offlineAt: 0, ending: false, unsubscribing: false, storing: false, discarded: false, owed: undefined, twins: undefined }
     t.groups.set(client.id, m), idle.delete(t.name), m.clean || t.persistent++
     ;(owned.get(client.id) ?? owned.set(client.id, new Set()).get(client.id)).add(t.name)
     return m
   }
   const dark = (m, offline) => { // a group that is sent nothing now: offline, its subscription ending, or not yet stored
+    if (offline && !m.offline) m.offlineAt = m.t.handle.lastSeq(0) // what came before was routed while it was online
     m.offline = offline
     if (offline || m.ending || m.storing) m.t.dark.add(m); else m.t.dark.delete(m)
   }
@@ -299,7 +312,7 @@ function instrument(broker, surface, { window: WINDOW = 65536, idle: IDLE = 5 * 
     t.groups.delete(m.id), t.dark.delete(m), (m.lost = Infinity), (m.ending = false), m.clean || t.persistent--
     if (t.groups.size === 0) idle.add(t.name), (t.used = tick), (t.base += t.counters.length), (t.counters.length = 0), sweep(t) // nothing of it to keep
     else if (t.wills !== undefined) sweep(t) // it may have owed a will last
-    if (owned.get(m.id)?.delete(t.name) && owned.get(m.id).size === 0) owned.delete(m.id), unacked.delete(m.id)
+    if (owned.get(m.id)?.delete(t.name) && owned.get(m.id).size === 0) owned.delete(m.id), exactly.delete(m.id)
   }
   // An unsubscription: the copies in flight may still be acknowledged (MQTT 3.1.1 §3.10.4), the group leaves after them.
   const unsubscribe = (m) => {
@@ -316,8 +329,8 @@ function instrument(broker, surface, { window: WINDOW = 65536, idle: IDLE = 5 * 
     m.ending = true, dark(m, m.offline)
   }
   // A persistent session's copy stored and not sent yet is sent all the same when the session is next back: owed (in
-  // flight). Stored for it as aedes routes the message now; or, offline, whatever routed() left it (the rest it dropped).
-  const queued = (m, seq) => !m.clean && (m.t.routing.has(seq) ? m.t.routing.get(seq).includes(m.id) : m.offline)
+  // flight). Stored for it as aedes routes the message now; or, offline, what routed() left it since it went (the rest it dropped).
+  const queued = (m, seq) => !m.clean && (m.t.routing.has(seq) ? m.t.routing.get(seq).includes(m.id) : m.offline && seq > m.offlineAt)
   const session = (client) => [...(owned.get(client.id) ?? [])].map((name) => topics.get(name).groups.get(client.id))
   broker.on('client', (client) => { if (client.clean) client[STATE] = { next: client._nextId, sent: [], head: 0, fresh: [], read: 0 } }) // a clean session's copies in flight
   const ended = (client, names) => surface.closed || names.forEach((name) => { const m = topics.get(name)?.groups.get(client.id); if (m !== undefined && !m.ending && (m.client === client || m.client.closed)) unsubscribe(m) }) // not a newer connection's
@@ -336,7 +349,7 @@ function instrument(broker, surface, { window: WINDOW = 65536, idle: IDLE = 5 * 
   const away = (client) => session(client).forEach((m) => { // a persistent session goes offline (unless a takeover has restored it already)
     if (m.client === client) m.discarded ? leave(m) : dark(m, true)
   })
-  return { pending: () => [...topics.values()].reduce((n, t) => n + t.counters.length, 0), sweep: () => topics.forEach(sweep), clients: () => owned.size, unacknowledged: () => [...unacked.values()].reduce((n, ids) => n + ids.size, 0), wills: () => [...willing].reduce((n, t) => n + t.wills.size, 0) }
+  return { pending: () => [...topics.values()].reduce((n, t) => n + t.counters.length, 0), sweep: () => topics.forEach(sweep), clients: () => owned.size, awaitingPubrec: () => [...exactly.values()].reduce((n, ids) => n + ids.size, 0), wills: () => [...willing].reduce((n, t) => n + t.wills.size, 0) }
 }
 
 module.exports = { instrument }

@@ -58,6 +58,12 @@ async function blockBus(b) {
   return () => held.splice(0).forEach((done) => done())
 }
 
+/** aedes numbers a connection's copies from a random packet id: client `id`'s next connections start at `next`. */
+function firstPacketId(b, id, next) {
+  const preConnect = b.broker.preConnect
+  b.broker.preConnect = function (client, packet, done) { if (packet.clientId === id) client._nextId = next; return preConnect.call(this, client, packet, done) }
+}
+
 /** Another cluster node's will, as aedes' checkAndPublish publishes it here once that node went silent: its brokerId, no counter. */
 const otherNodesWill = (b, payload) => new Promise((resolve, reject) => b.broker.publish({ cmd: 'publish', topic: 'status', payload: Buffer.from(payload), qos: 1, retain: false, dup: false, brokerId: 'a-node-gone-silent', clientId: `device-${payload}` }, (err) => (err ? reject(err) : resolve())))
 /** That node's own message of 'status', while it was up: its brokerId, and a counter above any of this node's. */
@@ -374,7 +380,7 @@ test('QoS 2: a copy settles at its PUBREC in a persistent session, at its PUBCOM
     assert.deepEqual([g.delivered, g.dropped, g.retries, g.in_flight], [80, 0, 0, 0], `${id}: every message delivered once`)
   }
   assert.equal(fifo(b.broker.clients['sub-2c']).entries, 0, 'the clean session\'s FIFO is empty')
-  assert.equal(b.glue.unacknowledged(), 0, 'the glue forgets a persistent session\'s QoS 2 copy at its PUBREC')
+  assert.equal(b.glue.awaitingPubrec(), 0, 'the glue forgets a persistent session\'s QoS 2 copy at its PUBREC')
   for (const t of b.surface.stats('conservation').topics) for (const g of t.groups) assert.equal(g.residual, 0)
   b.glue.sweep()
   assert.equal(b.glue.pending(), 0)
@@ -1914,4 +1920,169 @@ test('a packet aedes routed, published again from code onto another topic: as it
       await Promise.all([s.client.endAsync(), pub.endAsync()])
     })
   }
+})
+
+test('a persistent session\'s next connection numbering a live copy with the packet id of a replayed one still unacknowledged (aedes starts each connection\'s ids at random): both PUBACKs count', () => withBroker(async (b, faults) => {
+  const s = await subscriber(b.mqttPort, 'dev', false, ['orders']).open()
+  const first = []
+  holdPubacks(s.client, (packet, _, done) => (first.push(packet), done?.())) // never acknowledged on this connection
+  const pub = await connect(b.mqttPort, { clientId: 'pub' })
+  await pub.publishAsync('orders', 'A', { qos: 1 })
+  await until('A received', () => first.length === 1)
+  s.client.stream.destroy()
+  await until('offline', () => b.broker.clients.dev === undefined)
+  firstPacketId(b, 'dev', first[0].messageId)
+  const back = mqtt.connect(`mqtt://127.0.0.1:${b.mqttPort}`, { clientId: 'dev', clean: false, reconnectPeriod: 0, protocolVersion: 4 })
+  back.on('error', () => {})
+  const ids = []
+  back.on('message', (topic, payload, packet) => ids.push(packet.messageId))
+  const held = []
+  const send = holdPubacks(back, (packet, _, done) => (held.push(packet), done?.()))
+  await until('A replayed', () => ids.length === 1)
+  await pub.publishAsync('orders', 'B', { qos: 1 })
+  await until('B received', () => ids.length === 2)
+  assert.equal(ids[0], ids[1], 'one packet id for both')
+  held.splice(0).forEach((packet) => send(packet))
+  await until('both settled', () => groupOf(b, 'dev').delivered === 2 && groupOf(b, 'dev').in_flight === 0)
+    .catch((e) => { throw new Error(`${e.message}: ${JSON.stringify(groupOf(b, 'dev'))}`) })
+  assert.deepEqual(faults.map((f) => f.code), [], 'no faults')
+  back.end(true)
+  await pub.endAsync()
+}))
+
+test('a persistent session\'s PUBREL replayed under the packet id of a live QoS 1 copy never acknowledged: that copy is not settled by it, and counts dropped when the session is discarded', () => withBroker(async (b, faults) => {
+  const s = await connect(b.mqttPort, { clientId: 'dev', clean: false })
+  await s.subscribeAsync('orders', { qos: 2 })
+  const sendPacket = s._sendPacket.bind(s)
+  let id
+  s._sendPacket = (packet, done, ...rest) => (packet.cmd === 'pubcomp' ? ((id = packet.messageId), done?.()) : sendPacket(packet, done, ...rest)) // its PUBCOMP never leaves
+  const pub = await connect(b.mqttPort, { clientId: 'pub' })
+  await pub.publishAsync('orders', 'Q', { qos: 2 })
+  await until('Q settled at its PUBREC', () => id !== undefined && groupOf(b, 'dev')?.delivered === 1)
+  s.stream.destroy()
+  await until('offline', () => b.broker.clients.dev === undefined)
+  firstPacketId(b, 'dev', id)
+  slowQueue(b, 300) // the stored PUBREL is replayed after the live copy below
+  const back = mqtt.connect(`mqtt://127.0.0.1:${b.mqttPort}`, { clientId: 'dev', clean: false, reconnectPeriod: 0, protocolVersion: 4 })
+  back.on('error', () => {})
+  let received = 0
+  back.on('message', () => received++)
+  holdPubacks(back, (packet, _, done) => done?.()) // never acknowledges
+  await new Promise((resolve) => back.once('connect', resolve))
+  await pub.publishAsync('orders', 'L', { qos: 1 })
+  await until('L received', () => received === 1)
+  await sleep(500) // the PUBREL replayed
+  back.end(true)
+  await until('offline', () => b.broker.clients.dev === undefined)
+  const clean = await connect(b.mqttPort, { clientId: 'dev', clean: true }) // discards the session
+  await until('the group left', () => groupOf(b, 'dev') === undefined)
+  const topic = b.surface.stats('topics').topics.find((t) => t.topic === 'orders')
+  assert.deepEqual([topic.delivered, topic.dropped], [1, 1], 'Q delivered, L dropped')
+  assert.deepEqual(faults.map((f) => f.code), [], 'no faults')
+  await Promise.all([clean.endAsync(), pub.endAsync()])
+}))
+
+test('a persistent session\'s copy in flight routed again live while a durable persistence numbers it late, its PUBACK clearing the stored copy meanwhile (aedes then sends nothing): no retry counted', async () => {
+  const persistence = require('aedes-persistence')()
+  const update = persistence.outgoingUpdate.bind(persistence)
+  let slow = false
+  persistence.outgoingUpdate = (client, packet, done) => (slow ? setTimeout(() => update(client, packet, done), 200) : update(client, packet, done))
+  await withBroker(async (b, faults) => {
+    const s = await subscriber(b.mqttPort, 'dev', false, ['orders']).open()
+    await s.client.endAsync()
+    await until('offline', () => b.broker.clients.dev === undefined)
+    const release = await blockBus(b)
+    const pub = await connect(b.mqttPort, { clientId: 'pub' })
+    await pub.publishAsync('orders', 'm0', { qos: 1 }) // stored for the session, then waits in the queue
+    const back = mqtt.connect(`mqtt://127.0.0.1:${b.mqttPort}`, { clientId: 'dev', clean: false, reconnectPeriod: 0, protocolVersion: 4 })
+    back.on('error', () => {})
+    let received = 0
+    back.on('message', () => received++)
+    const held = []
+    const send = holdPubacks(back, (packet, _, done) => (held.push(packet), done?.()))
+    await until('the stored copy replayed', () => received === 1 && held.length === 1)
+    slow = true
+    release() // the live twin
+    await sleep(20)
+    send(held[0]) // its stored copy cleared before aedes numbers the twin
+    await until('settled', () => groupOf(b, 'dev')?.delivered === 1 && groupOf(b, 'dev').in_flight === 0)
+    await sleep(400)
+    assert.equal(received, 1, 'sent once')
+    assert.deepEqual([groupOf(b, 'dev').delivered, groupOf(b, 'dev').dropped, groupOf(b, 'dev').retries], [1, 0, 0])
+    assert.deepEqual(faults.map((f) => f.code), [], 'no faults')
+    back.end(true)
+    await pub.endAsync()
+  }, undefined, undefined, { persistence })
+})
+
+test('a clean session\'s group taken by a persistent connection of the same client (its restored subscription authorized late): counted as a persistent session\'s from then on', async () => {
+  let hold
+  const authorizeSubscribe = (client, sub, done) => (hold && !client.clean && !client.connackSent ? hold(() => done(null, sub)) : done(null, sub))
+  await withBroker(async (b, faults) => {
+    const s = await subscriber(b.mqttPort, 'dev', false, ['orders']).open()
+    await s.client.endAsync()
+    await until('offline', () => b.broker.clients.dev === undefined)
+    let answer
+    hold = (go) => { answer = go; hold = undefined }
+    const persistent = mqtt.connect(`mqtt://127.0.0.1:${b.mqttPort}`, { clientId: 'dev', clean: false, reconnectPeriod: 0, protocolVersion: 4 })
+    persistent.on('error', () => {})
+    await until('its subscription being restored', () => answer !== undefined)
+    const clean = await connect(b.mqttPort, { clientId: 'dev', clean: true })
+    clean.on('error', () => {})
+    await clean.subscribeAsync('orders', { qos: 1 }) // a clean session's group
+    answer() // the persistent connection takes that group, and then the clean connection over
+    await new Promise((resolve) => persistent.once('connect', resolve))
+    await until('taken over', () => b.broker.clients.dev?.clean === false)
+    await persistent.subscribeAsync('orders', { qos: 1 })
+    await persistent.endAsync()
+    await until('offline', () => b.broker.clients.dev === undefined)
+    const release = await blockBus(b)
+    const pub = await connect(b.mqttPort, { clientId: 'pub' })
+    for (let i = 0; i < 2; i++) await pub.publishAsync('orders', `m${i}`, { qos: 1 }) // stored, then wait in the queue
+    const back = mqtt.connect(`mqtt://127.0.0.1:${b.mqttPort}`, { clientId: 'dev', clean: false, reconnectPeriod: 0, protocolVersion: 4 })
+    back.on('error', () => {})
+    let received = 0
+    back.on('message', () => received++)
+    const held = []
+    const send = holdPubacks(back, (packet, _, done) => (held.push(packet), done?.()))
+    await until('the stored copies replayed', () => received === 2)
+    release()
+    await until('the live copies sent again', () => received === 4)
+    held.splice(0).forEach((packet) => send(packet))
+    await until('settled', () => groupOf(b, 'dev')?.delivered === 2 && groupOf(b, 'dev').in_flight === 0)
+      .catch((e) => { throw new Error(`${e.message}: ${JSON.stringify(groupOf(b, 'dev'))}`) })
+    assert.equal(groupOf(b, 'dev').retries, 2, 'each sent again')
+    assert.deepEqual(faults.map((f) => f.code), [], 'no faults')
+    back.end(true)
+    clean.end(true)
+    await pub.endAsync()
+  }, undefined, undefined, { authorizeSubscribe })
+})
+
+test('a persistent session offline unsubscribing late (a durable persistence) while a QoS 0 message waited in aedes\' queue as it went: that message, never stored, is dropped and the group leaves', async () => {
+  const persistence = require('aedes-persistence')()
+  const remove = persistence.removeSubscriptions.bind(persistence)
+  let answer
+  persistence.removeSubscriptions = (client, names, done) => (answer = () => remove(client, names, done))
+  await withBroker(async (b, faults) => {
+    const s = await subscriber(b.mqttPort, 'dev', false, ['orders', 'other']).open()
+    s.client.on('error', () => {})
+    const pub = await connect(b.mqttPort, { clientId: 'pub' })
+    const release = await blockBus(b)
+    await pub.publishAsync('orders', 'z', { qos: 0 }) // appended; waits in the queue
+    await until('appended', () => b.surface.stats('topics').topics.find((t) => t.topic === 'orders')?.produced === 1)
+    s.client.unsubscribe('orders')
+    await until('the persistence removing the subscription', () => answer !== undefined)
+    s.client.end(true) // lost before the UNSUBACK
+    await until('offline', () => b.broker.clients.dev === undefined)
+    release()
+    await sleep(100) // 'z' routed to no one
+    answer()
+    await until('the group left', () => groupOf(b, 'dev', 'orders') === undefined)
+      .catch((e) => { throw new Error(`${e.message}: ${JSON.stringify(groupOf(b, 'dev', 'orders'))}`) })
+    const topic = b.surface.stats('topics').topics.find((t) => t.topic === 'orders')
+    assert.deepEqual([topic.delivered, topic.dropped], [0, 1])
+    assert.deepEqual(faults.map((f) => f.code), [], 'no faults')
+    await pub.endAsync()
+  }, undefined, undefined, { persistence })
 })
