@@ -7,8 +7,6 @@
 const { finished, pipeline, Transform } = require('node:stream')
 const STATE = Symbol.for('mq-metrics') // on aedes' client objects of clean sessions
 const ZERO = Symbol('mq-metrics QoS 0') // on every client: the packet its deliver0 sends now (no packet id)
-const CLEARING = Symbol('mq-metrics PUBACKs') // on a persistent session's client: PUBACKs the persistence is answering
-const GONE = Symbol('mq-metrics gone') // and the copies aedes found gone meanwhile ('no such packet')
 const NAME_MAX = 1024 // the library's longest name; longer MQTT topics and client ids are not counted
 
 // window: seqs a group tracks above its floor (2 bits each: 16 KiB per group by default). A copy
@@ -23,7 +21,8 @@ function instrument(broker, surface, { window: WINDOW = 65536, idle: IDLE = 5 * 
   const GROUP = { from: 'latest', max_in_flight: 65535, settle_window: WINDOW } // MQTT: ≤ 65,535 packet ids per client
   const topics = new Map() // MQTT topic → { name, handle, counters, base, groups: client id → group state, dark, routing }
   const owned = new Map() // client id → the topics it has a group on
-  const exactly = new Map() // persistent client id → packet id → [group, seq] of its QoS 2 copy, until its PUBREC (≤ 65,535 per client)
+  const exactly = new Map() // persistent client id → packet id → [group, seq] of its QoS 2 copies in flight, oldest first, until their PUBRECs
+  const clearing = new Map() // persistent client id → { n: its PUBACKs the persistence is answering, gone: copies aedes found gone meanwhile }
   // Another node's wills published here (aedes' checkAndPublish): their copies are this node's to
   // count. Per topic (t.wills: aedes counter → that node's id) until every group has settled them.
   const willing = new Set() // the topics that keep some
@@ -114,7 +113,7 @@ function instrument(broker, surface, { window: WINDOW = 65536, idle: IDLE = 5 * 
     t.routing.set(seq, stored)
     return (err) => {
       t.routing.delete(seq)
-      if (!surface.closed) for (const groups of [away, t.dark]) for (const m of groups) if (m.last !== seq && !stored.includes(m.id) && seq > m.lost && !m.g.isInFlight(0, seq) && !m.g.isSettled(0, seq)) drop(m, seq)
+      if (!surface.closed) for (const groups of [away, t.dark]) for (const m of groups) if (m.last !== seq && seq > m.lost && !m.g.isInFlight(0, seq) && !m.g.isSettled(0, seq)) stored.includes(m.id) ? m.offline && seq <= m.offlineAt && (m.kept ??= new Set()).add(seq) : drop(m, seq) // kept: stored for it before it went, routed after
       if (will && !surface.closed) sweep(t)
       done?.(err)
     }
@@ -169,7 +168,7 @@ function instrument(broker, surface, { window: WINDOW = 65536, idle: IDLE = 5 * 
     const seq = m && seqOf(m.t, packet.brokerCounter)
     if (m === undefined || seq === undefined || seq <= m.lost || room(m, seq)) return // not ours, from before the subscription, or given up
     const again = !m.clean || packet.messageId || m.last === seq || seq <= m.cut // perhaps sent before: a persistent session's (its queue replayed, a live twin of a copy stored before it), a taken-over connection's twin; or dropped at an UNSUBSCRIBE
-    if (again && m.g.isInFlight(0, seq)) m.owed?.delete(seq) || (s === undefined && !packet.messageId && !packet.retain && !zero ? (m.twins ??= new Set()).add(seq) : m.g.redeliver(0, seq)), id !== 0 && s.sent.push(-id, m, seq) // owed: in flight since an UNSUBSCRIBE, sent now; a live twin: see twin()
+    if (again && m.g.isInFlight(0, seq)) m.owed?.delete(seq) || (s === undefined && !packet.messageId && !packet.retain && !zero ? (m.twins ??= new Set()).add(packet.brokerCounter) : m.g.redeliver(0, seq)), id !== 0 && s.sent.push(-id, m, seq) // owed: in flight since an UNSUBSCRIBE, sent now; a live twin: see twin()
     else if (m.ending || (again && m.g.isSettled(0, seq))) return // settled already (a QoS 0 copy aedes kept queued, a twin's; or, its subscription ending, a wildcard's copy): counted once
     else if (zero || m.qos === 0) m.g.settle(0, seq, 'delivered') // sent at QoS 0 (aedes sends at most at the subscription's QoS): no acknowledgement will come
     else m.g.send(0, seq), id !== 0 && s.sent.push(-id, m, seq) // −id: never equal to a seq
@@ -211,7 +210,8 @@ function instrument(broker, surface, { window: WINDOW = 65536, idle: IDLE = 5 * 
     if (packet.cmd === 'publish') refused(client, packet, !client.clean && packet.messageId !== undefined) // a persistent session's copy aedes stored and then did not send (its duplicate check, or authorizeForward; numbered: as its queue is replayed)
     const s = packet.cmd === 'puback' || packet.cmd === 'pubcomp' ? client[STATE] : undefined // a clean session's: aedes keeps no packet for it
     if (s === undefined && packet.cmd !== 'puback') return clear(client, packet, done)
-    if (s === undefined) return (client[CLEARING] = (client[CLEARING] ?? 0) + 1), clear(client, packet, (err, copy) => (surface.closed || cleared(client, copy), done(err, copy))) // a persistent session's: aedes hands back the stored copy
+    const c = s === undefined ? clearing.get(client.id) ?? clearing.set(client.id, { n: 0, gone: [] }).get(client.id) : undefined
+    if (c !== undefined) return c.n++, clear(client, packet, (err, copy) => (surface.closed || cleared(client, c, copy), done(err, copy))) // a persistent session's: aedes hands back the stored copy
     const at = s.sent.indexOf(-packet.messageId, s.head) // acks come in order: at the head
     if (at >= 0) {
       const m = s.sent[at + 1], seq = s.sent[at + 2]
@@ -220,28 +220,32 @@ function instrument(broker, surface, { window: WINDOW = 65536, idle: IDLE = 5 * 
     }
     return clear(client, packet, done)
   }
-  const cleared = (client, copy) => { // a persistent session's PUBACK answered: its copy settled, then the copies aedes found gone meanwhile
+  const cleared = (client, c, copy) => { // a persistent session's PUBACK answered: its copy settled, then the copies aedes found gone meanwhile
     if (copy?.cmd === 'publish') settleStored(client, copy, 'delivered')
-    if (--client[CLEARING] === 0 && client[GONE] !== undefined) for (const p of client[GONE].splice(0)) settleStored(client, p, 'dropped')
+    if (--c.n === 0) clearing.delete(client.id), c.gone.forEach((p) => settleStored(client, p, 'dropped'))
   }
   // 'no such packet': aedes lost the copy (it cleared another's by mistake), never sent; or a PUBACK it has taken for it
-  // (a live twin of a replayed copy) is still being answered by a durable store: settled after that answer, if not by it.
-  const lost = (client, p) => (twin(client, p, false), client[CLEARING] ? (client[GONE] ??= []).push(p) : settleStored(client, p, 'dropped'))
+  // (a live twin of a replayed copy; on any connection of the session) is still being answered by a durable store: settled after that answer, if not by it.
+  const lost = (client, p) => (twin(client, p, false), clearing.has(client.id) ? clearing.get(client.id).gone.push(p) : settleStored(client, p, 'dropped'))
   // A persistent session's copy in flight routed again (a live twin of a replayed copy) is sent again only if aedes finds it stored.
-  const twin = (client, p, sent) => { const m = groupOf(client, p), seq = m?.twins?.size && seqOf(m.t, p.brokerCounter); if (seq && m.twins.delete(seq) && sent && m.g.isInFlight(0, seq)) m.g.redeliver(0, seq) }
+  const twin = (client, p, sent) => { const m = groupOf(client, p), seq = m?.twins?.delete(p.brokerCounter) && sent ? seqOf(m.t, p.brokerCounter) : undefined; if (seq > m?.lost && m.g.isInFlight(0, seq)) m.g.redeliver(0, seq) }
   // A persistent session's QoS 2 copy is settled at its PUBREC (the subscriber has it), found by
   // packet id in the glue's own map: aedes' in-memory store keeps no usable record after it (it
-  // relabels a stored PUBREL with the next one's id when two await their PUBCOMP).
+  // relabels a stored PUBREL with the next one's id when two await their PUBCOMP). One id can hold
+  // two copies in flight (a new connection's ids start at random): their PUBRECs come in order.
   const awaitPubrec = (client, packet) => { // a QoS 2 copy of a persistent session numbered: its group and seq, until its PUBREC
     const m = groupOf(client, packet), seq = m && seqOf(m.t, packet.brokerCounter)
-    if (seq > m?.lost) (exactly.get(client.id) ?? exactly.set(client.id, new Map()).get(client.id)).set(packet.messageId, [m, seq])
+    if (!(seq > m?.lost)) return
+    const ids = exactly.get(client.id) ?? exactly.set(client.id, new Map()).get(client.id)
+    const copies = (ids.get(packet.messageId) ?? []).filter(([n, at]) => (n !== m || at !== seq) && at > n.lost && n.g.isInFlight(0, at))
+    ids.set(packet.messageId, (copies.push([m, seq]), copies))
   }
   const received = (client, id) => {
-    const ids = exactly.get(client.id), copy = ids?.get(id)
-    if (copy === undefined) return
-    ids.delete(id)
-    const [m, seq] = copy
-    if (seq > m.lost && m.g.isInFlight(0, seq)) acked(m, seq, 'delivered')
+    const ids = exactly.get(client.id), copies = ids?.get(id)
+    let copy
+    while ((copy = copies?.shift()) !== undefined && !(copy[1] > copy[0].lost && copy[0].g.isInFlight(0, copy[1])));
+    if (copies?.length === 0) ids.delete(id)
+    if (copy !== undefined) acked(copy[0], copy[1], 'delivered')
   }
   const preConnect = broker.preConnect
   broker.preConnect = function (client, packet, callback) { // before a persistent session's restored subscriptions take deliver0 and deliverQoS
@@ -264,24 +268,24 @@ function instrument(broker, surface, { window: WINDOW = 65536, idle: IDLE = 5 * 
       const dead = surface.closed || broker.closed || (client.closed && client.clean) // aedes drops the subscription of a client gone meanwhile
       const t = !err && ok && !dead && client.id.length <= NAME_MAX && counted(ok.topic) && !/[+#]/.test(ok.topic) ? topicOf(ok.topic, true) : undefined
       let m = t?.groups.get(client.id)
-      if (m !== undefined && client.clean && m.client !== client) leave(m), (m = t.groups.get(client.id)) // the session before a clean one is discarded: its group with it
+      if (m !== undefined && m.client !== client && (client.clean || m.clean) && !client.closed) leave(m), (m = t.groups.get(client.id)) // the session before a clean one is discarded: its group with it; a clean one's group is not a persistent connection's either
       m ??= t !== undefined ? group(t, client) : undefined
       const stores = !client.clean && client.connackSent // a persistent session's SUBSCRIBE (not a restore): the persistence stores it first
       const held = stores && t !== undefined ? client.subscriptions[ok.topic] : undefined // aedes routes by the subscription it holds until then (ok: null, refused)
-      if (m !== undefined && (client === m.client || !client.closed || m.client.closed)) m.clean && !client.clean && ((m.clean = false), t.persistent++), (m.qos = held?.qos ?? ok.qos), (m.client = client), (m.ending = m.unsubscribing = m.discarded = false), (m.storing = stores && held === undefined), dark(m, client.closed) // (subscribed again: only the QoS may change; or restored), not from a lost connection over a live one's
+      if (m !== undefined && (client === m.client || !client.closed || m.client.closed)) (m.qos = held?.qos ?? ok.qos), (m.client = client), (m.ending = m.unsubscribing = m.discarded = false), (m.storing = stores && held === undefined), dark(m, client.closed) // (subscribed again: only the QoS may change; or restored), not from a lost connection over a live one's
       done(err, ok)
     })
   }
   const group = (t, client) => {
     const g = limited(() => t.handle.group(client.id, GROUP))
     if (g === undefined) return undefined
-    const m = { g, t, id: client.id, clean: client.clean, lost: g.floor(0), check: 0, qos: 0, client, last: 0, cut: 0, offline: false, offlineAt: 0, ending: false, unsubscribing: false, storing: false, discarded: false, owed: undefined, twins: undefined }
+    const m = { g, t, id: client.id, clean: client.clean, lost: g.floor(0), check: 0, qos: 0, client, last: 0, cut: 0, offline: false, offlineAt: 0, kept: undefined, ending: false, unsubscribing: false, storing: false, discarded: false, owed: undefined, twins: undefined }
     t.groups.set(client.id, m), idle.delete(t.name), m.clean || t.persistent++
     ;(owned.get(client.id) ?? owned.set(client.id, new Set()).get(client.id)).add(t.name)
     return m
   }
   const dark = (m, offline) => { // a group that is sent nothing now: offline, its subscription ending, or not yet stored
-    if (offline && !m.offline) m.offlineAt = m.t.handle.lastSeq(0) // what came before was routed while it was online
+    if (offline !== m.offline) (m.offlineAt = m.t.handle.lastSeq(0)), (m.kept = undefined) // what came before was routed while it was online
     m.offline = offline
     if (offline || m.ending || m.storing) m.t.dark.add(m); else m.t.dark.delete(m)
   }
@@ -329,8 +333,8 @@ function instrument(broker, surface, { window: WINDOW = 65536, idle: IDLE = 5 * 
     m.ending = true, dark(m, m.offline)
   }
   // A persistent session's copy stored and not sent yet is sent all the same when the session is next back: owed (in
-  // flight). Stored for it as aedes routes the message now; or, offline, what routed() left it since it went (the rest it dropped).
-  const queued = (m, seq) => !m.clean && (m.t.routing.has(seq) ? m.t.routing.get(seq).includes(m.id) : m.offline && seq > m.offlineAt)
+  // flight). Stored for it as aedes routes the message now; or, offline, what routed() left it since it went or kept (the rest it dropped).
+  const queued = (m, seq) => !m.clean && (m.t.routing.has(seq) ? m.t.routing.get(seq).includes(m.id) : m.offline && (seq > m.offlineAt || m.kept?.has(seq) === true))
   const session = (client) => [...(owned.get(client.id) ?? [])].map((name) => topics.get(name).groups.get(client.id))
   broker.on('client', (client) => { if (client.clean) client[STATE] = { next: client._nextId, sent: [], head: 0, fresh: [], read: 0 } }) // a clean session's copies in flight
   const ended = (client, names) => surface.closed || names.forEach((name) => { const m = topics.get(name)?.groups.get(client.id); if (m !== undefined && !m.ending && (m.client === client || m.client.closed)) unsubscribe(m) }) // not a newer connection's

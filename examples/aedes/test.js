@@ -31,10 +31,10 @@ function fifo(client) {
 }
 /** Client `id`'s group (on `topic`, if given) as /stats shows it; undefined once it has left. */
 const groupOf = (b, id, topic) => b.surface.stats('groups').groups.find((g) => g.group === id && (topic === undefined || g.topic === topic))
-/** `client`'s PUBACKs go through `hold(packet, send, done)`: the test decides when, or whether, each is sent. Returns `send`. */
-function holdPubacks(client, hold) {
+/** `client`'s PUBACKs (or PUBRECs: `cmd`) go through `hold(packet, send, done)`: the test decides when, or whether, each is sent. Returns `send`. */
+function holdPubacks(client, hold, cmd = 'puback') {
   const send = client._sendPacket.bind(client)
-  client._sendPacket = (packet, done, ...rest) => (packet.cmd === 'puback' ? hold(packet, send, done) : send(packet, done, ...rest))
+  client._sendPacket = (packet, done, ...rest) => (packet.cmd === cmd ? hold(packet, send, done) : send(packet, done, ...rest))
   return send
 }
 /** aedes' persistence empties a session's queue `ms` late, as a durable store may: 'clientReady' waits for it. */
@@ -1922,33 +1922,37 @@ test('a packet aedes routed, published again from code onto another topic: as it
   }
 })
 
-test('a persistent session\'s next connection numbering a live copy with the packet id of a replayed one still unacknowledged (aedes starts each connection\'s ids at random): both PUBACKs count', () => withBroker(async (b, faults) => {
-  const s = await subscriber(b.mqttPort, 'dev', false, ['orders']).open()
-  const first = []
-  holdPubacks(s.client, (packet, _, done) => (first.push(packet), done?.())) // never acknowledged on this connection
-  const pub = await connect(b.mqttPort, { clientId: 'pub' })
-  await pub.publishAsync('orders', 'A', { qos: 1 })
-  await until('A received', () => first.length === 1)
-  s.client.stream.destroy()
-  await until('offline', () => b.broker.clients.dev === undefined)
-  firstPacketId(b, 'dev', first[0].messageId)
-  const back = mqtt.connect(`mqtt://127.0.0.1:${b.mqttPort}`, { clientId: 'dev', clean: false, reconnectPeriod: 0, protocolVersion: 4 })
-  back.on('error', () => {})
-  const ids = []
-  back.on('message', (topic, payload, packet) => ids.push(packet.messageId))
-  const held = []
-  const send = holdPubacks(back, (packet, _, done) => (held.push(packet), done?.()))
-  await until('A replayed', () => ids.length === 1)
-  await pub.publishAsync('orders', 'B', { qos: 1 })
-  await until('B received', () => ids.length === 2)
-  assert.equal(ids[0], ids[1], 'one packet id for both')
-  held.splice(0).forEach((packet) => send(packet))
-  await until('both settled', () => groupOf(b, 'dev').delivered === 2 && groupOf(b, 'dev').in_flight === 0)
-    .catch((e) => { throw new Error(`${e.message}: ${JSON.stringify(groupOf(b, 'dev'))}`) })
-  assert.deepEqual(faults.map((f) => f.code), [], 'no faults')
-  back.end(true)
-  await pub.endAsync()
-}))
+for (const qos of [1, 2]) {
+  test(`a persistent session's next connection numbering a live QoS ${qos} copy with the packet id of a replayed one still unacknowledged (aedes starts each connection's ids at random): both ${qos === 1 ? 'PUBACKs' : 'PUBRECs'} count`, () => withBroker(async (b, faults) => {
+    const ack = qos === 1 ? 'puback' : 'pubrec'
+    const s = await subscriber(b.mqttPort, 'dev', false, ['orders']).open(false)
+    await s.client.subscribeAsync('orders', { qos })
+    const first = []
+    holdPubacks(s.client, (packet, _, done) => (first.push(packet), done?.()), ack) // never acknowledged on this connection
+    const pub = await connect(b.mqttPort, { clientId: 'pub' })
+    await pub.publishAsync('orders', 'A', { qos })
+    await until('A received', () => first.length === 1)
+    s.client.stream.destroy()
+    await until('offline', () => b.broker.clients.dev === undefined)
+    firstPacketId(b, 'dev', first[0].messageId)
+    const back = mqtt.connect(`mqtt://127.0.0.1:${b.mqttPort}`, { clientId: 'dev', clean: false, reconnectPeriod: 0, protocolVersion: 4 })
+    back.on('error', () => {})
+    const held = []
+    const send = holdPubacks(back, (packet, _, done) => (held.push(packet), done?.()), ack)
+    await until('A replayed', () => held.length === 1)
+    await pub.publishAsync('orders', 'B', { qos })
+    await until('B received', () => held.length === 2)
+    assert.equal(held[0].messageId, held[1].messageId, 'one packet id for both')
+    send(held[0])
+    await until('one settled', () => groupOf(b, 'dev').delivered === 1)
+    send(held[1])
+    await until('both settled', () => groupOf(b, 'dev').delivered === 2 && groupOf(b, 'dev').in_flight === 0)
+      .catch((e) => { throw new Error(`${e.message}: ${JSON.stringify(groupOf(b, 'dev'))}`) })
+    assert.deepEqual(faults.map((f) => f.code), [], 'no faults')
+    back.end(true)
+    await pub.endAsync()
+  }))
+}
 
 test('a persistent session\'s PUBREL replayed under the packet id of a live QoS 1 copy never acknowledged: that copy is not settled by it, and counts dropped when the session is discarded', () => withBroker(async (b, faults) => {
   const s = await connect(b.mqttPort, { clientId: 'dev', clean: false })
@@ -2015,7 +2019,7 @@ test('a persistent session\'s copy in flight routed again live while a durable p
   }, undefined, undefined, { persistence })
 })
 
-test('a clean session\'s group taken by a persistent connection of the same client (its restored subscription authorized late): counted as a persistent session\'s from then on', async () => {
+test('a persistent connection subscribed (its restored subscription authorized late) where a clean connection of the same client has a group: the clean session\'s group leaves, the persistent one has its own', async () => {
   let hold
   const authorizeSubscribe = (client, sub, done) => (hold && !client.clean && !client.connackSent ? hold(() => done(null, sub)) : done(null, sub))
   await withBroker(async (b, faults) => {
@@ -2030,14 +2034,17 @@ test('a clean session\'s group taken by a persistent connection of the same clie
     const clean = await connect(b.mqttPort, { clientId: 'dev', clean: true })
     clean.on('error', () => {})
     await clean.subscribeAsync('orders', { qos: 1 }) // a clean session's group
-    answer() // the persistent connection takes that group, and then the clean connection over
+    holdPubacks(clean, (packet, _, done) => done?.()) // never acknowledges
+    const pub = await connect(b.mqttPort, { clientId: 'pub' })
+    await pub.publishAsync('orders', 'c0', { qos: 1 })
+    await until('c0 in flight on the clean connection', () => groupOf(b, 'dev')?.in_flight === 1)
+    answer() // the persistent connection's subscription: the clean session's group leaves (c0 never acknowledged), then it takes the connection over
     await new Promise((resolve) => persistent.once('connect', resolve))
     await until('taken over', () => b.broker.clients.dev?.clean === false)
     await persistent.subscribeAsync('orders', { qos: 1 })
     await persistent.endAsync()
     await until('offline', () => b.broker.clients.dev === undefined)
     const release = await blockBus(b)
-    const pub = await connect(b.mqttPort, { clientId: 'pub' })
     for (let i = 0; i < 2; i++) await pub.publishAsync('orders', `m${i}`, { qos: 1 }) // stored, then wait in the queue
     const back = mqtt.connect(`mqtt://127.0.0.1:${b.mqttPort}`, { clientId: 'dev', clean: false, reconnectPeriod: 0, protocolVersion: 4 })
     back.on('error', () => {})
@@ -2052,6 +2059,8 @@ test('a clean session\'s group taken by a persistent connection of the same clie
     await until('settled', () => groupOf(b, 'dev')?.delivered === 2 && groupOf(b, 'dev').in_flight === 0)
       .catch((e) => { throw new Error(`${e.message}: ${JSON.stringify(groupOf(b, 'dev'))}`) })
     assert.equal(groupOf(b, 'dev').retries, 2, 'each sent again')
+    const topic = b.surface.stats('topics').topics.find((t) => t.topic === 'orders')
+    assert.deepEqual([topic.delivered, topic.dropped], [2, 1], 'c0 dropped with the clean session\'s group')
     assert.deepEqual(faults.map((f) => f.code), [], 'no faults')
     back.end(true)
     clean.end(true)
@@ -2084,5 +2093,65 @@ test('a persistent session offline unsubscribing late (a durable persistence) wh
     assert.deepEqual([topic.delivered, topic.dropped], [0, 1])
     assert.deepEqual(faults.map((f) => f.code), [], 'no faults')
     await pub.endAsync()
+  }, undefined, undefined, { persistence })
+})
+
+test('a persistent session\'s PUBACK answered late on a connection then lost, a live twin found gone on the next connection: delivered, not dropped', async () => {
+  const persistence = require('aedes-persistence')()
+  const clear = persistence.outgoingClearMessageId.bind(persistence)
+  const answers = []
+  let hold = false
+  persistence.outgoingClearMessageId = (client, packet, done) => clear(client, packet, (...args) => (hold && packet.cmd === 'puback' ? answers.push(() => done(...args)) : done(...args)))
+  await withBroker(async (b, faults) => {
+    const s = await subscriber(b.mqttPort, 'dev', false, ['orders']).open()
+    await s.client.endAsync()
+    await until('offline', () => b.broker.clients.dev === undefined)
+    const release = await blockBus(b)
+    const pub = await connect(b.mqttPort, { clientId: 'pub' })
+    await pub.publishAsync('orders', 'm0', { qos: 1 }) // stored for the session, then waits in the queue
+    hold = true
+    await s.open(false)
+    await until('the replayed copy acknowledged, the answer held', () => answers.length === 1)
+    s.client.stream.destroy()
+    await until('offline', () => b.broker.clients.dev === undefined)
+    await s.open(false)
+    s.client.on('error', () => {})
+    release() // the live twin on the next connection: its stored copy is gone
+    await sleep(200)
+    answers.splice(0).forEach((answer) => answer())
+    await until('settled', () => groupOf(b, 'dev')?.delivered + groupOf(b, 'dev')?.dropped === 1)
+    assert.deepEqual([groupOf(b, 'dev').delivered, groupOf(b, 'dev').dropped, groupOf(b, 'dev').in_flight], [1, 0, 0])
+    assert.deepEqual(faults.map((f) => f.code), [], 'no faults')
+    s.client.end(true)
+    await pub.endAsync()
+  }, undefined, undefined, { persistence })
+})
+
+test('a persistent session offline unsubscribing late (a durable persistence) while a QoS 1 message stored for it before it went waited in aedes\' queue: aedes replays it on reconnect, and it counts delivered', async () => {
+  const persistence = require('aedes-persistence')()
+  const remove = persistence.removeSubscriptions.bind(persistence)
+  let answer
+  persistence.removeSubscriptions = (client, names, done) => (answer = () => remove(client, names, done))
+  await withBroker(async (b, faults) => {
+    const s = await subscriber(b.mqttPort, 'dev', false, ['orders', 'other']).open()
+    s.client.on('error', () => {})
+    const pub = await connect(b.mqttPort, { clientId: 'pub' })
+    const release = await blockBus(b)
+    await pub.publishAsync('orders', 'q1', { qos: 1 }) // stored for the session, then waits in the queue
+    s.client.unsubscribe('orders')
+    await until('the persistence removing the subscription', () => answer !== undefined)
+    s.client.end(true) // lost before the UNSUBACK
+    await until('offline', () => b.broker.clients.dev === undefined)
+    release()
+    await sleep(100) // q1 routed to no one; its copy stays stored
+    answer()
+    await sleep(50)
+    await s.open(false)
+    await until('q1 replayed and settled', () => s.seen.get('orders').has('q1') && b.surface.stats('topics').topics.find((t) => t.topic === 'orders').delivered === 1)
+      .catch((e) => { throw new Error(`${e.message}: ${JSON.stringify(b.surface.stats('topics').topics.find((t) => t.topic === 'orders'))}`) })
+    await until('the group left', () => groupOf(b, 'dev', 'orders') === undefined)
+    assert.equal(b.surface.stats('topics').topics.find((t) => t.topic === 'orders').dropped, 0)
+    assert.deepEqual(faults.map((f) => f.code), [], 'no faults')
+    await Promise.all([s.client.endAsync(), pub.endAsync()])
   }, undefined, undefined, { persistence })
 })
