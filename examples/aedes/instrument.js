@@ -7,6 +7,7 @@
 const { finished, pipeline, Transform } = require('node:stream')
 const STATE = Symbol.for('mq-metrics') // on aedes' client objects of clean sessions
 const ZERO = Symbol('mq-metrics QoS 0') // on every client: the packet its deliver0 sends now (no packet id)
+const NUMBERED = Symbol('mq-metrics numbered') // on a persistent session's client: packet id → [group, seq, …] of the QoS 1 copies it numbered, oldest first, until their PUBACKs
 const NAME_MAX = 1024 // the library's longest name; longer MQTT topics and client ids are not counted
 
 // window: seqs a group tracks above its floor (2 bits each: 16 KiB per group by default). A copy
@@ -22,7 +23,6 @@ function instrument(broker, surface, { window: WINDOW = 65536, idle: IDLE = 5 * 
   const topics = new Map() // MQTT topic → { name, handle, counters, base, groups: client id → group state, dark, routing }
   const owned = new Map() // client id → the topics it has a group on
   const exactly = new Map() // persistent client id → packet id → [group, seq] of its QoS 2 copies in flight, oldest first, until their PUBRECs
-  const clearing = new Map() // persistent client id → { n: its PUBACKs the persistence is answering, gone: copies aedes found gone meanwhile }
   // Another node's wills published here (aedes' checkAndPublish): their copies are this node's to
   // count. Per topic (t.wills: aedes counter → that node's id) until every group has settled them.
   const willing = new Set() // the topics that keep some
@@ -138,7 +138,7 @@ function instrument(broker, surface, { window: WINDOW = 65536, idle: IDLE = 5 * 
     if (client[STATE] !== undefined) numbered(client[STATE], packet) // a clean session's: the queue of the one it discards, each in the order read
     return update(client, packet, (err, c, p) => {
       // 'no such packet': aedes lost the copy (it cleared another's by mistake), never sent
-      if (!surface.closed && p?.cmd === 'publish') err ? err.message === 'no such packet' ? lost(client, p) : twin(client, p, false) : (twin(client, p, true), p.qos === 2 && awaitPubrec(client, p)) // another error (a durable store's): the copy stays stored, replayed
+      if (!surface.closed && p?.cmd === 'publish') err ? err.message === 'no such packet' ? lost(client, p) : twin(client, p, false) : (twin(client, p, true), p.qos === 2 ? awaitPubrec(client, p) : p.qos === 1 && noted(client, p)) // another error (a durable store's): the copy stays stored, replayed
       done(err, c, p)
     })
   }
@@ -210,8 +210,14 @@ function instrument(broker, surface, { window: WINDOW = 65536, idle: IDLE = 5 * 
     if (packet.cmd === 'publish') refused(client, packet, !client.clean && packet.messageId !== undefined) // a persistent session's copy aedes stored and then did not send (its duplicate check, or authorizeForward; numbered: as its queue is replayed)
     const s = packet.cmd === 'puback' || packet.cmd === 'pubcomp' ? client[STATE] : undefined // a clean session's: aedes keeps no packet for it
     if (s === undefined && packet.cmd !== 'puback') return clear(client, packet, done)
-    const c = s === undefined ? clearing.get(client.id) ?? clearing.set(client.id, { n: 0, gone: [] }).get(client.id) : undefined
-    if (c !== undefined) return c.n++, clear(client, packet, (err, copy) => (surface.closed || cleared(client, c, copy), done(err, copy))) // a persistent session's: aedes hands back the stored copy
+    if (s === undefined) { // a persistent session's: the oldest copy in flight this connection numbered with that id (a durable store answers late)
+      const copies = client[NUMBERED]?.get(packet.messageId)
+      let m, seq
+      while (copies?.length > 0) if ((m = copies.shift()), (seq = copies.shift()), seq > m.lost && m.g.isInFlight(0, seq)) break; else m = undefined
+      if (copies?.length === 0) client[NUMBERED].delete(packet.messageId)
+      if (m !== undefined) acked(m, seq, 'delivered')
+      return clear(client, packet, (err, copy) => (surface.closed || copy?.cmd !== 'publish' || cleared(client, copy, m, seq), done(err, copy))) // aedes hands back the stored copy it cleared
+    }
     const at = s.sent.indexOf(-packet.messageId, s.head) // acks come in order: at the head
     if (at >= 0) {
       const m = s.sent[at + 1], seq = s.sent[at + 2]
@@ -220,13 +226,17 @@ function instrument(broker, surface, { window: WINDOW = 65536, idle: IDLE = 5 * 
     }
     return clear(client, packet, done)
   }
-  const cleared = (client, c, copy) => { // a persistent session's PUBACK answered: its copy settled, then the copies aedes found gone meanwhile
-    if (copy?.cmd === 'publish') settleStored(client, copy, 'delivered')
-    if (--c.n === 0) clearing.delete(client.id), c.gone.forEach((p) => settleStored(client, p, 'dropped'))
+  const cleared = (client, copy, m, seq) => { // aedes clears the first stored copy with the PUBACK's id: another than the one acknowledged is lost
+    const n = groupOf(client, copy), at = n && seqOf(n.t, copy.brokerCounter)
+    if (m === undefined) settleStored(client, copy, 'delivered') // numbered by no note of this connection's
+    else if ((n !== m || at !== seq) && at > n?.lost && n.g.isInFlight(0, at)) acked(n, at, 'dropped') // an id a live copy took before the queue's copy that held it was replayed
   }
-  // 'no such packet': aedes lost the copy (it cleared another's by mistake), never sent; or a PUBACK it has taken for it
-  // (a live twin of a replayed copy; on any connection of the session) is still being answered by a durable store: settled after that answer, if not by it.
-  const lost = (client, p) => (twin(client, p, false), clearing.has(client.id) ? clearing.get(client.id).gone.push(p) : settleStored(client, p, 'dropped'))
+  const noted = (client, p) => { // a persistent session's QoS 1 copy numbered on this connection
+    const m = groupOf(client, p), seq = m && seqOf(m.t, p.brokerCounter), ids = seq > m?.lost ? (client[NUMBERED] ??= new Map()) : undefined
+    if (ids !== undefined) ids.has(p.messageId) ? ids.get(p.messageId).push(m, seq) : ids.set(p.messageId, [m, seq])
+  }
+  // 'no such packet': aedes lost the copy (it cleared another's by mistake, or the subscriber acknowledged it before a live twin came), never sent.
+  const lost = (client, p) => (twin(client, p, false), settleStored(client, p, 'dropped'))
   // A persistent session's copy in flight routed again (a live twin of a replayed copy) is sent again only if aedes finds it stored.
   const twin = (client, p, sent) => { const m = groupOf(client, p), seq = m?.twins?.delete(p.brokerCounter) && sent ? seqOf(m.t, p.brokerCounter) : undefined; if (seq > m?.lost && m.g.isInFlight(0, seq)) m.g.redeliver(0, seq) }
   // A persistent session's QoS 2 copy is settled at its PUBREC (the subscriber has it), found by
@@ -287,7 +297,7 @@ function instrument(broker, surface, { window: WINDOW = 65536, idle: IDLE = 5 * 
   const dark = (m, offline) => { // a group that is sent nothing now: offline, its subscription ending, or not yet stored
     if (offline !== m.offline) (m.offlineAt = m.t.handle.lastSeq(0)), (m.kept = undefined) // what came before was routed while it was online
     m.offline = offline
-    if (offline || m.ending || m.storing) m.t.dark.add(m); else m.t.dark.delete(m)
+    if (offline || m.ending || m.storing || m.unsubscribing) m.t.dark.add(m); else m.t.dark.delete(m)
   }
   // A clean session discards the one before it once the persistence has cleaned its subscriptions: that session's groups
   // leave then (a connection of it still up: as it goes), for the clean one may be lost before any 'clientReady'.
@@ -320,7 +330,7 @@ function instrument(broker, surface, { window: WINDOW = 65536, idle: IDLE = 5 * 
   }
   // An unsubscription: the copies in flight may still be acknowledged (MQTT 3.1.1 §3.10.4), the group leaves after them.
   const unsubscribe = (m) => {
-    if (m.client.connected === false && !m.client.closed) return void (m.unsubscribing = true) // aedes replays its queue still, this topic's too: after it
+    if (m.client.connected === false && !m.client.closed) return void ((m.unsubscribing = true), dark(m, m.offline)) // aedes replays its queue still, this topic's too: after it (what is published meanwhile it neither sends nor stores)
     const last = m.t.handle.lastSeq(0)
     m.unsubscribing = false, (m.cut = last) // what waits in aedes' queue still may reach a subscription taken again: settled already
     const left = limited(() => {

@@ -37,14 +37,14 @@ function holdPubacks(client, hold, cmd = 'puback') {
   client._sendPacket = (packet, done, ...rest) => (packet.cmd === cmd ? hold(packet, send, done) : send(packet, done, ...rest))
   return send
 }
-/** aedes' persistence empties a session's queue `ms` late, as a durable store may: 'clientReady' waits for it. */
-function slowQueue(b, ms = 50) {
+/** aedes' persistence empties a session's queue `ms` late, as a durable store may: 'clientReady' waits for it. `query`: the queue as it is then, not as it was asked for. */
+function slowQueue(b, ms = 50, query = false) {
   const stream = b.broker.persistence.outgoingStream.bind(b.broker.persistence)
   b.broker.persistence.outgoingStream = (client) => {
     const { Readable } = require('node:stream')
-    const inner = stream(client)
+    let inner = query ? undefined : stream(client)
     const out = new Readable({ objectMode: true, read() {} })
-    setTimeout(() => { inner.on('data', (d) => out.push(d)); inner.on('end', () => out.push(null)) }, ms)
+    setTimeout(() => { inner ??= stream(client); inner.on('data', (d) => out.push(d)); inner.on('end', () => out.push(null)) }, ms)
     return out
   }
 }
@@ -2155,3 +2155,68 @@ test('a persistent session offline unsubscribing late (a durable persistence) wh
     await Promise.all([s.client.endAsync(), pub.endAsync()])
   }, undefined, undefined, { persistence })
 })
+
+for (const next of [false, true]) {
+  test(`a persistent session unsubscribing and subscribing again before 'clientReady' (a slow persistence replays its queue${next ? '; the next connection subscribes again' : ''}): a message published between, which aedes neither sends nor stores, is dropped, nothing owed`, () => withBroker(async (b, faults) => {
+    const pub = await connect(b.mqttPort, { clientId: 'pub' })
+    const s = await subscriber(b.mqttPort, 'dev', false, ['orders']).open()
+    await s.client.endAsync()
+    await until('offline', () => b.broker.clients.dev === undefined)
+    slowQueue(b, 700)
+    let ready = 0
+    b.broker.on('clientReady', (client) => client.id === 'dev' && ready++)
+    await s.open(false)
+    await s.client.unsubscribeAsync('orders')
+    await pub.publishAsync('orders', 'M1', { qos: 1 }) // aedes holds no subscription for it
+    if (next) {
+      s.client.end(true) // lost before its 'clientReady'
+      await until('offline', () => b.broker.clients.dev === undefined)
+      await s.open(false)
+    }
+    await s.client.subscribeAsync('orders', { qos: 1 })
+    assert.equal(ready, 0, 'all before \'clientReady\'')
+    await until('\'clientReady\'', () => ready === (next ? 2 : 1))
+    await pub.publishAsync('orders', 'M2', { qos: 1 })
+    await until('M2 settled', () => s.seen.get('orders').has('M2') && groupOf(b, 'dev')?.delivered === 1)
+    await until('nothing owed', () => groupOf(b, 'dev').lag === 0 && groupOf(b, 'dev').in_flight === 0)
+      .catch((e) => { throw new Error(`${e.message}: ${JSON.stringify(groupOf(b, 'dev'))}`) })
+    assert.deepEqual([s.seen.get('orders').has('M1'), groupOf(b, 'dev').dropped], [false, 1], 'M1 never sent: dropped')
+    assert.deepEqual(faults.map((f) => f.code), [], 'no faults')
+    await Promise.all([s.client.endAsync(), pub.endAsync()])
+  }))
+}
+
+for (const replayed of [true, false]) {
+  test(`a persistent session's live copy numbered with the packet id of an unacknowledged copy from an earlier connection before the replay reaches it (${replayed ? 'which then finds it gone' : 'a durable persistence querying the queue after it is gone'}): at its PUBACK aedes clears the old copy, which it never sends again: the old one counts dropped, the new one delivered`, () => withBroker(async (b, faults) => {
+    firstPacketId(b, 'dev', 1000) // each connection of the client numbers its copies from 1000
+    const acknowledged = []
+    const open = async (hold) => {
+      const client = await connect(b.mqttPort, { clientId: 'dev', clean: false })
+      client.on('error', () => {})
+      const payloads = new Map()
+      client.on('message', (topic, payload, packet) => payloads.set(packet.messageId, payload.toString()))
+      holdPubacks(client, (packet, send, done) => (hold ? done?.() : (acknowledged.push(payloads.get(packet.messageId)), send(packet, done))))
+      return client
+    }
+    const pub = await connect(b.mqttPort, { clientId: 'pub' })
+    const first = await open(true) // never acknowledges
+    await first.subscribeAsync('orders', { qos: 1 })
+    await pub.publishAsync('orders', 'X', { qos: 1 })
+    await until('X in flight', () => groupOf(b, 'dev')?.in_flight === 1)
+    first.end(true)
+    await until('offline', () => b.broker.clients.dev === undefined)
+    slowQueue(b, 300, !replayed) // the next connection's queue is read late: Y, live, takes id 1000 first
+    const second = await open(false)
+    await pub.publishAsync('orders', 'Y', { qos: 1 })
+    await until('Y acknowledged', () => acknowledged.includes('Y'))
+    await sleep(500) // the replay: X is found gone, or not found at all
+    await second.endAsync()
+    await until('offline', () => b.broker.clients.dev === undefined)
+    const third = await open(false) // what aedes still stores is replayed
+    await sleep(500)
+    assert.deepEqual([...new Set(acknowledged)], ['Y'], 'the subscriber acknowledged Y only')
+    assert.deepEqual([groupOf(b, 'dev').delivered, groupOf(b, 'dev').dropped, groupOf(b, 'dev').in_flight], [1, 1, 0], 'Y delivered, X dropped')
+    assert.deepEqual(faults.map((f) => f.code), [], 'no faults')
+    await Promise.all([third.endAsync(), pub.endAsync()])
+  }))
+}
