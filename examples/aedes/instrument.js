@@ -113,7 +113,7 @@ function instrument(broker, surface, { window: WINDOW = 65536, idle: IDLE = 5 * 
     t.routing.set(seq, stored)
     return (err) => {
       t.routing.delete(seq)
-      if (!surface.closed) for (const groups of [away, t.dark]) for (const m of groups) if (m.last !== seq && seq > m.lost && !m.g.isInFlight(0, seq) && !m.g.isSettled(0, seq)) stored.includes(m.id) ? m.offline && seq <= m.offlineAt && (m.kept ??= new Set()).add(seq) : drop(m, seq) // kept: stored for it before it went, routed after
+      if (!surface.closed) for (const groups of [away, t.dark]) for (const m of groups) if (m.last !== seq && seq > m.lost && !m.g.isInFlight(0, seq) && !m.g.isSettled(0, seq)) stored.includes(m.id) ? (m.unsubscribing || (m.offline && seq <= m.offlineAt)) && (m.kept ??= new Set()).add(seq) : drop(m, seq) // kept: stored for it while its UNSUBSCRIBE waits, or before it went and routed after
       if (will && !surface.closed) sweep(t)
       done?.(err)
     }
@@ -229,8 +229,9 @@ function instrument(broker, surface, { window: WINDOW = 65536, idle: IDLE = 5 * 
   const cleared = (client, copy, m, seq) => { // aedes clears the first stored copy with the PUBACK's id: another than the one acknowledged is lost
     const n = groupOf(client, copy), at = n && seqOf(n.t, copy.brokerCounter)
     if (m === undefined) settleStored(client, copy, 'delivered') // numbered by no note of this connection's
-    else if ((n !== m || at !== seq) && at > n?.lost && n.g.isInFlight(0, at)) acked(n, at, 'dropped') // an id a live copy took before the queue's copy that held it was replayed
+    else if ((n !== m || at !== seq) && at > n?.lost && n.g.isInFlight(0, at) && !noting(client[NUMBERED]?.get(copy.messageId), n, at) && !exactly.get(client.id)?.get(copy.messageId)?.some(([k, s]) => k === n && s === at)) acked(n, at, 'dropped') // an id a live copy took before the queue's copy that held it was replayed (unless it was, here: its own acknowledgement comes)
   }
+  const noting = (copies, m, seq) => { for (let i = 0; i < (copies?.length ?? 0); i += 2) if (copies[i] === m && copies[i + 1] === seq) return true; return false }
   const noted = (client, p) => { // a persistent session's QoS 1 copy numbered on this connection
     const m = groupOf(client, p), seq = m && seqOf(m.t, p.brokerCounter), ids = seq > m?.lost ? (client[NUMBERED] ??= new Map()) : undefined
     if (ids !== undefined) ids.has(p.messageId) ? ids.get(p.messageId).push(m, seq) : ids.set(p.messageId, [m, seq])
@@ -295,7 +296,7 @@ function instrument(broker, surface, { window: WINDOW = 65536, idle: IDLE = 5 * 
     return m
   }
   const dark = (m, offline) => { // a group that is sent nothing now: offline, its subscription ending, or not yet stored
-    if (offline !== m.offline) (m.offlineAt = m.t.handle.lastSeq(0)), (m.kept = undefined) // what came before was routed while it was online
+    if (offline !== m.offline) (m.offlineAt = m.t.handle.lastSeq(0)), offline || (m.kept = undefined) // what came before was routed while it was online; back, its queue is replayed
     m.offline = offline
     if (offline || m.ending || m.storing || m.unsubscribing) m.t.dark.add(m); else m.t.dark.delete(m)
   }
@@ -344,7 +345,7 @@ function instrument(broker, surface, { window: WINDOW = 65536, idle: IDLE = 5 * 
   }
   // A persistent session's copy stored and not sent yet is sent all the same when the session is next back: owed (in
   // flight). Stored for it as aedes routes the message now; or, offline, what routed() left it since it went or kept (the rest it dropped).
-  const queued = (m, seq) => !m.clean && (m.t.routing.has(seq) ? m.t.routing.get(seq).includes(m.id) : m.offline && (seq > m.offlineAt || m.kept?.has(seq) === true))
+  const queued = (m, seq) => !m.clean && (m.t.routing.has(seq) ? m.t.routing.get(seq).includes(m.id) : (m.offline && seq > m.offlineAt) || m.kept?.has(seq) === true)
   const session = (client) => [...(owned.get(client.id) ?? [])].map((name) => topics.get(name).groups.get(client.id))
   broker.on('client', (client) => { if (client.clean) client[STATE] = { next: client._nextId, sent: [], head: 0, fresh: [], read: 0 } }) // a clean session's copies in flight
   const ended = (client, names) => surface.closed || names.forEach((name) => { const m = topics.get(name)?.groups.get(client.id); if (m !== undefined && !m.ending && (m.client === client || m.client.closed)) unsubscribe(m) }) // not a newer connection's

@@ -2199,3 +2199,59 @@ for (const replayed of [true, false]) {
     await Promise.all([third.endAsync(), pub.endAsync()])
   }))
 }
+
+test('a persistent session\'s live copy numbered with the packet id of an unacknowledged copy from an earlier connection, which the replay then sends on the same connection under that id: both acknowledged (the live one first), both delivered', () => withBroker(async (b, faults) => {
+  firstPacketId(b, 'dev', 1000)
+  const pub = await connect(b.mqttPort, { clientId: 'pub' })
+  const first = await connect(b.mqttPort, { clientId: 'dev', clean: false })
+  first.on('error', () => {})
+  holdPubacks(first, (packet, send, done) => done?.()) // never acknowledges
+  await first.subscribeAsync('orders', { qos: 1 })
+  await pub.publishAsync('orders', 'X', { qos: 1 })
+  await until('X in flight', () => groupOf(b, 'dev')?.in_flight === 1)
+  first.end(true)
+  await until('offline', () => b.broker.clients.dev === undefined)
+  slowQueue(b, 400) // the replay comes late: the live Y takes id 1000 first
+  const second = await connect(b.mqttPort, { clientId: 'dev', clean: false })
+  second.on('error', () => {})
+  const received = [], held = []
+  second.on('message', (topic, payload, packet) => received.push([payload.toString(), packet.messageId]))
+  const send = holdPubacks(second, (packet, _, done) => (held.push(packet), done?.()))
+  await pub.publishAsync('orders', 'Y', { qos: 1 })
+  await until('Y, then X replayed', () => received.length === 2)
+  assert.deepEqual(received, [['Y', 1000], ['X', 1000]])
+  held.splice(0).forEach((packet) => send(packet)) // PUBACK 1000 (Y's), then PUBACK 1000 (X's)
+  await until('both settled', () => groupOf(b, 'dev').delivered === 2 && groupOf(b, 'dev').in_flight === 0)
+    .catch((e) => { throw new Error(`${e.message}: ${JSON.stringify(groupOf(b, 'dev'))}`) })
+  assert.equal(groupOf(b, 'dev').dropped, 0)
+  assert.deepEqual(faults.map((f) => f.code), [], 'no faults')
+  await Promise.all([second.endAsync(), pub.endAsync()])
+}))
+
+test('a QoS 1 message stored for a persistent session while its UNSUBSCRIBE waits for \'clientReady\' (a slow persistence replays its queue): aedes sends it on the next connection, and it counts delivered', () => withBroker(async (b, faults) => {
+  const pub = await connect(b.mqttPort, { clientId: 'pub' })
+  const s = await subscriber(b.mqttPort, 'dev', false, ['orders']).open()
+  await s.client.endAsync()
+  await until('offline', () => b.broker.clients.dev === undefined)
+  slowQueue(b, 700)
+  let ready = 0
+  b.broker.on('clientReady', (client) => client.id === 'dev' && ready++)
+  await s.open(false)
+  const release = await blockBus(b)
+  const published = pub.publishAsync('orders', 'M', { qos: 1 }) // stored for the session, then waits in the queue
+  await sleep(100)
+  await s.client.unsubscribeAsync('orders')
+  release() // routed to no one live
+  await published
+  await until('\'clientReady\'', () => ready === 1)
+  await s.client.endAsync()
+  await until('offline', () => b.broker.clients.dev === undefined)
+  await s.open(false)
+  const topic = () => b.surface.stats('topics').topics.find((t) => t.topic === 'orders')
+  await until('M sent and settled', () => s.seen.get('orders').has('M') && topic().delivered === 1)
+    .catch((e) => { throw new Error(`${e.message}: ${JSON.stringify(topic())}`) })
+  await until('the group left', () => groupOf(b, 'dev', 'orders') === undefined)
+  assert.equal(topic().dropped, 0)
+  assert.deepEqual(faults.map((f) => f.code), [], 'no faults')
+  await Promise.all([s.client.endAsync(), pub.endAsync()])
+}))
