@@ -295,7 +295,7 @@ function instrument(broker, surface, { window: WINDOW = 65536, idle: IDLE = 5 * 
     ;(owned.get(client.id) ?? owned.set(client.id, new Set()).get(client.id)).add(t.name)
     return m
   }
-  const dark = (m, offline) => { // a group that is sent nothing now: offline, its subscription ending, or not yet stored
+  const dark = (m, offline) => { // a group that is sent nothing now: offline, its subscription ending or its UNSUBSCRIBE waiting, or not yet stored
     if (offline !== m.offline) (m.offlineAt = m.t.handle.lastSeq(0)), offline || (m.kept = undefined) // what came before was routed while it was online; back, its queue is replayed
     m.offline = offline
     if (offline || m.ending || m.storing || m.unsubscribing) m.t.dark.add(m); else m.t.dark.delete(m)
