@@ -134,7 +134,7 @@ function instrument(broker, surface, { window: WINDOW = 65536, idle: IDLE = 5 * 
   const update = broker.persistence.outgoingUpdate.bind(broker.persistence)
   broker.persistence.outgoingUpdate = function (client, packet, done) { // a persistent session's copy numbered before it is sent
     if (surface.closed) return update(client, packet, done)
-    if (packet.cmd === 'pubrel') received(client, packet.messageId) // or its PUBREC: aedes stores the PUBREL in the QoS 2 copy's place
+    if (packet.cmd === 'pubrel' && packet.brokerId === undefined) received(client, packet.messageId) // or its PUBREC: aedes stores the PUBREL in the QoS 2 copy's place (a stored one replayed on reconnect is a packet of aedes', numbered by a broker)
     if (client[STATE] !== undefined) numbered(client[STATE], packet) // a clean session's: the queue of the one it discards, each in the order read
     return update(client, packet, (err, c, p) => {
       // 'no such packet': aedes lost the copy (it cleared another's by mistake), never sent

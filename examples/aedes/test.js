@@ -2255,3 +2255,36 @@ test('a QoS 1 message stored for a persistent session while its UNSUBSCRIBE wait
   assert.deepEqual(faults.map((f) => f.code), [], 'no faults')
   await Promise.all([s.client.endAsync(), pub.endAsync()])
 }))
+
+test('a PUBREL replayed on reconnect (its QoS 2 copy PUBREC\'d on an earlier connection) under the packet id of a live QoS 2 copy never PUBREC\'d: it settles nothing; that copy counts dropped when the session is discarded', () => withBroker(async (b, faults) => {
+  const s = await connect(b.mqttPort, { clientId: 'dev', clean: false })
+  await s.subscribeAsync('orders', { qos: 2 })
+  const sendPacket = s._sendPacket.bind(s)
+  let id
+  s._sendPacket = (packet, done, ...rest) => (packet.cmd === 'pubcomp' ? ((id = packet.messageId), done?.()) : sendPacket(packet, done, ...rest)) // its PUBCOMP never leaves
+  const pub = await connect(b.mqttPort, { clientId: 'pub' })
+  await pub.publishAsync('orders', 'Q', { qos: 2 })
+  await until('Q settled at its PUBREC', () => id !== undefined && groupOf(b, 'dev')?.delivered === 1)
+  s.stream.destroy()
+  await until('offline', () => b.broker.clients.dev === undefined)
+  firstPacketId(b, 'dev', id)
+  slowQueue(b, 300) // the stored PUBREL is replayed after the live copy below
+  const back = mqtt.connect(`mqtt://127.0.0.1:${b.mqttPort}`, { clientId: 'dev', clean: false, reconnectPeriod: 0, protocolVersion: 4 })
+  back.on('error', () => {})
+  let received = 0
+  back.on('packetreceive', (packet) => packet.cmd === 'publish' && received++)
+  holdPubacks(back, (packet, _, done) => done?.(), 'pubrec') // never PUBRECs
+  await new Promise((resolve) => back.once('connect', resolve))
+  pub.publish('orders', 'L', { qos: 2 })
+  await until('L received', () => received === 1)
+  await sleep(500) // the PUBREL replayed
+  assert.deepEqual([groupOf(b, 'dev').delivered, groupOf(b, 'dev').in_flight], [1, 1], 'L still in flight')
+  back.end(true)
+  await until('offline', () => b.broker.clients.dev === undefined)
+  const clean = await connect(b.mqttPort, { clientId: 'dev', clean: true }) // discards the session
+  await until('the group left', () => groupOf(b, 'dev') === undefined)
+  const topic = b.surface.stats('topics').topics.find((t) => t.topic === 'orders')
+  assert.deepEqual([topic.delivered, topic.dropped], [1, 1], 'Q delivered, L dropped')
+  assert.deepEqual(faults.map((f) => f.code), [], 'no faults')
+  await Promise.all([clean.endAsync(), pub.endAsync()])
+}))
