@@ -1954,37 +1954,40 @@ for (const qos of [1, 2]) {
   }))
 }
 
-test('a persistent session\'s PUBREL replayed under the packet id of a live QoS 1 copy never acknowledged: that copy is not settled by it, and counts dropped when the session is discarded', () => withBroker(async (b, faults) => {
-  const s = await connect(b.mqttPort, { clientId: 'dev', clean: false })
-  await s.subscribeAsync('orders', { qos: 2 })
-  const sendPacket = s._sendPacket.bind(s)
-  let id
-  s._sendPacket = (packet, done, ...rest) => (packet.cmd === 'pubcomp' ? ((id = packet.messageId), done?.()) : sendPacket(packet, done, ...rest)) // its PUBCOMP never leaves
-  const pub = await connect(b.mqttPort, { clientId: 'pub' })
-  await pub.publishAsync('orders', 'Q', { qos: 2 })
-  await until('Q settled at its PUBREC', () => id !== undefined && groupOf(b, 'dev')?.delivered === 1)
-  s.stream.destroy()
-  await until('offline', () => b.broker.clients.dev === undefined)
-  firstPacketId(b, 'dev', id)
-  slowQueue(b, 300) // the stored PUBREL is replayed after the live copy below
-  const back = mqtt.connect(`mqtt://127.0.0.1:${b.mqttPort}`, { clientId: 'dev', clean: false, reconnectPeriod: 0, protocolVersion: 4 })
-  back.on('error', () => {})
-  let received = 0
-  back.on('message', () => received++)
-  holdPubacks(back, (packet, _, done) => done?.()) // never acknowledges
-  await new Promise((resolve) => back.once('connect', resolve))
-  await pub.publishAsync('orders', 'L', { qos: 1 })
-  await until('L received', () => received === 1)
-  await sleep(500) // the PUBREL replayed
-  back.end(true)
-  await until('offline', () => b.broker.clients.dev === undefined)
-  const clean = await connect(b.mqttPort, { clientId: 'dev', clean: true }) // discards the session
-  await until('the group left', () => groupOf(b, 'dev') === undefined)
-  const topic = b.surface.stats('topics').topics.find((t) => t.topic === 'orders')
-  assert.deepEqual([topic.delivered, topic.dropped], [1, 1], 'Q delivered, L dropped')
-  assert.deepEqual(faults.map((f) => f.code), [], 'no faults')
-  await Promise.all([clean.endAsync(), pub.endAsync()])
-}))
+for (const qos of [1, 2]) {
+  test(`a PUBREL replayed on reconnect (its QoS 2 copy PUBREC'd on an earlier connection) under the packet id of a live QoS ${qos} copy never acknowledged: it settles nothing; that copy counts dropped when the session is discarded`, () => withBroker(async (b, faults) => {
+    const s = await connect(b.mqttPort, { clientId: 'dev', clean: false })
+    await s.subscribeAsync('orders', { qos: 2 })
+    const sendPacket = s._sendPacket.bind(s)
+    let id
+    s._sendPacket = (packet, done, ...rest) => (packet.cmd === 'pubcomp' ? ((id = packet.messageId), done?.()) : sendPacket(packet, done, ...rest)) // its PUBCOMP never leaves
+    const pub = await connect(b.mqttPort, { clientId: 'pub' })
+    await pub.publishAsync('orders', 'Q', { qos: 2 })
+    await until('Q settled at its PUBREC', () => id !== undefined && groupOf(b, 'dev')?.delivered === 1)
+    s.stream.destroy()
+    await until('offline', () => b.broker.clients.dev === undefined)
+    firstPacketId(b, 'dev', id)
+    slowQueue(b, 300) // the stored PUBREL is replayed after the live copy below
+    const back = mqtt.connect(`mqtt://127.0.0.1:${b.mqttPort}`, { clientId: 'dev', clean: false, reconnectPeriod: 0, protocolVersion: 4 })
+    back.on('error', () => {})
+    let received = 0
+    back.on('packetreceive', (packet) => packet.cmd === 'publish' && received++)
+    holdPubacks(back, (packet, _, done) => done?.(), qos === 1 ? 'puback' : 'pubrec') // never acknowledges
+    await new Promise((resolve) => back.once('connect', resolve))
+    pub.publish('orders', 'L', { qos })
+    await until('L received', () => received === 1)
+    await sleep(500) // the PUBREL replayed
+    assert.deepEqual([groupOf(b, 'dev').delivered, groupOf(b, 'dev').in_flight], [1, 1], 'L still in flight')
+    back.end(true)
+    await until('offline', () => b.broker.clients.dev === undefined)
+    const clean = await connect(b.mqttPort, { clientId: 'dev', clean: true }) // discards the session
+    await until('the group left', () => groupOf(b, 'dev') === undefined)
+    const topic = b.surface.stats('topics').topics.find((t) => t.topic === 'orders')
+    assert.deepEqual([topic.delivered, topic.dropped], [1, 1], 'Q delivered, L dropped')
+    assert.deepEqual(faults.map((f) => f.code), [], 'no faults')
+    await Promise.all([clean.endAsync(), pub.endAsync()])
+  }))
+}
 
 test('a persistent session\'s copy in flight routed again live while a durable persistence numbers it late, its PUBACK clearing the stored copy meanwhile (aedes then sends nothing): no retry counted', async () => {
   const persistence = require('aedes-persistence')()
@@ -2256,35 +2259,3 @@ test('a QoS 1 message stored for a persistent session while its UNSUBSCRIBE wait
   await Promise.all([s.client.endAsync(), pub.endAsync()])
 }))
 
-test('a PUBREL replayed on reconnect (its QoS 2 copy PUBREC\'d on an earlier connection) under the packet id of a live QoS 2 copy never PUBREC\'d: it settles nothing; that copy counts dropped when the session is discarded', () => withBroker(async (b, faults) => {
-  const s = await connect(b.mqttPort, { clientId: 'dev', clean: false })
-  await s.subscribeAsync('orders', { qos: 2 })
-  const sendPacket = s._sendPacket.bind(s)
-  let id
-  s._sendPacket = (packet, done, ...rest) => (packet.cmd === 'pubcomp' ? ((id = packet.messageId), done?.()) : sendPacket(packet, done, ...rest)) // its PUBCOMP never leaves
-  const pub = await connect(b.mqttPort, { clientId: 'pub' })
-  await pub.publishAsync('orders', 'Q', { qos: 2 })
-  await until('Q settled at its PUBREC', () => id !== undefined && groupOf(b, 'dev')?.delivered === 1)
-  s.stream.destroy()
-  await until('offline', () => b.broker.clients.dev === undefined)
-  firstPacketId(b, 'dev', id)
-  slowQueue(b, 300) // the stored PUBREL is replayed after the live copy below
-  const back = mqtt.connect(`mqtt://127.0.0.1:${b.mqttPort}`, { clientId: 'dev', clean: false, reconnectPeriod: 0, protocolVersion: 4 })
-  back.on('error', () => {})
-  let received = 0
-  back.on('packetreceive', (packet) => packet.cmd === 'publish' && received++)
-  holdPubacks(back, (packet, _, done) => done?.(), 'pubrec') // never PUBRECs
-  await new Promise((resolve) => back.once('connect', resolve))
-  pub.publish('orders', 'L', { qos: 2 })
-  await until('L received', () => received === 1)
-  await sleep(500) // the PUBREL replayed
-  assert.deepEqual([groupOf(b, 'dev').delivered, groupOf(b, 'dev').in_flight], [1, 1], 'L still in flight')
-  back.end(true)
-  await until('offline', () => b.broker.clients.dev === undefined)
-  const clean = await connect(b.mqttPort, { clientId: 'dev', clean: true }) // discards the session
-  await until('the group left', () => groupOf(b, 'dev') === undefined)
-  const topic = b.surface.stats('topics').topics.find((t) => t.topic === 'orders')
-  assert.deepEqual([topic.delivered, topic.dropped], [1, 1], 'Q delivered, L dropped')
-  assert.deepEqual(faults.map((f) => f.code), [], 'no faults')
-  await Promise.all([clean.endAsync(), pub.endAsync()])
-}))
