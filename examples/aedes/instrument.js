@@ -8,6 +8,8 @@ const { finished, pipeline, Transform } = require('node:stream')
 const STATE = Symbol.for('mq-metrics') // on aedes' client objects of clean sessions
 const ZERO = Symbol('mq-metrics QoS 0') // on every client: the packet its deliver0 sends now (no packet id)
 const NUMBERED = Symbol('mq-metrics numbered') // on a persistent session's client: packet id → [group, seq, …] of the QoS 1 copies it numbered, oldest first, until their PUBACKs
+const EXACTLY = Symbol('mq-metrics exactly') // the same for its QoS 2 copies, until their PUBRECs
+const ORPHANED = Symbol('mq-metrics orphaned') // [group, seq, …]: copies aedes cleared for another's acknowledgement while their own may still come on this connection
 const NAME_MAX = 1024 // the library's longest name; longer MQTT topics and client ids are not counted
 
 // window: seqs a group tracks above its floor (2 bits each: 16 KiB per group by default). A copy
@@ -22,7 +24,6 @@ function instrument(broker, surface, { window: WINDOW = 65536, idle: IDLE = 5 * 
   const GROUP = { from: 'latest', max_in_flight: 65535, settle_window: WINDOW } // MQTT: ≤ 65,535 packet ids per client
   const topics = new Map() // MQTT topic → { name, handle, counters, base, groups: client id → group state, dark, routing }
   const owned = new Map() // client id → the topics it has a group on
-  const exactly = new Map() // persistent client id → packet id → [group, seq] of its QoS 2 copies in flight, oldest first, until their PUBRECs
   // Another node's wills published here (aedes' checkAndPublish): their copies are this node's to
   // count. Per topic (t.wills: aedes counter → that node's id) until every group has settled them.
   const willing = new Set() // the topics that keep some
@@ -114,7 +115,7 @@ function instrument(broker, surface, { window: WINDOW = 65536, idle: IDLE = 5 * 
     return (err) => {
       t.routing.delete(seq)
       if (!surface.closed) for (const groups of [away, t.dark]) for (const m of groups) if (m.last !== seq && seq > m.lost && !m.g.isInFlight(0, seq) && !m.g.isSettled(0, seq)) stored.includes(m.id) ? (m.unsubscribing || (m.offline && seq <= m.offlineAt)) && (m.kept ??= new Set()).add(seq) : drop(m, seq) // kept: stored for it while its UNSUBSCRIBE waits, or before it went and routed after
-      if (will && !surface.closed) sweep(t)
+      if (will && !surface.closed && topics.get(t.name) === t) sweep(t) // not a topic removed meanwhile (idle, its last group gone)
       done?.(err)
     }
   }
@@ -138,13 +139,9 @@ function instrument(broker, surface, { window: WINDOW = 65536, idle: IDLE = 5 * 
     if (client[STATE] !== undefined) numbered(client[STATE], packet) // a clean session's: the queue of the one it discards, each in the order read
     return update(client, packet, (err, c, p) => {
       // 'no such packet': aedes lost the copy (it cleared another's by mistake), never sent
-      if (!surface.closed && p?.cmd === 'publish') err ? err.message === 'no such packet' ? lost(client, p) : twin(client, p, false) : (twin(client, p, true), p.qos === 2 ? awaitPubrec(client, p) : p.qos === 1 && noted(client, p)) // another error (a durable store's): the copy stays stored, replayed
+      if (!surface.closed && p?.cmd === 'publish') err ? err.message === 'no such packet' ? lost(client, p) : twin(client, p, false) : (twin(client, p, true), p.qos > 0 && noted(client, p, p.qos === 2 ? EXACTLY : NUMBERED)) // another error (a durable store's): the copy stays stored, replayed
       done(err, c, p)
     })
-  }
-  const settleStored = (client, packet, outcome) => { // a persistent session's copy, as aedes stored it, in flight: settled once
-    const m = groupOf(client, packet), seq = m && seqOf(m.t, packet.brokerCounter)
-    if (seq > m?.lost && m.g.isInFlight(0, seq)) acked(m, seq, outcome)
   }
   const forward = broker.authorizeForward
   broker.authorizeForward = function (client, packet) {
@@ -209,12 +206,10 @@ function instrument(broker, surface, { window: WINDOW = 65536, idle: IDLE = 5 * 
     if (surface.closed) return clear(client, packet, done)
     if (packet.cmd === 'publish') refused(client, packet, !client.clean && packet.messageId !== undefined) // a persistent session's copy aedes stored and then did not send (its duplicate check, or authorizeForward; numbered: as its queue is replayed)
     const s = packet.cmd === 'puback' || packet.cmd === 'pubcomp' ? client[STATE] : undefined // a clean session's: aedes keeps no packet for it
+    if (s === undefined && packet.cmd === 'pubcomp') return clear(client, packet, (err, copy) => (surface.closed || copy?.cmd !== 'publish' || cleared(client, copy), done(err, copy))) // a persistent session's: its copy settled at the PUBREC (a copy aedes clears is another's)
     if (s === undefined && packet.cmd !== 'puback') return clear(client, packet, done)
     if (s === undefined) { // a persistent session's: the oldest copy in flight this connection numbered with that id (a durable store answers late)
-      const copies = client[NUMBERED]?.get(packet.messageId)
-      let m, seq
-      while (copies?.length > 0) if ((m = copies.shift()), (seq = copies.shift()), seq > m.lost && m.g.isInFlight(0, seq)) break; else m = undefined
-      if (copies?.length === 0) client[NUMBERED].delete(packet.messageId)
+      const [m, seq] = take(client[NUMBERED], packet.messageId)
       if (m !== undefined) acked(m, seq, 'delivered')
       return clear(client, packet, (err, copy) => (surface.closed || copy?.cmd !== 'publish' || cleared(client, copy, m, seq), done(err, copy))) // aedes hands back the stored copy it cleared
     }
@@ -226,45 +221,45 @@ function instrument(broker, surface, { window: WINDOW = 65536, idle: IDLE = 5 * 
     }
     return clear(client, packet, done)
   }
-  const cleared = (client, copy, m, seq) => { // aedes clears the first stored copy with the PUBACK's id: another than the one acknowledged is lost
+  // aedes clears the first stored packet with the acknowledged id: a copy other than the one acknowledged (m, seq; a PUBCOMP's
+  // was settled at its PUBREC) is lost, never sent again. Its own acknowledgement may still come on this connection (the replay
+  // sent it under that id too): then it is dropped only if the connection ends first.
+  const cleared = (client, copy, m, seq) => {
     const n = groupOf(client, copy), at = n && seqOf(n.t, copy.brokerCounter)
-    if (m === undefined) settleStored(client, copy, 'delivered') // numbered by no note of this connection's
-    else if ((n !== m || at !== seq) && at > n?.lost && n.g.isInFlight(0, at) && !noting(client[NUMBERED]?.get(copy.messageId), n, at) && !exactly.get(client.id)?.get(copy.messageId)?.some(([k, s]) => k === n && s === at)) acked(n, at, 'dropped') // an id a live copy took before the queue's copy that held it was replayed (unless it was, here: its own acknowledgement comes)
+    if (!(at > n?.lost) || (n === m && at === seq) || !n.g.isInFlight(0, at)) return
+    if (noting(client[NUMBERED]?.get(copy.messageId), n, at) || noting(client[EXACTLY]?.get(copy.messageId), n, at)) (client[ORPHANED] ??= []).push(n, at)
+    else acked(n, at, 'dropped')
   }
+  const orphans = (client) => { const o = client[ORPHANED]; for (let i = 0; i < (o?.length ?? 0); i += 2) if (o[i + 1] > o[i].lost && o[i].g.isInFlight(0, o[i + 1])) acked(o[i], o[i + 1], 'dropped') } // its connection ended first
   const noting = (copies, m, seq) => { for (let i = 0; i < (copies?.length ?? 0); i += 2) if (copies[i] === m && copies[i + 1] === seq) return true; return false }
-  const noted = (client, p) => { // a persistent session's QoS 1 copy numbered on this connection
-    const m = groupOf(client, p), seq = m && seqOf(m.t, p.brokerCounter), ids = seq > m?.lost ? (client[NUMBERED] ??= new Map()) : undefined
+  // A persistent session's QoS 1 or 2 copy numbered on this connection: noted under its packet id (NUMBERED or EXACTLY) until its
+  // PUBACK or PUBREC settles the oldest copy noted under that id still in flight. One id can hold two copies in flight (a new
+  // connection's ids start at random, and a replayed copy keeps its own): their acknowledgements come in the order they were numbered.
+  const noted = (client, p, key) => {
+    const m = groupOf(client, p), seq = m && seqOf(m.t, p.brokerCounter), ids = seq > m?.lost ? (client[key] ??= new Map()) : undefined
     if (ids !== undefined) ids.has(p.messageId) ? ids.get(p.messageId).push(m, seq) : ids.set(p.messageId, [m, seq])
   }
+  const take = (ids, id) => { // [group, seq] of the oldest copy in flight noted under `id` (the notes up to it forgotten)
+    const copies = ids?.get(id)
+    let m, seq
+    while (copies?.length > 0) if ((m = copies.shift()), (seq = copies.shift()), seq > m.lost && m.g.isInFlight(0, seq)) break; else m = undefined
+    if (copies?.length === 0) ids.delete(id)
+    return m === undefined ? [] : [m, seq]
+  }
   // 'no such packet': aedes lost the copy (it cleared another's by mistake, or the subscriber acknowledged it before a live twin came), never sent.
-  const lost = (client, p) => (twin(client, p, false), settleStored(client, p, 'dropped'))
+  const lost = (client, p) => { twin(client, p, false); const m = groupOf(client, p), seq = m && seqOf(m.t, p.brokerCounter); if (seq > m?.lost && m.g.isInFlight(0, seq)) acked(m, seq, 'dropped') }
   // A persistent session's copy in flight routed again (a live twin of a replayed copy) is sent again only if aedes finds it stored.
   const twin = (client, p, sent) => { const m = groupOf(client, p), seq = m?.twins?.delete(p.brokerCounter) && sent ? seqOf(m.t, p.brokerCounter) : undefined; if (seq > m?.lost && m.g.isInFlight(0, seq)) m.g.redeliver(0, seq) }
-  // A persistent session's QoS 2 copy is settled at its PUBREC (the subscriber has it), found by
-  // packet id in the glue's own map: aedes' in-memory store keeps no usable record after it (it
-  // relabels a stored PUBREL with the next one's id when two await their PUBCOMP). One id can hold
-  // two copies in flight (a new connection's ids start at random): their PUBRECs come in order.
-  const awaitPubrec = (client, packet) => { // a QoS 2 copy of a persistent session numbered: its group and seq, until its PUBREC
-    const m = groupOf(client, packet), seq = m && seqOf(m.t, packet.brokerCounter)
-    if (!(seq > m?.lost)) return
-    const ids = exactly.get(client.id) ?? exactly.set(client.id, new Map()).get(client.id)
-    const copies = (ids.get(packet.messageId) ?? []).filter(([n, at]) => (n !== m || at !== seq) && at > n.lost && n.g.isInFlight(0, at))
-    ids.set(packet.messageId, (copies.push([m, seq]), copies))
-  }
-  const received = (client, id) => {
-    const ids = exactly.get(client.id), copies = ids?.get(id)
-    let copy
-    while ((copy = copies?.shift()) !== undefined && !(copy[1] > copy[0].lost && copy[0].g.isInFlight(0, copy[1])));
-    if (copies?.length === 0) ids.delete(id)
-    if (copy !== undefined) acked(copy[0], copy[1], 'delivered')
-  }
+  // A persistent session's QoS 2 copy is settled at its PUBREC (the subscriber has it), found in the connection's notes: aedes'
+  // in-memory store keeps no usable record after it (it relabels a stored PUBREL with the next one's id when two await their PUBCOMP).
+  const received = (client, id) => { const [m, seq] = take(client[EXACTLY], id); if (m !== undefined) acked(m, seq, 'delivered') }
   const preConnect = broker.preConnect
   broker.preConnect = function (client, packet, callback) { // before a persistent session's restored subscriptions take deliver0 and deliverQoS
     const deliver0 = client.deliver0, deliverQoS = client.deliverQoS
     client[ZERO] = undefined
     client.deliver0 = (p, cb) => { skipped(client, p); client[ZERO] = p; deliver0(p, cb); client[ZERO] = undefined } // QoS 0 subscriptions'
     client.deliverQoS = (p, cb) => { skipped(client, p); deliverQoS(p, cb) }
-    finished(client.conn, () => client.clean || broker.clients[client.id] === client || surface.closed || away(client)) // lost before aedes registers it (its restored subscriptions live): no 'clientDisconnect' comes
+    finished(client.conn, () => surface.closed || (orphans(client), client.clean || broker.clients[client.id] === client || away(client))) // lost before aedes registers it (its restored subscriptions live): no 'clientDisconnect' comes
     return preConnect.call(this, client, packet, callback)
   }
   // aedes' duplicate check skips a copy with a counter not above the last of its node this client had (a message
@@ -327,7 +322,7 @@ function instrument(broker, surface, { window: WINDOW = 65536, idle: IDLE = 5 * 
     t.groups.delete(m.id), t.dark.delete(m), (m.lost = Infinity), (m.ending = false), m.clean || t.persistent--
     if (t.groups.size === 0) idle.add(t.name), (t.used = tick), (t.base += t.counters.length), (t.counters.length = 0), sweep(t) // nothing of it to keep
     else if (t.wills !== undefined) sweep(t) // it may have owed a will last
-    if (owned.get(m.id)?.delete(t.name) && owned.get(m.id).size === 0) owned.delete(m.id), exactly.delete(m.id)
+    if (owned.get(m.id)?.delete(t.name) && owned.get(m.id).size === 0) owned.delete(m.id)
   }
   // An unsubscription: the copies in flight may still be acknowledged (MQTT 3.1.1 §3.10.4), the group leaves after them.
   const unsubscribe = (m) => {
@@ -364,7 +359,7 @@ function instrument(broker, surface, { window: WINDOW = 65536, idle: IDLE = 5 * 
   const away = (client) => session(client).forEach((m) => { // a persistent session goes offline (unless a takeover has restored it already)
     if (m.client === client) m.discarded ? leave(m) : dark(m, true)
   })
-  return { pending: () => [...topics.values()].reduce((n, t) => n + t.counters.length, 0), sweep: () => topics.forEach(sweep), clients: () => owned.size, awaitingPubrec: () => [...exactly.values()].reduce((n, ids) => n + ids.size, 0), wills: () => [...willing].reduce((n, t) => n + t.wills.size, 0) }
+  return { pending: () => [...topics.values()].reduce((n, t) => n + t.counters.length, 0), sweep: () => topics.forEach(sweep), clients: () => owned.size, awaitingPubrec: () => Object.values(broker.clients).reduce((n, client) => n + (client[EXACTLY]?.size ?? 0), 0), wills: () => [...willing].reduce((n, t) => n + t.wills.size, 0) }
 }
 
 module.exports = { instrument }

@@ -49,6 +49,29 @@ function slowQueue(b, ms = 50, query = false) {
   }
 }
 
+/** The next replay of a session's queue (read as it connects) sends its first `sent` packets at once and the rest at release(). */
+function heldQueue(b, sent = 0) {
+  const stream = b.broker.persistence.outgoingStream.bind(b.broker.persistence)
+  let release
+  const released = new Promise((resolve) => (release = resolve))
+  b.broker.persistence.outgoingStream = (client) => {
+    b.broker.persistence.outgoingStream = stream // this replay only
+    const { Readable } = require('node:stream')
+    const out = new Readable({ objectMode: true, read() {} })
+    let n = 0
+    const inner = stream(client)
+    inner.on('data', (d) => (n++ < sent ? out.push(d) : released.then(() => out.push(d))))
+    inner.on('end', () => released.then(() => out.push(null)))
+    return out
+  }
+  return release
+}
+/** The payloads of the copies aedes' persistence stores for client `id` (its PUBRELs as 'pubrel'). */
+const stored = (b, id) => new Promise((resolve) => {
+  const out = []
+  b.broker.persistence.outgoingStream({ id }).on('data', (p) => out.push(p.cmd === 'publish' ? p.payload.toString() : p.cmd)).on('end', () => resolve(out))
+})
+
 /** A slow listener of the bus holds aedes' 100 routing slots (mqemitter's concurrency): what is published next waits in its queue until release(). */
 async function blockBus(b) {
   const held = []
@@ -702,6 +725,20 @@ test('another node\'s will: its note goes when the last group that owed it leave
   assert.deepEqual(faults.map((f) => f.code), [], 'no faults')
   await keep.endAsync()
 }, undefined, { idle: 0 }))
+
+test('another node\'s will still routing when its topic, its last group gone, is removed as idle: the broker stays up, no note kept', () => withBroker(async (b, faults) => {
+  const s = await connect(b.mqttPort, { clientId: 'sub' })
+  await s.subscribeAsync('status', { qos: 1 })
+  const release = await blockBus(b)
+  const routed = otherNodesWill(b, 'gone') // appended, its routing waits in aedes' queue
+  await s.endAsync()
+  await until('the topic removed', () => !b.surface.stats('topics').topics.some((t) => t.topic === 'status'))
+  release()
+  await routed // the glue's routing callback, on a removed topic
+  await sleep(50)
+  assert.equal(b.glue.wills(), 0, 'no note kept')
+  assert.deepEqual(faults.map((f) => f.code), [], 'no faults')
+}, undefined, { idle: 200 }))
 
 test('a clean session emptying the queue of a persistent one with overlapping subscriptions (two queued copies of each message), a persistence answering late: its later copies are counted', async () => {
   const persistence = require('aedes-persistence')()
@@ -2229,6 +2266,157 @@ test('a persistent session\'s live copy numbered with the packet id of an unackn
   assert.equal(groupOf(b, 'dev').dropped, 0)
   assert.deepEqual(faults.map((f) => f.code), [], 'no faults')
   await Promise.all([second.endAsync(), pub.endAsync()])
+}))
+
+for (const [qos, replayed] of [[1, true], [1, false], [2, true]]) {
+  test(`a persistent session's retained QoS ${qos} copy (sent on SUBSCRIBE, not stored) numbered with the packet id of an unacknowledged copy from an earlier connection before the replay reaches it (${replayed ? 'which then finds it gone' : 'a durable persistence querying the queue after it is gone'}): at its ${qos === 1 ? 'PUBACK aedes clears' : 'PUBREC aedes replaces'} the old copy, which counts dropped, not delivered`, () => withBroker(async (b, faults) => {
+    firstPacketId(b, 'dev', 1000)
+    const acknowledged = []
+    const open = async (hold) => {
+      const client = await connect(b.mqttPort, { clientId: 'dev', clean: false })
+      client.on('error', () => {})
+      const payloads = new Map()
+      client.on('packetreceive', (packet) => packet.cmd === 'publish' && payloads.set(packet.messageId, packet.payload.toString()))
+      holdPubacks(client, (packet, send, done) => (hold ? done?.() : (acknowledged.push(payloads.get(packet.messageId)), send(packet, done))), qos === 1 ? 'puback' : 'pubrec')
+      return client
+    }
+    const pub = await connect(b.mqttPort, { clientId: 'pub' })
+    await pub.publishAsync('config', 'R', { qos, retain: true })
+    const first = await open(true) // never acknowledges
+    await first.subscribeAsync('orders', { qos })
+    await pub.publishAsync('orders', 'X', { qos })
+    await until('X in flight', () => groupOf(b, 'dev', 'orders')?.in_flight === 1)
+    first.end(true)
+    await until('offline', () => b.broker.clients.dev === undefined)
+    slowQueue(b, 300, !replayed) // the retained copy of R takes id 1000 first
+    const second = await open(false)
+    await second.subscribeAsync('config', { qos })
+    await until('R acknowledged', () => acknowledged.includes('R'))
+    await sleep(500) // the replay
+    await second.endAsync(true)
+    await until('offline', () => b.broker.clients.dev === undefined)
+    const third = await open(false)
+    await until('nothing in flight', () => groupOf(b, 'dev', 'orders').in_flight === 0, 3000)
+      .catch((e) => { throw new Error(`${e.message}: ${JSON.stringify(groupOf(b, 'dev', 'orders'))}`) })
+    assert.deepEqual(acknowledged, ['R'], 'the subscriber acknowledged R only')
+    assert.deepEqual([groupOf(b, 'dev', 'orders').delivered, groupOf(b, 'dev', 'orders').dropped], [0, 1], 'X dropped')
+    assert.deepEqual(faults.map((f) => f.code), [], 'no faults')
+    await Promise.all([third.endAsync(), pub.endAsync()])
+  }))
+}
+
+for (const mode of ['pubcomp', 'puback', 'own puback']) {
+  test(`a persistent session's copy replayed under the packet id a live copy took first, which aedes clears at the live copy's ${mode === 'puback' ? 'PUBACK' : 'PUBCOMP'}: ${mode === 'own puback' ? 'its own PUBACK still comes, and it counts delivered' : 'its own PUBACK never comes (its connection ends first), and aedes never sends it again: it counts dropped'}`, () => withBroker(async (b, faults) => {
+    firstPacketId(b, 'dev', 1000)
+    const pub = await connect(b.mqttPort, { clientId: 'pub' })
+    const first = await connect(b.mqttPort, { clientId: 'dev', clean: false })
+    first.on('error', () => {})
+    holdPubacks(first, (packet, send, done) => done?.()) // X is never acknowledged here
+    await first.subscribeAsync('orders', { qos: 2 })
+    await pub.publishAsync('orders', 'X', { qos: 1 })
+    await until('X in flight', () => groupOf(b, 'dev')?.in_flight === 1)
+    first.end(true)
+    await until('offline', () => b.broker.clients.dev === undefined)
+    const replay = heldQueue(b) // the live Y takes id 1000 before the replay sends X under it again
+    const second = await connect(b.mqttPort, { clientId: 'dev', clean: false })
+    second.on('error', () => {})
+    const received = []
+    second.on('message', (topic, payload, packet) => received.push([payload.toString(), packet.messageId]))
+    const held = [], own = []
+    const send = holdPubacks(second, (packet, _, done) => (held.push(packet), done?.()), mode === 'puback' ? 'puback' : 'pubcomp') // Y's (and, with PUBACKs, X's)
+    if (mode !== 'puback') holdPubacks(second, (packet, _, done) => (own.push(packet), done?.())) // X's PUBACK
+    await pub.publishAsync('orders', 'Y', { qos: mode === 'puback' ? 1 : 2 })
+    await until('Y\'s acknowledgement held', () => held.length === 1)
+    replay()
+    await until('X sent again under the same id', () => received.length === 2)
+    assert.deepEqual(received, [['Y', 1000], ['X', 1000]])
+    send(held[0]) // Y's PUBCOMP or PUBACK: aedes clears the first packet it stores with id 1000, X
+    await until('aedes cleared X', async () => !(await stored(b, 'dev')).includes('X'))
+    if (mode === 'own puback') {
+      send(own[0])
+      await until('X acknowledged', () => groupOf(b, 'dev').delivered === 2)
+    }
+    await second.endAsync(true)
+    await until('offline', () => b.broker.clients.dev === undefined)
+    const third = await connect(b.mqttPort, { clientId: 'dev', clean: false })
+    third.on('error', () => {})
+    await until('nothing in flight', () => groupOf(b, 'dev').in_flight === 0, 3000)
+      .catch((e) => { throw new Error(`${e.message}: ${JSON.stringify(groupOf(b, 'dev'))}`) })
+    assert.deepEqual([groupOf(b, 'dev').delivered, groupOf(b, 'dev').dropped], mode === 'own puback' ? [2, 0] : [1, 1], mode === 'own puback' ? 'both delivered' : 'Y delivered, X dropped')
+    assert.deepEqual(faults.map((f) => f.code), [], 'no faults')
+    await Promise.all([third.endAsync(), pub.endAsync()])
+  }))
+}
+
+test('a persistent session\'s PUBCOMP that aedes takes for a stored copy (its PUBREL relabelled by a later PUBREC), a copy of an earlier connection the replay had not sent yet, and the connection ends: aedes never sends it again, and it counts dropped', () => withBroker(async (b, faults) => {
+  firstPacketId(b, 'dev', 1000)
+  const pub = await connect(b.mqttPort, { clientId: 'pub' })
+  const first = await connect(b.mqttPort, { clientId: 'dev', clean: false })
+  await first.subscribeAsync('orders', { qos: 2 })
+  await first.endAsync()
+  await until('offline', () => b.broker.clients.dev === undefined)
+  await pub.publishAsync('orders', 'Y', { qos: 2 }) // stored for the session, not numbered yet
+  heldQueue(b) // this connection's replay (Y) never comes
+  const second = await connect(b.mqttPort, { clientId: 'dev', clean: false })
+  second.on('error', () => {})
+  holdPubacks(second, (packet, send, done) => done?.()) // X is never acknowledged
+  const got = new Promise((resolve) => second.on('message', resolve))
+  await pub.publishAsync('orders', 'X', { qos: 1 }) // live, numbered 1000
+  await got
+  await second.endAsync(true)
+  await until('offline', () => b.broker.clients.dev === undefined)
+  heldQueue(b, 1) // the next replay sends Y (under 1000) and holds X for good
+  const third = await connect(b.mqttPort, { clientId: 'dev', clean: false })
+  third.on('error', () => {})
+  const received = []
+  third.on('message', (topic, payload) => received.push(payload.toString()))
+  const held = []
+  const send = holdPubacks(third, (packet, s, done) => (held.length === 0 ? (held.push(packet), done?.()) : s(packet, done)), 'pubcomp') // Y's PUBCOMP (1000) held
+  await until('Y received, its PUBCOMP held', () => held.length === 1)
+  await pub.publishAsync('orders', 'Z', { qos: 2 }) // live, 1001: its PUBREC relabels Y's stored PUBREL 1001
+  await until('Z received', () => received.includes('Z') && groupOf(b, 'dev').delivered === 2)
+  assert.deepEqual(await stored(b, 'dev'), ['X', 'Z'], 'aedes stores X (1000) and Z')
+  send(held[0]) // PUBCOMP 1000: aedes clears X
+  await until('aedes cleared X', async () => !(await stored(b, 'dev')).includes('X'))
+  await third.endAsync(true)
+  await until('offline', () => b.broker.clients.dev === undefined)
+  const fourth = await connect(b.mqttPort, { clientId: 'dev', clean: false })
+  fourth.on('error', () => {})
+  await until('nothing in flight', () => groupOf(b, 'dev').in_flight === 0, 3000)
+    .catch((e) => { throw new Error(`${e.message}: ${JSON.stringify(groupOf(b, 'dev'))}`) })
+  assert.deepEqual([groupOf(b, 'dev').delivered, groupOf(b, 'dev').dropped], [2, 1], 'Y and Z delivered, X dropped')
+  assert.deepEqual(faults.map((f) => f.code), [], 'no faults')
+  await Promise.all([fourth.endAsync(), pub.endAsync()])
+}))
+
+test('a persistent session\'s live QoS 2 copy numbered with the packet id of an earlier connection\'s copy never PUBREC\'d, before the replay reaches it: its PUBREC settles it, not the older copy, which aedes replaced with the PUBREL and never sends again (dropped)', () => withBroker(async (b, faults) => {
+  firstPacketId(b, 'dev', 1000)
+  const pub = await connect(b.mqttPort, { clientId: 'pub' })
+  const first = await connect(b.mqttPort, { clientId: 'dev', clean: false })
+  first.on('error', () => {})
+  holdPubacks(first, (packet, send, done) => done?.(), 'pubrec') // X is never PUBREC'd here
+  await first.subscribeAsync('orders', { qos: 2 })
+  const got = new Promise((resolve) => first.on('packetreceive', (packet) => packet.cmd === 'publish' && resolve())) // mqtt.js emits 'message' at the PUBREL
+  await pub.publishAsync('orders', 'X', { qos: 2 })
+  await got
+  first.end(true)
+  await until('offline', () => b.broker.clients.dev === undefined)
+  const replay = heldQueue(b)
+  const second = await connect(b.mqttPort, { clientId: 'dev', clean: false })
+  second.on('error', () => {})
+  const received = []
+  second.on('message', (topic, payload) => received.push(payload.toString()))
+  await pub.publishAsync('orders', 'Y', { qos: 2 }) // live: 1000
+  await until('Y PUBREC\'d', () => received.includes('Y') && groupOf(b, 'dev').delivered === 1)
+  assert.deepEqual(await stored(b, 'dev'), ['Y'], 'the PUBREL took X\'s place, and its PUBCOMP cleared it')
+  assert.deepEqual([groupOf(b, 'dev').in_flight, groupOf(b, 'dev').dropped], [1, 0], 'X still in flight: aedes may yet find it')
+  replay() // X is not found ('no such packet')
+  await until('nothing in flight', () => groupOf(b, 'dev').in_flight === 0, 3000)
+    .catch((e) => { throw new Error(`${e.message}: ${JSON.stringify(groupOf(b, 'dev'))}`) })
+  assert.deepEqual([groupOf(b, 'dev').delivered, groupOf(b, 'dev').dropped], [1, 1], 'Y delivered, X dropped')
+  assert.deepEqual(received, ['Y'])
+  assert.deepEqual(faults.map((f) => f.code), [], 'no faults')
+  await Promise.all([second.endAsync(true), pub.endAsync()])
 }))
 
 test('a QoS 1 message stored for a persistent session while its UNSUBSCRIBE waits for \'clientReady\' (a slow persistence replays its queue): aedes sends it on the next connection, and it counts delivered', () => withBroker(async (b, faults) => {
