@@ -9,6 +9,8 @@ const STATE = Symbol.for('mq-metrics') // on aedes' client objects of clean sess
 const ZERO = Symbol('mq-metrics QoS 0') // on every client: the packet its deliver0 sends now (no packet id)
 const NUMBERED = Symbol('mq-metrics numbered') // on a persistent session's client: packet id → [group, seq, …] of the QoS 1 copies it numbered, oldest first, until their PUBACKs
 const EXACTLY = Symbol('mq-metrics exactly') // the same for its QoS 2 copies, until their PUBRECs
+const FIRST = Symbol('mq-metrics first id') // the first packet id aedes gives on this connection: from it to client._nextId, its own
+const BEFORE = Symbol('mq-metrics before') // on a persistent session's client: the EXACTLY notes of the connection before it
 const ORPHANED = Symbol('mq-metrics orphaned') // [group, seq, …]: copies aedes cleared for another's acknowledgement while their own may still come on this connection
 const NAME_MAX = 1024 // the library's longest name; longer MQTT topics and client ids are not counted
 
@@ -24,6 +26,7 @@ function instrument(broker, surface, { window: WINDOW = 65536, idle: IDLE = 5 * 
   const GROUP = { from: 'latest', max_in_flight: 65535, settle_window: WINDOW } // MQTT: ≤ 65,535 packet ids per client
   const topics = new Map() // MQTT topic → { name, handle, counters, base, groups: client id → group state, dark, routing }
   const owned = new Map() // client id → the topics it has a group on
+  const latest = new Map() // persistent client id → the EXACTLY notes of its latest connection that made some
   // Another node's wills published here (aedes' checkAndPublish): their copies are this node's to
   // count. Per topic (t.wills: aedes counter → that node's id) until every group has settled them.
   const willing = new Set() // the topics that keep some
@@ -211,7 +214,7 @@ function instrument(broker, surface, { window: WINDOW = 65536, idle: IDLE = 5 * 
     if (s === undefined) { // a persistent session's: the oldest copy in flight this connection numbered with that id (a durable store answers late)
       const [m, seq] = take(client[NUMBERED], packet.messageId)
       if (m !== undefined) acked(m, seq, 'delivered')
-      return clear(client, packet, (err, copy) => (surface.closed || copy?.cmd !== 'publish' || cleared(client, copy, m, seq), done(err, copy))) // aedes hands back the stored copy it cleared
+      return clear(client, packet, (err, copy) => (surface.closed || copy?.cmd !== 'publish' || (m === undefined && !issued(client, packet.messageId) ? settle(client, copy, 'delivered') : cleared(client, copy, m, seq)), done(err, copy))) // aedes hands back the stored copy it cleared
     }
     const at = s.sent.indexOf(-packet.messageId, s.head) // acks come in order: at the head
     if (at >= 0) {
@@ -227,9 +230,14 @@ function instrument(broker, surface, { window: WINDOW = 65536, idle: IDLE = 5 * 
   const cleared = (client, copy, m, seq) => {
     const n = groupOf(client, copy), at = n && seqOf(n.t, copy.brokerCounter)
     if (!(at > n?.lost) || (n === m && at === seq) || !n.g.isInFlight(0, at)) return
-    if (noting(client[NUMBERED]?.get(copy.messageId), n, at) || noting(client[EXACTLY]?.get(copy.messageId), n, at)) (client[ORPHANED] ??= []).push(n, at)
-    else acked(n, at, 'dropped')
+    if (!client.closed && (noting(client[NUMBERED]?.get(copy.messageId), n, at) || noting(client[EXACTLY]?.get(copy.messageId), n, at))) (client[ORPHANED] ??= []).push(n, at)
+    else acked(n, at, 'dropped') // (closed: cleared as a durable persistence answers late, nothing more comes on it)
   }
+  // A PUBACK or PUBREC no note of its connection matches, under a packet id it did not give (aedes numbers a connection's copies
+  // in order from client._nextId), is for a copy an earlier connection sent: mqtt.js queues acknowledgements while it is offline and
+  // sends them once connected again. Under an id it gave, it is for a copy the glue does not count (a retained one sent on SUBSCRIBE).
+  const issued = (client, id) => { const from = client[FIRST], to = client._nextId; return from === undefined || (from <= to ? id >= from && id < to : id >= from || id < to) }
+  const settle = (client, p, outcome) => { const m = groupOf(client, p), seq = m && seqOf(m.t, p.brokerCounter); if (seq > m?.lost && m.g.isInFlight(0, seq)) acked(m, seq, outcome) }
   const orphans = (client) => { const o = client[ORPHANED]; for (let i = 0; i < (o?.length ?? 0); i += 2) if (o[i + 1] > o[i].lost && o[i].g.isInFlight(0, o[i + 1])) acked(o[i], o[i + 1], 'dropped') } // its connection ended first
   const noting = (copies, m, seq) => { for (let i = 0; i < (copies?.length ?? 0); i += 2) if (copies[i] === m && copies[i + 1] === seq) return true; return false }
   // A persistent session's QoS 1 or 2 copy numbered on this connection: noted under its packet id (NUMBERED or EXACTLY) until its
@@ -238,6 +246,7 @@ function instrument(broker, surface, { window: WINDOW = 65536, idle: IDLE = 5 * 
   const noted = (client, p, key) => {
     const m = groupOf(client, p), seq = m && seqOf(m.t, p.brokerCounter), ids = seq > m?.lost ? (client[key] ??= new Map()) : undefined
     if (ids !== undefined) ids.has(p.messageId) ? ids.get(p.messageId).push(m, seq) : ids.set(p.messageId, [m, seq])
+    if (ids !== undefined && key === EXACTLY) latest.set(client.id, ids)
   }
   const take = (ids, id) => { // [group, seq] of the oldest copy in flight noted under `id` (the notes up to it forgotten)
     const copies = ids?.get(id)
@@ -247,16 +256,22 @@ function instrument(broker, surface, { window: WINDOW = 65536, idle: IDLE = 5 * 
     return m === undefined ? [] : [m, seq]
   }
   // 'no such packet': aedes lost the copy (it cleared another's by mistake, or the subscriber acknowledged it before a live twin came), never sent.
-  const lost = (client, p) => { twin(client, p, false); const m = groupOf(client, p), seq = m && seqOf(m.t, p.brokerCounter); if (seq > m?.lost && m.g.isInFlight(0, seq)) acked(m, seq, 'dropped') }
+  const lost = (client, p) => (twin(client, p, false), settle(client, p, 'dropped'))
   // A persistent session's copy in flight routed again (a live twin of a replayed copy) is sent again only if aedes finds it stored.
   const twin = (client, p, sent) => { const m = groupOf(client, p), seq = m?.twins?.delete(p.brokerCounter) && sent ? seqOf(m.t, p.brokerCounter) : undefined; if (seq > m?.lost && m.g.isInFlight(0, seq)) m.g.redeliver(0, seq) }
   // A persistent session's QoS 2 copy is settled at its PUBREC (the subscriber has it), found in the connection's notes: aedes'
   // in-memory store keeps no usable record after it (it relabels a stored PUBREL with the next one's id when two await their PUBCOMP).
-  const received = (client, id) => { const [m, seq] = take(client[EXACTLY], id); if (m !== undefined) acked(m, seq, 'delivered') }
+  const received = (client, id) => {
+    let [m, seq] = take(client[EXACTLY], id)
+    if (m === undefined && !issued(client, id)) [m, seq] = take(client[BEFORE], id) // the connection before's copy
+    if (m !== undefined) acked(m, seq, 'delivered')
+  }
   const preConnect = broker.preConnect
   broker.preConnect = function (client, packet, callback) { // before a persistent session's restored subscriptions take deliver0 and deliverQoS
     const deliver0 = client.deliver0, deliverQoS = client.deliverQoS
     client[ZERO] = undefined
+    client[FIRST] = client._nextId
+    if (packet.clean) latest.delete(packet.clientId); else client[BEFORE] = latest.get(packet.clientId)
     client.deliver0 = (p, cb) => { skipped(client, p); client[ZERO] = p; deliver0(p, cb); client[ZERO] = undefined } // QoS 0 subscriptions'
     client.deliverQoS = (p, cb) => { skipped(client, p); deliverQoS(p, cb) }
     finished(client.conn, () => surface.closed || (orphans(client), client.clean || broker.clients[client.id] === client || away(client))) // lost before aedes registers it (its restored subscriptions live): no 'clientDisconnect' comes
@@ -322,7 +337,7 @@ function instrument(broker, surface, { window: WINDOW = 65536, idle: IDLE = 5 * 
     t.groups.delete(m.id), t.dark.delete(m), (m.lost = Infinity), (m.ending = false), m.clean || t.persistent--
     if (t.groups.size === 0) idle.add(t.name), (t.used = tick), (t.base += t.counters.length), (t.counters.length = 0), sweep(t) // nothing of it to keep
     else if (t.wills !== undefined) sweep(t) // it may have owed a will last
-    if (owned.get(m.id)?.delete(t.name) && owned.get(m.id).size === 0) owned.delete(m.id)
+    if (owned.get(m.id)?.delete(t.name) && owned.get(m.id).size === 0) owned.delete(m.id), latest.delete(m.id)
   }
   // An unsubscription: the copies in flight may still be acknowledged (MQTT 3.1.1 §3.10.4), the group leaves after them.
   const unsubscribe = (m) => {

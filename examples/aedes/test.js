@@ -49,8 +49,8 @@ function slowQueue(b, ms = 50, query = false) {
   }
 }
 
-/** The next replay of a session's queue (read as it connects) sends its first `sent` packets at once and the rest at release(). */
-function heldQueue(b, sent = 0) {
+/** The next replay of a session's queue (read as it connects; `query`: at release(), as a durable store's late query) sends its first `sent` packets at once and the rest at release(). */
+function heldQueue(b, sent = 0, query = false) {
   const stream = b.broker.persistence.outgoingStream.bind(b.broker.persistence)
   let release
   const released = new Promise((resolve) => (release = resolve))
@@ -59,9 +59,12 @@ function heldQueue(b, sent = 0) {
     const { Readable } = require('node:stream')
     const out = new Readable({ objectMode: true, read() {} })
     let n = 0
-    const inner = stream(client)
-    inner.on('data', (d) => (n++ < sent ? out.push(d) : released.then(() => out.push(d))))
-    inner.on('end', () => released.then(() => out.push(null)))
+    const read = () => {
+      const inner = stream(client)
+      inner.on('data', (d) => (n++ < sent ? out.push(d) : released.then(() => out.push(d))))
+      inner.on('end', () => released.then(() => out.push(null)))
+    }
+    if (query) released.then(read); else read()
     return out
   }
   return release
@@ -2418,6 +2421,77 @@ test('a persistent session\'s live QoS 2 copy numbered with the packet id of an 
   assert.deepEqual(faults.map((f) => f.code), [], 'no faults')
   await Promise.all([second.endAsync(true), pub.endAsync()])
 }))
+
+for (const [qos, query] of [[1, false], [1, true], [2, false], [2, true]]) {
+  test(`a persistent session's QoS ${qos} copy whose ${qos === 1 ? 'PUBACK' : 'PUBREC'} comes on the next connection (mqtt.js sends what it queued offline once connected again) before the replay reaches it (${query ? 'a durable persistence querying the queue after' : 'which then finds it gone'}): delivered`, () => withBroker(async (b, faults) => {
+    const pub = await connect(b.mqttPort, { clientId: 'pub' })
+    const first = await connect(b.mqttPort, { clientId: 'dev', clean: false })
+    first.on('error', () => {})
+    const held = []
+    holdPubacks(first, (packet, send, done) => (held.push(packet), done?.()), qos === 1 ? 'puback' : 'pubrec')
+    await first.subscribeAsync('orders', { qos })
+    await pub.publishAsync('orders', 'X', { qos })
+    await until('X\'s acknowledgement held', () => held.length === 1)
+    first.stream.destroy()
+    await until('offline', () => b.broker.clients.dev === undefined)
+    const replay = heldQueue(b, 0, query)
+    const second = await connect(b.mqttPort, { clientId: 'dev', clean: false })
+    second.on('error', () => {})
+    second._sendPacket(held[0]) // the acknowledgement of the copy the first connection got
+    await until('X delivered', () => groupOf(b, 'dev').delivered === 1)
+      .catch((e) => { throw new Error(`${e.message}: ${JSON.stringify(groupOf(b, 'dev'))}`) })
+    replay()
+    await sleep(300)
+    assert.deepEqual([groupOf(b, 'dev').delivered, groupOf(b, 'dev').dropped, groupOf(b, 'dev').in_flight], [1, 0, 0], 'X delivered once')
+    assert.deepEqual(faults.map((f) => f.code), [], 'no faults')
+    second.end(true)
+    await pub.endAsync()
+  }))
+}
+
+test('a copy aedes clears at another copy\'s PUBACK (the two under one packet id), answered by a durable persistence after the connection ended, before the copy\'s own PUBACK came: dropped', () => {
+  const persistence = require('aedes-persistence')()
+  const clear = persistence.outgoingClearMessageId.bind(persistence)
+  let late
+  persistence.outgoingClearMessageId = (client, packet, done) => clear(client, packet, (...answer) => (late !== undefined && packet.cmd === 'puback' ? late.push(() => done(...answer)) : done(...answer)))
+  return withBroker(async (b, faults) => {
+    firstPacketId(b, 'dev', 1000)
+    const pub = await connect(b.mqttPort, { clientId: 'pub' })
+    const first = await connect(b.mqttPort, { clientId: 'dev', clean: false })
+    first.on('error', () => {})
+    holdPubacks(first, (packet, send, done) => done?.()) // X is never acknowledged here
+    await first.subscribeAsync('orders', { qos: 1 })
+    await pub.publishAsync('orders', 'X', { qos: 1 })
+    await until('X in flight', () => groupOf(b, 'dev')?.in_flight === 1)
+    first.end(true)
+    await until('offline', () => b.broker.clients.dev === undefined)
+    const replay = heldQueue(b)
+    const second = await connect(b.mqttPort, { clientId: 'dev', clean: false })
+    second.on('error', () => {})
+    const received = [], held = []
+    second.on('message', (topic, payload, packet) => received.push([payload.toString(), packet.messageId]))
+    const send = holdPubacks(second, (packet, _, done) => (held.push(packet), done?.()))
+    await pub.publishAsync('orders', 'Y', { qos: 1 }) // live, 1000
+    await until('Y received', () => received.length === 1)
+    replay()
+    await until('X sent again under the same id', () => received.length === 2)
+    assert.deepEqual(received, [['Y', 1000], ['X', 1000]])
+    late = []
+    send(held[0]) // Y's PUBACK: aedes clears X, its answer held
+    await until('Y delivered', () => groupOf(b, 'dev').delivered === 1)
+    second.stream.destroy() // X's own PUBACK never comes
+    await until('offline', () => b.broker.clients.dev === undefined)
+    late.splice(0).forEach((answer) => answer())
+    late = undefined
+    const third = await connect(b.mqttPort, { clientId: 'dev', clean: false })
+    third.on('error', () => {})
+    await until('nothing in flight', () => groupOf(b, 'dev').in_flight === 0, 3000)
+      .catch((e) => { throw new Error(`${e.message}: ${JSON.stringify(groupOf(b, 'dev'))}`) })
+    assert.deepEqual([groupOf(b, 'dev').delivered, groupOf(b, 'dev').dropped], [1, 1], 'Y delivered, X dropped')
+    assert.deepEqual(faults.map((f) => f.code), [], 'no faults')
+    await Promise.all([third.endAsync(), pub.endAsync()])
+  }, undefined, undefined, { persistence })
+})
 
 test('a QoS 1 message stored for a persistent session while its UNSUBSCRIBE waits for \'clientReady\' (a slow persistence replays its queue): aedes sends it on the next connection, and it counts delivered', () => withBroker(async (b, faults) => {
   const pub = await connect(b.mqttPort, { clientId: 'pub' })
