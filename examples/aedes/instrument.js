@@ -150,7 +150,7 @@ function instrument(broker, surface, { window: WINDOW = 65536, idle: IDLE = 5 * 
   broker.authorizeForward = function (client, packet) {
     const out = forward.call(this, client, packet)
     if (surface.closed) return out
-    if (!out) return refused(client, packet), out
+    if (!out) return client.clean || packet.qos === 0 || client[ZERO] === packet ? refused(client, packet) : undefined, out // a persistent session's QoS 1 or 2 copy: at the clear that follows (kept())
     const s = client[STATE] // a clean session's
     if (s !== undefined && packet.messageId) return out // a discarded session's queue (numbered())
     const zero = packet.qos === 0 || client[ZERO] === packet // aedes sends it with no packet id (to a QoS 0 subscription)
@@ -199,6 +199,14 @@ function instrument(broker, surface, { window: WINDOW = 65536, idle: IDLE = 5 * 
     if (m !== undefined && m.client !== client && !m.client.closed) return // a connection taken over: the live one's copy tells
     if (seq > m?.lost && !m.ending && !m.g.isInFlight(0, seq) && !m.g.isSettled(0, seq)) drop(m, seq)
   }
+  // aedes clears the stored copy of one it does not send by its packet id (numbered: as its queue is replayed, and then cleared for
+  // good). A live copy has none: aedes clears the first copy stored with none, perhaps another message's, which it then never sends,
+  // while this one stays stored and is sent on a later connection.
+  const kept = (client, packet, copy) => copy?.cmd === 'publish' && packet.messageId === undefined && (copy.brokerId !== packet.brokerId || copy.brokerCounter !== packet.brokerCounter) ? gone(client, copy) : refused(client, packet, !client.clean && packet.messageId !== undefined)
+  const gone = (client, p) => { // a persistent session's stored copy aedes will never send
+    const m = groupOf(client, p), seq = m && seqOf(m.t, p.brokerCounter)
+    if (seq > m?.lost && m.g.isInFlight(0, seq)) acked(m, seq, 'dropped'); else if (seq > m?.lost && !m.ending && !m.g.isSettled(0, seq)) drop(m, seq)
+  }
   const reused = (s) => { const m = s.sent[s.head + 1], seq = s.sent[s.head + 2]; shift(s); acked(m, seq, 'dropped') }
   const shift = (s) => { // the FIFO's head is done with; the done part is sliced away once large (copyWithin is slow)
     s.head += 3
@@ -207,7 +215,7 @@ function instrument(broker, surface, { window: WINDOW = 65536, idle: IDLE = 5 * 
   const clear = broker.persistence.outgoingClearMessageId.bind(broker.persistence)
   broker.persistence.outgoingClearMessageId = function (client, packet, done) { // a PUBACK, or a QoS 2 copy's PUBCOMP
     if (surface.closed) return clear(client, packet, done)
-    if (packet.cmd === 'publish') refused(client, packet, !client.clean && packet.messageId !== undefined) // a persistent session's copy aedes stored and then did not send (its duplicate check, or authorizeForward; numbered: as its queue is replayed)
+    if (packet.cmd === 'publish') return clear(client, packet, (err, copy) => (surface.closed || kept(client, packet, copy), done(err, copy))) // a persistent session's copy aedes stored and then did not send (its duplicate check, or authorizeForward)
     const s = packet.cmd === 'puback' || packet.cmd === 'pubcomp' ? client[STATE] : undefined // a clean session's: aedes keeps no packet for it
     if (s === undefined && packet.cmd === 'pubcomp') return clear(client, packet, (err, copy) => (surface.closed || copy?.cmd !== 'publish' || cleared(client, copy), done(err, copy))) // a persistent session's: its copy settled at the PUBREC (a copy aedes clears is another's)
     if (s === undefined && packet.cmd !== 'puback') return clear(client, packet, done)
@@ -256,7 +264,7 @@ function instrument(broker, surface, { window: WINDOW = 65536, idle: IDLE = 5 * 
     return m === undefined ? [] : [m, seq]
   }
   // 'no such packet': aedes lost the copy (it cleared another's by mistake, or the subscriber acknowledged it before a live twin came), never sent.
-  const lost = (client, p) => (twin(client, p, false), settle(client, p, 'dropped'))
+  const lost = (client, p) => (twin(client, p, false), gone(client, p))
   // A persistent session's copy in flight routed again (a live twin of a replayed copy) is sent again only if aedes finds it stored.
   const twin = (client, p, sent) => { const m = groupOf(client, p), seq = m?.twins?.delete(p.brokerCounter) && sent ? seqOf(m.t, p.brokerCounter) : undefined; if (seq > m?.lost && m.g.isInFlight(0, seq)) m.g.redeliver(0, seq) }
   // A persistent session's QoS 2 copy is settled at its PUBREC (the subscriber has it), found in the connection's notes: aedes'
@@ -273,14 +281,14 @@ function instrument(broker, surface, { window: WINDOW = 65536, idle: IDLE = 5 * 
     client[FIRST] = client._nextId
     if (packet.clean) latest.delete(packet.clientId); else client[BEFORE] = latest.get(packet.clientId)
     client.deliver0 = (p, cb) => { skipped(client, p); client[ZERO] = p; deliver0(p, cb); client[ZERO] = undefined } // QoS 0 subscriptions'
-    client.deliverQoS = (p, cb) => { skipped(client, p); deliverQoS(p, cb) }
+    client.deliverQoS = (p, cb) => { skipped(client, p, p.qos > 0); deliverQoS(p, cb) }
     finished(client.conn, () => surface.closed || (orphans(client), client.clean || broker.clients[client.id] === client || away(client))) // lost before aedes registers it (its restored subscriptions live): no 'clientDisconnect' comes
     return preConnect.call(this, client, packet, callback)
   }
   // aedes' duplicate check skips a copy with a counter not above the last of its node this client had (a message
   // overtaken on its way: a durable persistence storing it, or one published from code): a clean session's goes unseen.
   // Before it, no-local skips a bridge's own message (MQTT 3.1.1 bridge mode, as mosquitto's bridges connect).
-  const skipped = (client, p) => p.brokerId !== undefined && !surface.closed && ((p.nl && p.clientId === client.id) || (client.duplicates[p.brokerId] || 0) >= p.brokerCounter) && refused(client, p)
+  const skipped = (client, p, clears) => p.brokerId !== undefined && !surface.closed && (client.clean || !clears) && ((p.nl && p.clientId === client.id) || (client.duplicates[p.brokerId] || 0) >= p.brokerCounter) && refused(client, p) // a persistent session's QoS 1 or 2 copy: at the clear that follows (kept())
   // Subscribing registers the group before aedes routes anything to it (authorizeSubscribe runs
   // first); a persistent session's subscriptions restored on reconnect come through here too.
   const authorize = broker.authorizeSubscribe

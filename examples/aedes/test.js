@@ -2493,6 +2493,33 @@ test('a copy aedes clears at another copy\'s PUBACK (the two under one packet id
   }, undefined, undefined, { persistence })
 })
 
+test('the broker\'s authorizeForward refusing a persistent session\'s live copy once, while the session\'s replay holds a copy queued for it: aedes clears the queued copy by mistake (never sent: dropped) and keeps the refused one, which it sends on the next connection (delivered)', () => {
+  let refusals = 0
+  const authorizeForward = (client, packet) => (String(packet.payload) === 'R' && refusals++ === 0 ? null : packet)
+  return withBroker(async (b, faults) => {
+    const pub = await connect(b.mqttPort, { clientId: 'pub' })
+    const s = await subscriber(b.mqttPort, 'dev', false, ['orders']).open()
+    await s.client.endAsync()
+    await until('offline', () => b.broker.clients.dev === undefined)
+    await pub.publishAsync('orders', 'Q', { qos: 1 }) // stored for the session, no packet id yet
+    const replay = heldQueue(b) // the next connection's replay has read Q and waits
+    await s.open(false)
+    s.client.on('error', () => {})
+    await pub.publishAsync('orders', 'R', { qos: 1 }) // stored too, then refused: aedes clears the first copy stored with no packet id, Q's
+    await until('R refused', () => refusals === 1)
+    assert.deepEqual(await stored(b, 'dev'), ['R'], 'aedes keeps R, and lost Q')
+    replay() // Q is not found ('no such packet': aedes ends the connection)
+    await until('offline', () => b.broker.clients.dev === undefined)
+    await s.open(false) // R replayed, allowed now
+    await until('R sent and acknowledged', () => s.seen.get('orders').has('R') && groupOf(b, 'dev').in_flight === 0 && groupOf(b, 'dev').lag === 0, 3000)
+      .catch((e) => { throw new Error(`${e.message}: ${JSON.stringify(groupOf(b, 'dev'))}`) })
+    assert.deepEqual([...s.seen.get('orders')], ['R'], 'the subscriber got R only')
+    assert.deepEqual([groupOf(b, 'dev').delivered, groupOf(b, 'dev').dropped], [1, 1], 'R delivered, Q dropped')
+    assert.deepEqual(faults.map((f) => f.code), [], 'no faults')
+    await Promise.all([s.client.endAsync(), pub.endAsync()])
+  }, undefined, undefined, { authorizeForward })
+})
+
 test('a QoS 1 message stored for a persistent session while its UNSUBSCRIBE waits for \'clientReady\' (a slow persistence replays its queue): aedes sends it on the next connection, and it counts delivered', () => withBroker(async (b, faults) => {
   const pub = await connect(b.mqttPort, { clientId: 'pub' })
   const s = await subscriber(b.mqttPort, 'dev', false, ['orders']).open()
