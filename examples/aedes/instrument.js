@@ -193,16 +193,21 @@ function instrument(broker, surface, { window: WINDOW = 65536, idle: IDLE = 5 * 
     for (let i = s.head; i < s.sent.length; i += 3) if (waiting(-s.sent[i])) s.sent[i] = -next(-s.sent[i])
     s.next = next(s.next)
   }
-  const refused = (client, packet, cleared) => { // aedes keeps this copy back (the broker's own authorizeForward, or its duplicate check): never sent
+  const refused = (client, packet, cleared, own) => { // aedes keeps this copy back (the broker's own authorizeForward, or its duplicate check): never sent (own: its stored copy cleared)
     const m = groupOf(client, packet), seq = m && seqOf(m.t, packet.brokerCounter)
     if (cleared && seq > m?.lost && m.g.isInFlight(0, seq)) return acked(m, seq, 'dropped') // cleared: a persistent session's stored copy refused as aedes replays it, sent before perhaps; never sent again
-    if (m !== undefined && m.client !== client && !m.client.closed) return // a connection taken over: the live one's copy tells
+    if (!own && m !== undefined && m.client !== client && !m.client.closed) return // a connection taken over: the live one's copy tells
     if (seq > m?.lost && !m.ending && !m.g.isInFlight(0, seq) && !m.g.isSettled(0, seq)) drop(m, seq)
   }
   // aedes clears the stored copy of one it does not send by its packet id (numbered: as its queue is replayed, and then cleared for
   // good). A live copy has none: aedes clears the first copy stored with none, perhaps another message's, which it then never sends,
   // while this one stays stored and is sent on a later connection.
-  const kept = (client, packet, copy) => copy?.cmd === 'publish' && packet.messageId === undefined && (copy.brokerId !== packet.brokerId || copy.brokerCounter !== packet.brokerCounter) ? gone(client, copy) : refused(client, packet, !client.clean && packet.messageId !== undefined)
+  const kept = (client, packet, copy) => {
+    const same = copy?.cmd === 'publish' && copy.brokerId === packet.brokerId && copy.brokerCounter === packet.brokerCounter
+    if (same || copy?.cmd !== 'publish' || packet.messageId !== undefined) return refused(client, packet, !client.clean && packet.messageId !== undefined, same) // same: out of the store, whichever connection is live now
+    const m = groupOf(client, copy), seq = m && seqOf(m.t, copy.brokerCounter) // another message's copy, never numbered: never sent (in flight: forwarded, not numbered yet; its own 'no such packet' or PUBACK tells)
+    if (seq > m?.lost && !m.ending && !m.g.isInFlight(0, seq) && !m.g.isSettled(0, seq)) drop(m, seq)
+  }
   const gone = (client, p) => { // a persistent session's stored copy aedes will never send
     const m = groupOf(client, p), seq = m && seqOf(m.t, p.brokerCounter)
     if (seq > m?.lost && m.g.isInFlight(0, seq)) acked(m, seq, 'dropped'); else if (seq > m?.lost && !m.ending && !m.g.isSettled(0, seq)) drop(m, seq)

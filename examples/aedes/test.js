@@ -2520,6 +2520,49 @@ test('the broker\'s authorizeForward refusing a persistent session\'s live copy 
   }, undefined, undefined, { authorizeForward })
 })
 
+test('the broker\'s authorizeForward refusing a persistent session\'s live copy routed in the turn of another, with a persistence that numbers a copy it no longer holds without an error (as a MongoDB one does): the other copy, which aedes cleared by mistake and sends all the same, counts delivered', () => {
+  const persistence = require('aedes-persistence')()
+  const update = persistence.outgoingUpdate.bind(persistence)
+  persistence.outgoingUpdate = (client, packet, done) => update(client, packet, (err, c, p) => done(err?.message === 'no such packet' ? null : err, c, p))
+  const authorizeForward = (client, packet) => (String(packet.payload) === 'R' ? null : packet)
+  return withBroker(async (b, faults) => {
+    const s = await subscriber(b.mqttPort, 'dev', false, ['orders']).open()
+    await Promise.all(['Q', 'R'].map((payload) => new Promise((resolve) => b.broker.publish({ cmd: 'publish', topic: 'orders', payload: Buffer.from(payload), qos: 1, retain: false, dup: false }, resolve)))) // one turn: R's clear takes Q's stored copy before aedes numbers Q
+    await until('Q received and acknowledged', () => s.seen.get('orders').has('Q') && groupOf(b, 'dev').in_flight === 0)
+    await sleep(100)
+    assert.deepEqual(await stored(b, 'dev'), ['R'], 'aedes keeps R')
+    assert.deepEqual([groupOf(b, 'dev').delivered, groupOf(b, 'dev').dropped, groupOf(b, 'dev').lag], [1, 0, 1], 'Q delivered; R still owed (stored, sent on a later connection)')
+    assert.deepEqual(faults.map((f) => f.code), [], 'no faults')
+    await s.client.endAsync()
+  }, undefined, undefined, { persistence, authorizeForward })
+})
+
+test('a persistent session\'s live copy the broker\'s authorizeForward refuses, whose clear a durable persistence answers once the session is back on a new connection: aedes no longer stores it, and it counts dropped', () => {
+  const persistence = require('aedes-persistence')()
+  const clear = persistence.outgoingClearMessageId.bind(persistence)
+  const late = []
+  persistence.outgoingClearMessageId = (client, packet, done) => clear(client, packet, (...answer) => (packet.cmd === 'publish' ? late.push(() => done(...answer)) : done(...answer)))
+  const authorizeForward = (client, packet) => (String(packet.payload) === 'R' ? null : packet)
+  return withBroker(async (b, faults) => {
+    const pub = await connect(b.mqttPort, { clientId: 'pub' })
+    const s = await subscriber(b.mqttPort, 'dev', false, ['orders']).open()
+    await pub.publishAsync('orders', 'R', { qos: 1 })
+    await until('R refused, its clear\'s answer held', () => late.length === 1)
+    await s.client.endAsync()
+    await until('offline', () => b.broker.clients.dev === undefined)
+    await s.open(false)
+    await pub.publishAsync('orders', 'S', { qos: 1 })
+    await until('S delivered', () => s.seen.get('orders').has('S') && groupOf(b, 'dev').delivered === 1)
+    late.splice(0).forEach((answer) => answer())
+    await until('nothing owed', () => groupOf(b, 'dev').lag === 0, 3000)
+      .catch((e) => { throw new Error(`${e.message}: ${JSON.stringify(groupOf(b, 'dev'))}`) })
+    assert.deepEqual(await stored(b, 'dev'), [], 'aedes stores nothing')
+    assert.deepEqual([groupOf(b, 'dev').delivered, groupOf(b, 'dev').dropped, groupOf(b, 'dev').in_flight], [1, 1, 0], 'S delivered, R dropped')
+    assert.deepEqual(faults.map((f) => f.code), [], 'no faults')
+    await Promise.all([s.client.endAsync(), pub.endAsync()])
+  }, undefined, undefined, { persistence, authorizeForward })
+})
+
 test('a QoS 1 message stored for a persistent session while its UNSUBSCRIBE waits for \'clientReady\' (a slow persistence replays its queue): aedes sends it on the next connection, and it counts delivered', () => withBroker(async (b, faults) => {
   const pub = await connect(b.mqttPort, { clientId: 'pub' })
   const s = await subscriber(b.mqttPort, 'dev', false, ['orders']).open()
