@@ -414,7 +414,7 @@ t.test('--watch redraws until SIGINT, then exits with the last status', async (t
     stdout += d
     if ((stdout.match(/Ctrl-C to stop/g) || []).length === 3) child.kill('SIGINT')
   })
-  const [code, signal] = await new Promise((resolve) => child.on('exit', (c, s) => resolve([c, s])))
+  const [code, signal] = await new Promise((resolve) => child.on('close', (c, s) => resolve([c, s]))) // its output read to the end
   clearTimeout(killer)
   t.equal(signal, null, 'exits on its own after SIGINT (not killed)')
   t.equal(code, 1, 'with the last frame\'s status (soft)')
@@ -460,7 +460,7 @@ t.test('a reader that goes away (mq-stats --watch 1 | head -2): a quiet exit 0',
   let stderr = ''
   child.stderr.on('data', (d) => (stderr += d))
   child.stdout.once('data', () => child.stdout.destroy()) // as head does after its lines
-  const [code, signal] = await new Promise((resolve) => child.on('exit', (c, s) => resolve([c, s])))
+  const [code, signal] = await new Promise((resolve) => child.on('close', (c, s) => resolve([c, s]))) // its stderr read to the end
   clearTimeout(killer)
   t.equal(signal, null, 'not killed: it noticed')
   t.equal(code, 0)
@@ -860,7 +860,7 @@ t.test('--urls-from FILE: one URL per line, or Prometheus file_sd JSON', async (
   let stdout = ''
   child.stdout.on('data', (d) => (stdout += d))
   setTimeout(() => child.stdin.end(`${a.url}\n${b.url}\n`), 200) // nothing to read at first: it waits
-  const [code] = await new Promise((resolve) => child.on('exit', (c, sig) => resolve([c, sig])))
+  const [code] = await new Promise((resolve) => child.on('close', (c, sig) => resolve([c, sig]))) // its output read to the end
   t.equal(code, 0, '--urls-from - reads the list from stdin', { stdout })
   t.match(stdout, new RegExp(`${a.url} .*\\n${b.url} `))
   // A stdin left non-blocking (a file description shared with a program that set O_NONBLOCK on
@@ -883,7 +883,7 @@ sys.exit(p.returncode)`
     py.stdout.on('data', (d) => (out += d))
     py.stderr.on('data', (d) => (err += d))
     py.stdin.end(`${a.url}\n${b.url}\n`)
-    py.on('exit', (c) => resolve({ code: c, out, err }))
+    py.on('close', (c) => resolve({ code: c, out, err })) // its output read to the end
   })
   t.equal(nonBlocking.code, 0, 'a non-blocking stdin is waited for', nonBlocking)
   t.match(nonBlocking.out, new RegExp(`${a.url} .*\\n${b.url} `))

@@ -29,7 +29,8 @@ function startDemo(t, args, { killAfterMs = 30_000 } = {}) {
   child.stdout.setEncoding('utf8').on('data', (d) => (out.stdout += d))
   child.stderr.setEncoding('utf8').on('data', (d) => (out.stderr += d))
   const killer = setTimeout(() => child.kill('SIGKILL'), killAfterMs)
-  const exited = new Promise((resolve) => child.on('exit', (code, signal) => {
+  // 'close', not 'exit': the child's last output may still be in its pipes when it exits.
+  const exited = new Promise((resolve) => child.on('close', (code, signal) => {
     clearTimeout(killer)
     resolve({ code, signal })
   }))
